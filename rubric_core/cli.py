@@ -1,0 +1,186 @@
+"""Command line: ``python -m rubric_core run ...`` and ``python -m rubric_core examples``.
+
+Prints each grader pass as it happens; exits 0 when the rubric is satisfied, 1 when the run
+ends otherwise, 2 for bad arguments or configuration (with a message, not a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rubric_core.models import ModelConfigError
+from rubric_core.rubric import RubricError
+
+if TYPE_CHECKING:
+    from rubric_core.runner import RunEvent, RunSpec
+
+NEXT_STEPS = {
+    "max_iterations_reached": "raise --max-iterations, or make the criteria easier to meet",
+    "failed": "the grader could not judge this rubric: rewrite the criteria, or use an LLM "
+    "grader (e.g. --grader hybrid:openai:gpt-4.1-mini)",
+    "grader_error": "the grader itself failed: check its model name, key and server",
+    "interrupted": "run again with --resume --thread THREAD --db PATH to continue",
+    "error": "the worker failed: check its model name, key and server",
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input, reported without a traceback."""
+
+
+def _text_arg(value: str, what: str) -> str:
+    """``TEXT`` or ``@FILE`` (``@-`` reads standard input)."""
+    if not value.startswith("@"):
+        return value
+    path = value[1:]
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} file {path!r}: {exc}") from exc
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rubric_core", description="Run rubric-driven agent loops."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a prompt until its rubric is satisfied")
+    run.add_argument("--prompt", help="TEXT or @FILE")
+    run.add_argument("--rubric", help="TEXT or @FILE: one criterion per line")
+    run.add_argument("--example", help="a bundled example (see `examples`)")
+    run.add_argument("--model", default=None, help="worker model (default: demo)")
+    run.add_argument("--grader", default=None, help="grader model (default: rules)")
+    run.add_argument("--system-prompt", default=None, help="worker system prompt, TEXT or @FILE")
+    run.add_argument("--max-iterations", type=int, default=None)
+    run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
+    run.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
+    run.add_argument("--db", default=None, help="SQLite file to keep the thread in")
+    run.add_argument("--thread", default=None, help="thread id (with --db, to resume)")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted thread")
+    run.add_argument("--quiet", action="store_true", help="do not print the worker's answers")
+    sub.add_parser("examples", help="list the bundled examples")
+    return parser
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    from rubric_core.runner import RunSpec
+
+    tools: list[Any] = []
+    prompt = rubric = system = None
+    max_iterations = 3
+    if args.example:
+        from rubric_core.examples import get_example
+
+        try:
+            example = get_example(args.example)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
+        prompt, rubric, system = example.prompt, example.rubric, example.worker_system_prompt
+        tools, max_iterations = example.grader_tools(), example.max_iterations
+    if args.prompt is not None:
+        prompt = _text_arg(args.prompt, "prompt")
+    if args.rubric is not None:
+        rubric = _text_arg(args.rubric, "rubric")
+    if args.system_prompt is not None:
+        system = _text_arg(args.system_prompt, "system prompt")
+    if not prompt:
+        raise UsageError("give --prompt TEXT|@FILE or --example NAME")
+    if not rubric:
+        raise UsageError("give --rubric TEXT|@FILE or --example NAME")
+    if args.max_iterations is not None:
+        max_iterations = args.max_iterations
+    return RunSpec(
+        prompt=prompt, rubric=rubric, worker=args.model or "demo", grader=args.grader or "rules",
+        worker_system_prompt=system, grader_tools=tools, max_iterations=max_iterations,
+        base_url=args.base_url,
+    )
+
+
+def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
+    if event["type"] == "worker_message" and not quiet:
+        out.write(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
+    elif event["type"] == "evaluation_started":
+        out.write(f"\ngrading iteration {event['iteration'] + 1} …\n")
+    elif event["type"] == "evaluation_finished":
+        ev = event["evaluation"]
+        flag = " (unverified)" if ev.get("unverified") else ""
+        out.write(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
+        for c in ev["criteria"]:
+            mark = "PASS" if c["passed"] else "FAIL"
+            gap = "" if c["passed"] else f" — {c.get('gap', '')}"
+            out.write(f"  [{mark}] {c['name']}{gap}\n")
+    out.flush()
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.runner import run_rubric
+
+    spec = _spec(args)
+    spec.validate()
+    checkpointer: Any = None
+    store: Any = None
+    if args.db:
+        from rubric_core.store import Store
+
+        store = Store(args.db)
+        checkpointer = store.saver()
+    elif args.resume:
+        raise UsageError("--resume needs --db PATH and --thread ID")
+    final: dict[str, Any] = {}
+    try:
+        for event in run_rubric(spec, checkpointer=checkpointer, thread_id=args.thread,
+                                resume=args.resume):
+            _print_event(event, out, args.quiet)
+            if event["type"] == "run_finished":
+                final = dict(event)
+    finally:
+        if store is not None:
+            store.close()
+    status = final.get("status", "error")
+    out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
+              f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
+    if final.get("error"):
+        out.write(f"error: {final['error']}\n")
+    if status in NEXT_STEPS:
+        out.write(f"next: {NEXT_STEPS[status]}\n")
+    if args.csv:
+        from rubric_core.export import evaluations_frame, to_csv
+
+        run_info = {"run_id": final.get("thread_id"), "run_title": spec.prompt[:80],
+                    "worker_model": str(args.model or "demo"),
+                    "grader_model": str(args.grader or "rules"), "run_status": status}
+        frame = evaluations_frame(final.get("evaluations", []), run=run_info)
+        Path(args.csv).write_text(to_csv(frame), encoding="utf-8")
+        out.write(f"wrote {len(frame)} rows to {args.csv}\n")
+    return 0 if status == "satisfied" else 1
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point; returns the exit status."""
+    out = out or sys.stdout
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "examples":
+            from rubric_core.examples import list_examples
+
+            for ex in list_examples():
+                out.write(f"{ex.name:16} {ex.title}\n")
+            return 0
+        return _run(args, out)
+    except (UsageError, ModelConfigError, RubricError, ValueError, OSError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    raise SystemExit(main())

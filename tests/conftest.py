@@ -1,0 +1,11 @@
+"""Shared fixtures; the repository root is importable so tests use `rubric_core` directly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))

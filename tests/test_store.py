@@ -1,0 +1,507 @@
+"""Tests for rubric_core.store: run index, rubric library, saver, and refusing bad files."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from rubric_core.store import (
+    DB_ENV_VAR,
+    RunRecord,
+    Store,
+    StoreError,
+    default_db_path,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from rubric_core.types import RubricEvaluation
+
+
+def _evaluation(iteration: int, passed: list[bool], **extra: Any) -> RubricEvaluation:
+    criteria: list[dict[str, Any]] = []
+    for i, ok in enumerate(passed):
+        c: dict[str, Any] = {"name": f"criterion {i}", "passed": ok}
+        if not ok:
+            c["gap"] = f"fix {i}"
+        criteria.append(c)
+    ev: dict[str, Any] = {
+        "grading_run_id": "g1",
+        "iteration": iteration,
+        "result": "satisfied" if all(passed) else "needs_revision",
+        "explanation": "ok" if all(passed) else "not yet",
+        "criteria": criteria,
+        "status": "satisfied" if all(passed) else "needs_revision",
+        "unverified": False,
+        "duration_s": 0.25 + iteration,
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "answer": f"answer {iteration} — ünïcode",
+    }
+    ev.update(extra)
+    return ev  # type: ignore[return-value]
+
+
+def _new_run(store: Store, **overrides: Any) -> RunRecord:
+    fields: dict[str, Any] = {
+        "title": "Essay", "prompt": "Write an essay", "rubric": "- has a title\n- cites a source",
+        "worker_model": "fake:worker", "grader_model": "fake:grader", "max_iterations": 3,
+    }
+    fields.update(overrides)
+    return store.create_run(**fields)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "db" / "rubric_studio.sqlite3") as s:
+        yield s
+
+
+# -- default path -------------------------------------------------------------------------------
+
+
+def test_default_path_prefers_env_var(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(DB_ENV_VAR, str(tmp_path / "x.sqlite3"))
+    assert default_db_path() == tmp_path / "x.sqlite3"
+
+
+def test_default_path_respects_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(DB_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_db_path() == tmp_path / "rubric-studio" / "rubric_studio.sqlite3"
+
+
+def test_default_path_ignores_relative_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DB_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")
+    expected = Path.home() / ".local" / "share" / "rubric-studio" / "rubric_studio.sqlite3"
+    assert default_db_path() == expected
+
+
+def test_open_creates_parent_dirs_and_schema(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "db.sqlite3"
+    with Store(path):
+        pass
+    assert path.is_file()
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+    conn.close()
+    assert {"meta", "runs", "evaluations", "rubrics", "rubric_versions"} <= tables
+    assert meta["app"] == "rubric-studio"
+    assert meta["schema_version"] == "1"
+    assert mode == "wal"
+
+
+def test_reopening_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    with Store(path) as first:
+        run = _new_run(first)
+    with Store(path) as second:
+        assert second.get_run(run.run_id) == run
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def test_create_and_get_run(store: Store) -> None:
+    run = _new_run(store)
+    assert len(run.run_id) == 32
+    assert run.thread_id == run.run_id
+    assert run.status == "running"
+    assert run.iterations == 0
+    assert run.input_tokens is None
+    assert store.get_run(run.run_id) == run
+    assert store.get_run("missing") is None
+
+
+def test_create_run_with_explicit_thread(store: Store) -> None:
+    assert _new_run(store, thread_id="t-1").thread_id == "t-1"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"max_iterations": 0}, id="zero_iterations"),
+        pytest.param({"max_iterations": True}, id="bool_iterations"),
+        pytest.param({"worker_model": " "}, id="blank_worker_model"),
+    ],
+)
+def test_create_run_rejects_bad_fields(store: Store, overrides: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        _new_run(store, **overrides)
+
+
+def test_create_run_accepts_explicit_fields_only(store: Store) -> None:
+    with pytest.raises(TypeError):
+        _new_run(store, api_key="sk-nope")
+
+
+def test_add_evaluation_updates_totals(store: Store) -> None:
+    run = _new_run(store)
+    assert store.add_evaluation(run.run_id, _evaluation(0, [True, False])) == 0
+    assert store.add_evaluation(run.run_id, _evaluation(1, [True, True])) == 1
+    updated = store.get_run(run.run_id)
+    assert updated is not None
+    assert updated.iterations == 2
+    assert updated.input_tokens == 200
+    assert updated.output_tokens == 40
+    assert updated.status == "satisfied"
+    assert updated.updated_at >= run.updated_at
+
+
+def test_tokens_stay_none_when_never_reported(store: Store) -> None:
+    run = _new_run(store)
+    store.add_evaluation(run.run_id, _evaluation(0, [True], input_tokens=None, output_tokens=None))
+    updated = store.get_run(run.run_id)
+    assert updated is not None
+    assert (updated.input_tokens, updated.output_tokens) == (None, None)
+
+
+def test_evaluations_round_trip(store: Store) -> None:
+    run = _new_run(store)
+    originals = [
+        _evaluation(0, [True, False]),
+        _evaluation(1, [True, True], unverified=True),
+        _evaluation(
+            2, [], result="grader_error", status="grader_error",
+            explanation="TimeoutError: grader timed out", input_tokens=None,
+        ),
+    ]
+    for ev in originals:
+        store.add_evaluation(run.run_id, ev)
+    assert store.evaluations(run.run_id) == originals
+    assert store.evaluations("missing") == []
+
+
+def test_evaluations_for_runs(store: Store) -> None:
+    a, b, c = _new_run(store), _new_run(store), _new_run(store)
+    store.add_evaluation(a.run_id, _evaluation(0, [False]))
+    store.add_evaluation(a.run_id, _evaluation(1, [True]))
+    store.add_evaluation(c.run_id, _evaluation(0, [True]))
+    got = store.evaluations_for_runs([c.run_id, a.run_id, b.run_id])
+    assert list(got) == [c.run_id, a.run_id, b.run_id]
+    assert [ev["iteration"] for ev in got[a.run_id]] == [0, 1]
+    assert got[b.run_id] == []
+
+
+def test_add_evaluation_to_unknown_run(store: Store) -> None:
+    with pytest.raises(KeyError, match="no run"):
+        store.add_evaluation("missing", _evaluation(0, [True]))
+
+
+def test_finish_run(store: Store) -> None:
+    run = _new_run(store)
+    store.finish_run(run.run_id, "error", error="boom", duration_s=1.5)
+    store.finish_run(run.run_id, "error", error="boom")
+    done = store.get_run(run.run_id)
+    assert done is not None
+    assert (done.status, done.error, done.duration_s) == ("error", "boom", 1.5)
+    with pytest.raises(ValueError, match="unknown run status"):
+        store.finish_run(run.run_id, "done")
+    with pytest.raises(KeyError):
+        store.finish_run("missing", "failed")
+
+
+def test_list_runs_most_recent_first_and_paging(store: Store) -> None:
+    ids = [_new_run(store, title=f"run {i}").run_id for i in range(5)]
+    listed = [r.run_id for r in store.list_runs()]
+    assert listed == ids[::-1]
+    assert [r.run_id for r in store.list_runs(limit=2, offset=1)] == ids[3:1:-1]
+    assert len(store.list_runs(limit=None)) == 5
+    assert store.count_runs() == 5
+
+
+def test_list_runs_filters(store: Store) -> None:
+    a = _new_run(store, title="Straße essay", worker_model="openai:gpt-x")
+    b = _new_run(store, prompt="Write a HAIKU", grader_model="openai:gpt-x")
+    c = _new_run(store, rubric="- mentions ÉCOLE")
+    store.finish_run(a.run_id, "satisfied")
+    store.finish_run(b.run_id, "failed")
+
+    def ids(**filters: Any) -> set[str]:
+        found = {r.run_id for r in store.list_runs(**filters)}
+        assert store.count_runs(**filters) == len(found)
+        return found
+
+    assert ids(status="satisfied") == {a.run_id}
+    assert ids(status=["satisfied", "running"]) == {a.run_id, c.run_id}
+    assert ids(status=[]) == set()
+    assert ids(model="openai:gpt-x") == {a.run_id, b.run_id}
+    assert ids(model="openai:gpt") == set()
+    assert ids(text="haiku") == {b.run_id}
+    assert ids(text="STRASSE") == {a.run_id}  # casefold, not only ASCII lower()
+    assert ids(text="école") == {c.run_id}
+    assert ids(text="essay", status="satisfied") == {a.run_id}
+    with pytest.raises(ValueError):
+        store.list_runs(status="finished")
+
+
+def test_list_runs_uses_indexes(store: Store) -> None:
+    conn = sqlite3.connect(store.path)
+    plan = " ".join(
+        str(row[-1])
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM runs WHERE status = ? "
+            "ORDER BY created_at DESC, rowid DESC LIMIT 10",
+            ("failed",),
+        )
+    )
+    conn.close()
+    assert "rs_runs_status" in plan
+    assert "TEMP B-TREE" not in plan
+
+
+def _tiny_graph(store: Store) -> Any:
+    class State(TypedDict):
+        n: int
+
+    builder = StateGraph(State)
+    builder.add_node("inc", lambda s: {"n": s["n"] + 1})
+    builder.add_edge(START, "inc")
+    builder.add_edge("inc", END)
+    return builder.compile(checkpointer=store.saver())
+
+
+def test_delete_run_removes_index_rows_and_checkpoints(store: Store) -> None:
+    graph = _tiny_graph(store)
+    run = _new_run(store)
+    keep = _new_run(store)
+    for r in (run, keep):
+        graph.invoke({"n": 1}, {"configurable": {"thread_id": r.thread_id}})
+        store.add_evaluation(r.run_id, _evaluation(0, [True]))
+    saver = store.saver()
+    config = {"configurable": {"thread_id": run.thread_id}}
+    assert saver.get_tuple(config) is not None
+
+    assert store.delete_run(run.run_id) is True
+    assert store.get_run(run.run_id) is None
+    assert store.evaluations(run.run_id) == []
+    assert saver.get_tuple(config) is None
+    assert saver.get_tuple({"configurable": {"thread_id": keep.thread_id}}) is not None
+    assert store.delete_run(run.run_id) is False
+
+
+def test_delete_run_keeps_thread_shared_with_another_run(store: Store) -> None:
+    graph = _tiny_graph(store)
+    first = _new_run(store, thread_id="shared")
+    _new_run(store, thread_id="shared")
+    graph.invoke({"n": 1}, {"configurable": {"thread_id": "shared"}})
+    store.delete_run(first.run_id)
+    assert store.saver().get_tuple({"configurable": {"thread_id": "shared"}}) is not None
+
+
+def test_saver_is_cached_and_closed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite3")
+    saver = store.saver()
+    assert store.saver() is saver
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        saver.conn.execute("SELECT 1")
+    assert store.saver() is not saver  # usable again after close
+    store.close()
+
+
+def test_saver_and_index_from_several_threads(store: Store) -> None:
+    graph = _tiny_graph(store)
+    runs = [_new_run(store) for _ in range(4)]
+    barrier = threading.Barrier(len(runs))
+    errors: list[BaseException] = []
+
+    def work(run: RunRecord) -> None:
+        try:
+            barrier.wait(timeout=10)
+            config = {"configurable": {"thread_id": run.thread_id}}
+            for i in range(5):
+                graph.invoke({"n": i}, config)
+                assert store.saver().get_tuple(config) is not None
+                store.add_evaluation(run.run_id, _evaluation(i, [i % 2 == 0]))
+                assert len(store.list_runs()) == len(runs)
+        except BaseException as exc:  # collected: pytest does not see thread exceptions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert all(len(store.evaluations(r.run_id)) == 5 for r in runs)
+
+
+def test_no_api_key_in_database_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret = "sk-test-DO-NOT-STORE-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    path = tmp_path / "db.sqlite3"
+    with Store(path) as store:
+        graph = _tiny_graph(store)
+        run = _new_run(store, worker_model="openai:gpt-4o-mini")
+        graph.invoke({"n": 1}, {"configurable": {"thread_id": run.thread_id}})
+        store.add_evaluation(run.run_id, _evaluation(0, [True]))
+        store.finish_run(run.run_id, "satisfied", duration_s=2.0)
+        store.save_rubric("essay", "- has a title")
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("db.sqlite3")]
+    assert files
+    for p in files:
+        assert secret.encode() not in p.read_bytes(), p
+
+
+# -- rubric library -----------------------------------------------------------------------------
+
+
+def test_rubric_versions(store: Store) -> None:
+    assert store.save_rubric("essay", "- has a title") == 1
+    assert store.save_rubric("essay", "- has a title") == 1  # identical text: no new version
+    assert store.save_rubric(" essay ", "- has a title\n- cites a source") == 2
+    assert store.save_rubric("code", "- has tests") == 1
+    assert store.load_rubric("essay") == "- has a title\n- cites a source"
+    assert store.load_rubric("essay", 1) == "- has a title"
+    assert [v["version"] for v in store.rubric_versions("essay")] == [1, 2]
+    assert store.rubric_versions("missing") == []
+    listed = store.list_rubrics()
+    assert [(r["name"], r["latest_version"]) for r in listed] == [("code", 1), ("essay", 2)]
+    assert all(r["updated_at"] for r in listed)
+
+
+def test_saving_an_older_text_again_is_a_new_version(store: Store) -> None:
+    store.save_rubric("r", "- a")
+    store.save_rubric("r", "- b")
+    assert store.save_rubric("r", "- a") == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        pytest.param("", "- a", "name", id="empty_name"),
+        pytest.param("   ", "- a", "name", id="blank_name"),
+        pytest.param("r", "", "empty", id="empty_text"),
+        pytest.param("r", " \n\t", "empty", id="blank_text"),
+    ],
+)
+def test_save_rubric_rejects_empty(store: Store, name: str, text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        store.save_rubric(name, text)
+
+
+def test_load_missing_rubric(store: Store) -> None:
+    store.save_rubric("r", "- a")
+    with pytest.raises(KeyError, match="no saved rubric"):
+        store.load_rubric("nope")
+    with pytest.raises(KeyError, match="version 9"):
+        store.load_rubric("r", 9)
+
+
+# -- refusing paths and files -------------------------------------------------------------------
+
+
+def test_unwritable_path_parent_is_a_file(tmp_path: Path) -> None:
+    # Tests run as root, where chmod 0o500 does not stop writes; a parent that is a regular
+    # file cannot hold a database for any user, root included.
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match=DB_ENV_VAR) as info:
+        Store(blocker / "db.sqlite3").open()
+    assert "cannot be created" in str(info.value)
+    assert blocker.read_text() == "x"
+
+
+def test_unwritable_path_under_proc() -> None:
+    # /proc only holds kernel entries: no user, root included, can create files there.
+    with pytest.raises(StoreError, match=DB_ENV_VAR):
+        Store("/proc/rubric-studio-test/db.sqlite3").open()
+
+
+def test_directory_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="directory"):
+        Store(tmp_path).open()
+
+
+def test_memory_path_is_refused() -> None:
+    with pytest.raises(ValueError, match="file path"):
+        Store(":memory:")
+
+
+def _assert_refused_untouched(path: Path, match: str) -> None:
+    before = path.read_bytes()
+    siblings = set(path.parent.iterdir())
+    with pytest.raises(StoreError, match=match) as info:
+        Store(path).open()
+    assert path.read_bytes() == before
+    assert set(path.parent.iterdir()) == siblings
+    assert "move it aside" in str(info.value)
+
+
+def test_random_bytes_file_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    path.write_bytes(os.urandom(8192))
+    _assert_refused_untouched(path, r"is not a Rubric Studio database \(file is not a database\)")
+
+
+def test_corrupted_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (x TEXT)")
+    conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,) for _ in range(500)])
+    conn.commit()
+    conn.close()
+    data = bytearray(path.read_bytes())
+    data[100:4096] = os.urandom(3996)  # keep the header, destroy the schema page
+    path.write_bytes(bytes(data))
+    _assert_refused_untouched(path, "is not a Rubric Studio database")
+
+
+def test_foreign_db_with_conflicting_table_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO runs (name) VALUES ('theirs')")
+    conn.commit()
+    conn.close()
+    _assert_refused_untouched(path, "another application.*'runs'")
+
+
+def test_foreign_db_with_foreign_meta_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (k TEXT, v TEXT)")
+    conn.commit()
+    conn.close()
+    _assert_refused_untouched(path, "'meta' table was not made by Rubric Studio")
+
+
+def test_foreign_db_without_conflicts_is_shared(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('keep me')")
+    conn.commit()
+    conn.close()
+    with Store(path) as store:
+        run = _new_run(store)
+        assert store.get_run(run.run_id) == run
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT body FROM notes").fetchall() == [("keep me",)]
+    conn.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    with Store(path):
+        pass
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer Rubric Studio"):
+        Store(path).open()
