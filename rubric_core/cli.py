@@ -152,9 +152,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.csv:
         from rubric_core.export import evaluations_frame, to_csv
 
-        run_info = {"run_id": final.get("thread_id"), "run_title": spec.prompt[:80],
+        # Keys are RunRecord field names, which evaluations_frame maps to its run_* columns.
+        run_info = {"run_id": final.get("thread_id"), "title": spec.prompt[:80],
                     "worker_model": str(args.model or "demo"),
-                    "grader_model": str(args.grader or "rules"), "run_status": status}
+                    "grader_model": str(args.grader or "rules"), "status": status}
         frame = evaluations_frame(final.get("evaluations", []), run=run_info)
         Path(args.csv).write_text(to_csv(frame), encoding="utf-8")
         out.write(f"wrote {len(frame)} rows to {args.csv}\n")

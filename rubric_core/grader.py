@@ -337,8 +337,11 @@ _TRANSIENT_NAMES = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for failures worth retrying: timeouts, rate limits, 5xx, dropped connections."""
+    """True for failures worth retrying: timeouts, rate limits, 5xx, dropped or cut replies."""
     if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, json.JSONDecodeError):
+        # A reply body cut short (a proxy or a server dying mid-write) is a transport glitch.
         return True
     status = getattr(exc, "status_code", None)
     if status is None:
@@ -406,6 +409,13 @@ def grade_steps(
                 break
             except Exception as exc:
                 if attempt >= max_retries or not is_transient(exc):
+                    if isinstance(exc, json.JSONDecodeError):
+                        msg = (
+                            "the grader's server sent a reply that is not valid JSON "
+                            f"({attempt + 1} attempt(s), last: {exc}); check that its base URL "
+                            "points at an OpenAI-compatible API"
+                        )
+                        raise GraderOutputError(msg) from exc
                     raise
                 delay = _retry_after(exc) or backoff_s * (2**attempt)
                 logger.warning("grader call failed (%s); retry %d in %.1fs",

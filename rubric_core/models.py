@@ -143,6 +143,9 @@ def _openai_compatible(
     key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
     # Our grader retries transport errors itself; the client's own retries would multiply them.
     kwargs.setdefault("max_retries", 0)
+    # Under stream_events both models stream, and ChatOpenAI asks a non-OpenAI base URL for
+    # usage only when told to: without this the evaluations' token counts stay empty.
+    kwargs.setdefault("stream_usage", True)
     return ChatOpenAI(model=model_id, base_url=base_url, api_key=key,  # type: ignore[arg-type]
                       timeout=timeout_s, **kwargs)
 

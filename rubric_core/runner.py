@@ -210,8 +210,11 @@ def run_rubric(
         values = snapshot.values or {}
         if values.get("messages"):
             iteration = values.get("_rubric_iterations") or 0
-            if snapshot.next:
-                payload = None  # re-run the node that was cut off
+            if snapshot.next or snapshot.tasks:
+                # Finish the step that was cut off. `next` can be empty while a finished node's
+                # writes wait uncommitted (get_state shows them applied); new input would
+                # discard them, losing the answer or verdict they hold.
+                payload = None
             elif values.get("_rubric_status") in TERMINAL_STATUSES:
                 yield _finished(thread_id, values, started, values["_rubric_status"], None)
                 return

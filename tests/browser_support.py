@@ -1,0 +1,83 @@
+"""Start the real app with `streamlit run` and drive Debian's headless Chromium against it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_path() -> str:
+    """The Chromium binary to drive; a missing browser is an error, never a skip."""
+    path = os.environ.get("RUBRIC_STUDIO_CHROMIUM") or shutil.which("chromium")
+    if not path:
+        msg = (
+            "Chromium is not installed: `apt-get install -y chromium` (scripts/test.sh does this "
+            "when run as root), or set RUBRIC_STUDIO_CHROMIUM to a Chromium binary."
+        )
+        raise RuntimeError(msg)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def streamlit_server(db_path: Path, log_path: Path) -> Iterator[str]:
+    """Run `streamlit run app.py` on a free loopback port; yields its URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(RUBRIC_STUDIO_DB=str(db_path), PYTHONUNBUFFERED="1")
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", "app.py",
+        "--server.address", "127.0.0.1", "--server.port", str(port),
+        "--server.headless", "true", "--browser.gatherUsageStats", "false",
+    ]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    msg = f"streamlit exited early:\n{log_path.read_text()}"
+                    raise RuntimeError(msg)
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                        if resp.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    msg = f"streamlit did not start in 60 s:\n{log_path.read_text()}"
+                    raise RuntimeError(msg)
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,299 @@
+"""The command line: arguments, exit codes, messages without tracebacks, CSV output.
+
+Most tests call `main(argv)` in-process; a few run ``python -m rubric_core`` as a subprocess
+(no API keys in its environment) to pin what a person at a terminal sees. Model traffic goes to
+a FakeOpenAI server on 127.0.0.1 through ``openai-compatible:`` models and ``--base-url``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+from openai_server import FakeOpenAI, Reply, error, text, tool_call
+
+from rubric_core.cli import main
+from rubric_core.models import BASE_URL_ENV
+
+RUBRIC = "- c1\n- c2"
+
+
+def verdict(result: str, failing: tuple[str, ...] = ()) -> Reply:
+    criteria = [
+        {"name": c, "passed": c not in failing, **({"gap": f"fix {c}"} if c in failing else {})}
+        for c in ("c1", "c2")
+    ]
+    return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
+                                        "criteria": criteria})
+
+
+FAIL = verdict("needs_revision", ("c2",))
+PASS = verdict("satisfied")
+
+
+class Scripted:
+    """Worker drafts and grader verdicts served by one FakeOpenAI, told apart by tools."""
+
+    def __init__(self, drafts: list[str], verdicts: list[Reply]) -> None:
+        self.drafts, self.verdicts = list(drafts), list(verdicts)
+        self.server = FakeOpenAI(default=self.respond)
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        if "GraderResponse" in names:
+            return self.verdicts.pop(0)
+        return text(self.drafts.pop(0))
+
+    def argv(self, *extra: str) -> list[str]:
+        return ["run", "--model", "openai-compatible:worker", "--grader",
+                "openai-compatible:grader", "--base-url", self.server.base_url, *extra]
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    servers: list[Scripted] = []
+
+    def make(drafts: list[str], verdicts: list[Reply]) -> Scripted:
+        servers.append(Scripted(drafts, verdicts))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.server.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.endswith("_API_KEY") or name == BASE_URL_ENV or name.startswith(
+            ("LANGSMITH_", "LANGCHAIN_")
+        ):
+            monkeypatch.delenv(name)
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    out = io.StringIO()
+    code = main(argv, out=out)
+    return code, out.getvalue(), capsys.readouterr().err
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m rubric_core ARGS`` with no API keys and no tracing in its environment."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and k != BASE_URL_ENV
+           and not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "rubric_core", *args], cwd=ROOT, env=env, input=stdin,
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_subprocess_run_over_http_satisfied_exits_0_and_writes_csv(
+    scripted: Any, tmp_path: Path
+) -> None:
+    rubric_file = tmp_path / "rubric.md"
+    rubric_file.write_text(RUBRIC, encoding="utf-8")
+    csv = tmp_path / "out.csv"
+    s = scripted(["draft one", "draft two"], [FAIL, PASS])
+    proc = cli(*s.argv("--prompt", "write it", "--rubric", f"@{rubric_file}", "--csv", str(csv)))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    assert "── answer (iteration 1) ──\ndraft one" in out
+    assert "verdict: needs_revision" in out and "[FAIL] c2 — fix c2" in out
+    assert "verdict: satisfied" in out and "status: satisfied after 2 grading pass(es)" in out
+    assert f"wrote 4 rows to {csv}" in out
+
+    rows = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    assert list(rows["iteration"]) == ["0", "0", "1", "1"]
+    assert list(rows["criterion"]) == ["c1", "c2", "c1", "c2"]
+    assert list(rows["passed"]) == ["True", "False", "True", "True"]
+    assert list(rows["gap"]) == ["", "fix c2", "", ""]
+    assert list(rows["result"]) == ["needs_revision"] * 2 + ["satisfied"] * 2
+    assert list(rows["answer"]) == ["draft one"] * 2 + ["draft two"] * 2
+    assert set(rows["run_status"]) == {"satisfied"}
+    assert set(rows["worker_model"]) == {"openai-compatible:worker"}
+    assert rows["input_tokens"].str.isdigit().all()  # usage travelled over the stream
+    assert len(s.server.requests) == 4
+
+
+def test_subprocess_reads_prompt_from_stdin(scripted: Any) -> None:
+    s = scripted(["draft"], [PASS])
+    proc = cli(*s.argv("--prompt", "@-", "--rubric", RUBRIC, "--quiet"), stdin="from stdin")
+    assert proc.returncode == 0, proc.stderr
+    assert "── answer" not in proc.stdout  # --quiet
+    first = s.server.requests[0]["messages"]
+    assert first[-1] == {"role": "user", "content": "from stdin"}
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "extra", "status", "hint"),
+    [
+        pytest.param([FAIL], ["--max-iterations", "1"], "max_iterations_reached",
+                     "raise --max-iterations", id="cap"),
+        pytest.param([error(400, "tools unsupported")], [], "grader_error",
+                     "the grader itself failed", id="grader_error"),
+    ],
+)
+def test_run_that_is_not_satisfied_exits_1(
+    scripted: Any, capsys: pytest.CaptureFixture[str], verdicts: list[Reply], extra: list[str],
+    status: str, hint: str,
+) -> None:
+    s = scripted(["draft"], verdicts)
+    code, out, err = run_main(s.argv("--prompt", "p", "--rubric", RUBRIC, *extra), capsys)
+    assert code == 1, err
+    assert f"status: {status} after 1 grading pass(es)" in out
+    assert f"next: {hint}" in out
+
+
+def test_worker_server_down_exits_1_with_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    server = FakeOpenAI()
+    server.stop()  # nothing listens on this port any more
+    argv = ["run", "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
+            "--base-url", server.base_url, "--prompt", "p", "--rubric", RUBRIC]
+    code, out, _ = run_main(argv, capsys)
+    assert code == 1
+    assert "status: error after 0 grading pass(es)" in out
+    assert "error: " in out and "Connection" in out
+    assert "next: the worker failed" in out
+
+
+def test_csv_in_process_matches_the_evaluations(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    s = scripted(["=SUM(A1:A2)"], [verdict("needs_revision", ("c1", "c2"))])
+    csv = tmp_path / "evals.csv"
+    code, out, _ = run_main(
+        s.argv("--prompt", "p", "--rubric", RUBRIC, "--max-iterations", "1", "--csv", str(csv)),
+        capsys,
+    )
+    assert code == 1 and f"wrote 2 rows to {csv}" in out
+    rows = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    assert len(rows) == 2 and list(rows["gap"]) == ["fix c1", "fix c2"]
+    assert set(rows["answer"]) == {"'=SUM(A1:A2)"}  # formula-safe
+    assert set(rows["run_status"]) == {"max_iterations_reached"}
+
+
+# --------------------------------------------------------------------------- bad input: exit 2
+
+
+def test_subprocess_unreadable_file_exits_2_without_traceback(tmp_path: Path) -> None:
+    proc = cli("run", "--prompt", f"@{tmp_path / 'missing.txt'}", "--rubric", RUBRIC)
+    assert proc.returncode == 2
+    assert "cannot read prompt file" in proc.stderr and "missing.txt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_subprocess_missing_key_exits_2_with_clear_message() -> None:
+    proc = cli("run", "--prompt", "p", "--rubric", RUBRIC, "--model", "openai:gpt-4.1-mini",
+               "--grader", "openai:gpt-4.1-mini")
+    assert proc.returncode == 2
+    assert "OPENAI_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--prompt", "@/nonexistent/prompt.txt", "--rubric", RUBRIC],
+                     "cannot read prompt file", id="unreadable_prompt"),
+        pytest.param(["--prompt", "p", "--rubric", "@/nonexistent/rubric.md"],
+                     "cannot read rubric file", id="unreadable_rubric"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--system-prompt", "@/nonexistent"],
+                     "cannot read system prompt file", id="unreadable_system_prompt"),
+        pytest.param(["--rubric", RUBRIC], "give --prompt", id="no_prompt"),
+        pytest.param(["--prompt", "p"], "give --rubric", id="no_rubric"),
+        pytest.param(["--prompt", "  ", "--rubric", RUBRIC], "prompt is empty", id="blank_prompt"),
+        pytest.param(["--prompt", "p", "--rubric", "- c\n" * 30_000], "limit is",
+                     id="huge_rubric"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--max-iterations", "0"],
+                     "between 1 and 50", id="zero_cap"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "nope:x", "--grader",
+                      "nope:x"], "Unsupported provider='nope'", id="unknown_provider"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "noprovider",
+                      "--grader", "noprovider"], "is not 'provider:model-id'",
+                     id="no_provider_prefix"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "openai:gpt-4.1-mini",
+                      "--grader", "openai:gpt-4.1-mini"], "needs an API key: OPENAI_API_KEY",
+                     id="missing_key"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "openai-compatible:x",
+                      "--grader", "openai-compatible:x"], BASE_URL_ENV, id="no_base_url"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "openai-compatible:x",
+                      "--grader", "openai-compatible:x", "--base-url", "ftp://host"],
+                     "must start with http", id="bad_url_scheme"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--resume"], "--resume needs --db",
+                     id="resume_without_db"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_main(["run", *argv], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_text_and_file_arguments_are_equivalent(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "p.txt").write_text("write it, ünïcode ✓", encoding="utf-8")
+    (tmp_path / "r.md").write_text(RUBRIC, encoding="utf-8")
+    by_text = scripted(["d"], [PASS])
+    by_file = scripted(["d"], [PASS])
+    assert run_main(by_text.argv("--prompt", "write it, ünïcode ✓", "--rubric", RUBRIC),
+                    capsys)[0] == 0
+    assert run_main(by_file.argv("--prompt", f"@{tmp_path / 'p.txt'}",
+                                 "--rubric", f"@{tmp_path / 'r.md'}"), capsys)[0] == 0
+    assert by_text.server.requests[0]["messages"] == by_file.server.requests[0]["messages"]
+    assert by_text.server.requests[1]["messages"][1]["content"].count("c2") == (
+        by_file.server.requests[1]["messages"][1]["content"].count("c2"))
+
+
+def test_db_and_resume_continue_a_thread(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "studio.sqlite3")
+    first = scripted(["draft"], [FAIL])
+    code, out, _ = run_main(first.argv("--prompt", "p", "--rubric", RUBRIC, "--db", db,
+                                       "--thread", "th", "--max-iterations", "1"), capsys)
+    assert code == 1 and "(thread th)" in out
+    again = scripted([], [])
+    code, out, _ = run_main(again.argv("--prompt", "p", "--rubric", RUBRIC, "--db", db,
+                                       "--thread", "th", "--resume"), capsys)
+    assert code == 1 and "status: max_iterations_reached after 1 grading pass(es)" in out
+    assert again.server.requests == []  # a finished thread is reported, not run again
+
+
+# --------------------------------------------------------------------------- bundled examples
+
+EXAMPLE_NAMES = ["haiku", "photosynthesis", "find_duplicates", "json_product"]
+
+
+def test_examples_command_lists_the_bundled_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["examples"], capsys)
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == EXAMPLE_NAMES
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_subprocess_bundled_example_runs_offline_and_is_satisfied(name: str) -> None:
+    proc = cli("run", "--example", name)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "status: satisfied" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_example_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(["run", "--example", "no-such-example"], capsys)
+    assert code == 2 and "no-such-example" in err

@@ -1,0 +1,357 @@
+"""The rules grader and the hybrid grader: recognised phrasings, gaps, tools, LLM merging."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
+
+from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, grade_steps
+from rubric_core.offline.rules import (
+    HybridGrader,
+    RulesGrader,
+    check_criterion,
+    json_schema_tool,
+    unrecognised_criteria,
+)
+from rubric_core.tools.sandbox import python_tests_tool
+from rubric_core.types import GraderResponse
+
+HAIKU_DRAFT = "Soft rain on the hill\ngreen buds open in the warm light\nbirds sing by the pond"
+HAIKU_FIXED = "Spring rain on the hill\ngreen buds open in warm light\nbirds sing by the pond"
+SUMMARY = (
+    "Photosynthesis is the process by which plants use light energy to turn water and carbon "
+    "dioxide into glucose. Oxygen is released as a by-product."
+)
+CODE_OK = "```python\ndef add(a, b):\n    return a + b\n```"
+CODE_BAD = "```python\ndef add(a, b):\n    return a - b\n```"
+ADD_TESTS = [
+    {"name": "small", "args": [1, 2], "expected": 3},
+    {"name": "zero", "args": [0, 0], "expected": 0},
+]
+
+
+def grade(
+    model: BaseChatModel, criteria: Sequence[str], answer: str, tools: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """Send one grader request the way the grading loop does; return the verdict's args."""
+    messages = build_grader_messages(
+        [HumanMessage("the request"), AIMessage(answer)], criteria, nonce="abc123"
+    )
+    reply = model.bind_tools([*tools, GraderResponse]).invoke(messages)
+    assert isinstance(reply, AIMessage)
+    [call] = reply.tool_calls
+    assert call["name"] == "GraderResponse"
+    GraderResponse.model_validate(call["args"])  # the loop would accept it
+    return call["args"]
+
+
+# --------------------------------------------------------------------------- recognised criteria
+
+
+@pytest.mark.parametrize(
+    ("criterion", "answer", "passed"),
+    [
+        pytest.param("The poem has three lines", HAIKU_DRAFT, True, id="lines_has_word_number"),
+        pytest.param("exactly 3 lines", HAIKU_DRAFT, True, id="lines_exactly_digit"),
+        pytest.param("It is three lines long.", HAIKU_DRAFT, True, id="lines_long_trailing_dot"),
+        pytest.param("The poem has 4 lines", HAIKU_DRAFT, False, id="lines_wrong_count"),
+        pytest.param("at most 2 lines", HAIKU_DRAFT, False, id="lines_at_most"),
+        pytest.param("Lines follow a 5-7-5 syllable pattern", HAIKU_FIXED, True, id="syl_dashes"),
+        pytest.param("syllables 5/7/5", HAIKU_FIXED, True, id="syl_slashes"),
+        pytest.param("5-7-5", HAIKU_DRAFT, False, id="syl_bare_pattern"),
+        pytest.param("The answer is one sentence", SUMMARY, False, id="sentences_one"),
+        pytest.param("a single sentence", "Plants use light.", True, id="sentences_single"),
+        pytest.param("At most two sentences", SUMMARY, True, id="sentences_at_most"),
+        pytest.param("The answer is at most 50 words", SUMMARY, True, id="words_at_most"),
+        pytest.param("no more than 5 words", SUMMARY, False, id="words_no_more_than"),
+        pytest.param("50 words or fewer", SUMMARY, True, id="words_or_fewer"),
+        pytest.param("at least 30 words", SUMMARY, False, id="words_at_least"),
+        pytest.param("Under 200 characters", SUMMARY, True, id="chars_under"),
+        pytest.param(
+            "The summary must not exceed 20 characters", SUMMARY, False, id="chars_exceed"
+        ),
+        pytest.param("The answer mentions light and water", SUMMARY, True, id="mentions_two"),
+        pytest.param("mentions both light and chlorophyll", SUMMARY, False, id="mentions_both"),
+        pytest.param("Mentions `carbon dioxide`", SUMMARY, True, id="mentions_quoted_phrase"),
+        pytest.param("mentions plant", SUMMARY, True, id="mentions_plural_allowed"),
+        pytest.param("includes the word glucose", SUMMARY, True, id="word_includes"),
+        pytest.param("uses the word 'plant'", SUMMARY, False, id="word_whole_only"),
+        pytest.param("The theme is spring", HAIKU_FIXED, True, id="theme_is_mentions"),
+        pytest.param("The theme is spring", HAIKU_DRAFT, False, id="theme_missing"),
+        pytest.param('contains "by-product"', SUMMARY, True, id="contains_quoted"),
+        pytest.param("contains chlorophyll", SUMMARY, False, id="contains_plain"),
+        pytest.param("does not contain `sugar`", SUMMARY, True, id="not_contains"),
+        pytest.param("The answer does not mention oxygen", SUMMARY, False, id="not_mention"),
+        pytest.param("never mentions winter", HAIKU_DRAFT, True, id="never_mentions"),
+        pytest.param("matches the regex /^photo/i", SUMMARY, True, id="regex_slashes_flag"),
+        pytest.param(r"matches regular expression `\d`", SUMMARY, False, id="regex_backticks"),
+        pytest.param("starts with Photosynthesis", SUMMARY, True, id="starts_plain"),
+        pytest.param('begins with "Oxygen"', SUMMARY, False, id="begins_quoted"),
+        pytest.param('ends with "."', SUMMARY, True, id="ends_quoted"),
+        pytest.param("is valid JSON", '{"a": 1}', True, id="json_valid"),
+        pytest.param("The output is valid JSON", "{'a': 1}", False, id="json_invalid"),
+        pytest.param("The answer is valid JSON", '```json\n{"a": 1}\n```', True, id="json_fenced"),
+        pytest.param(
+            'validates against the JSON schema `{"type": "object", "required": ["a"]}`',
+            '{"b": 1}', False, id="inline_schema",
+        ),
+        pytest.param(
+            "The function is named `add` and accepts two arguments", CODE_OK, True,
+            id="function_name_and_arity",
+        ),
+        pytest.param("The function is called sub", CODE_OK, False, id="function_wrong_name"),
+    ],
+)
+def test_recognised_phrasings(criterion: str, answer: str, passed: bool) -> None:
+    verdict = check_criterion(criterion, answer)
+    assert verdict is not None, f"not recognised: {criterion!r}"
+    assert verdict["name"] == criterion
+    assert verdict["passed"] is passed
+    assert ("gap" in verdict) is (not passed)
+    if not passed:
+        assert verdict["gap"].strip()
+
+
+@pytest.mark.parametrize(
+    "criterion",
+    [
+        pytest.param("The tone is friendly", id="subjective"),
+        pytest.param("Each line has at most 10 words", id="per_line_count"),
+        pytest.param("The poem never has three lines", id="negated_count"),
+        pytest.param("mentions at least two examples", id="vague_mention"),
+        pytest.param("starts with a capital letter", id="described_not_quoted"),
+        pytest.param("Lines follow a 5-7-5 syllable pattern and mention spring", id="compound"),
+        pytest.param("All tests pass in run_missing_tests", id="tool_not_bound"),
+        pytest.param("The record validates against the product schema", id="schema_unnamed"),
+    ],
+)
+def test_unrecognised_criteria_are_not_guessed(criterion: str) -> None:
+    assert check_criterion(criterion, HAIKU_DRAFT) is None
+    assert unrecognised_criteria([criterion]) == [criterion]
+
+
+def test_unrecognised_criteria_lists_only_unknown_ones_and_knows_tool_names() -> None:
+    criteria = ["The poem has three lines", "The tone is calm", "All tests pass in run_t"]
+    assert unrecognised_criteria(criteria) == ["The tone is calm", "All tests pass in run_t"]
+    assert unrecognised_criteria(criteria, tool_names=["run_t"]) == ["The tone is calm"]
+
+
+# --------------------------------------------------------------------------- the grader model
+
+
+def test_haiku_gaps_are_exact() -> None:
+    criteria = ["The poem has three lines", "Lines follow a 5-7-5 syllable pattern",
+                "The theme is spring"]
+    args = grade(RulesGrader(), criteria, HAIKU_DRAFT)
+    assert args["result"] == "needs_revision"
+    assert args["criteria"] == [
+        {"name": "The poem has three lines", "passed": True},
+        {"name": "Lines follow a 5-7-5 syllable pattern", "passed": False,
+         "gap": "line 2 has 8 syllables, needs 7"},
+        {"name": "The theme is spring", "passed": False, "gap": "missing: spring"},
+    ]
+    assert grade(RulesGrader(), criteria, HAIKU_FIXED)["result"] == "satisfied"
+
+
+def test_count_and_pattern_gaps_say_what_is_wrong() -> None:
+    four = HAIKU_FIXED + "\nand then the night"
+    [lines, syllables] = grade(
+        RulesGrader(), ["The poem has three lines", "syllables 5/7/5"], four
+    )["criteria"]
+    assert lines["gap"] == "the answer has 4 lines, needs exactly 3"
+    assert syllables["gap"] == (
+        "the answer has 4 lines (syllables 5-7-5-4); the 5-7-5 pattern needs 3"
+    )
+    [sentence] = grade(RulesGrader(), ["The answer is one sentence"], SUMMARY)["criteria"]
+    assert sentence["gap"] == "the answer has 2 sentences, needs exactly 1"
+
+
+def test_unrecognised_criterion_fails_the_verdict_and_names_it() -> None:
+    criteria = ["The poem has three lines", "The imagery is vivid"]
+    args = grade(RulesGrader(), criteria, HAIKU_FIXED)
+    assert args["result"] == "failed"
+    assert "'The imagery is vivid'" in args["explanation"]
+    assert "LLM grader" in args["explanation"] and "hybrid:" in args["explanation"]
+    assert args["criteria"][0] == {"name": "The poem has three lines", "passed": True}
+    assert args["criteria"][1]["passed"] is False
+
+
+def test_criterion_names_are_returned_exactly_as_given() -> None:
+    criteria = ["The Poem HAS three lines.", "SYLLABLES 5/7/5"]
+    args = grade(RulesGrader(), criteria, HAIKU_FIXED)
+    assert [c["name"] for c in args["criteria"]] == criteria
+
+
+def test_no_grader_request_is_a_failed_verdict() -> None:
+    reply = RulesGrader().invoke([HumanMessage("hello")])
+    [call] = reply.tool_calls
+    assert call["args"]["result"] == "failed" and call["args"]["criteria"] == []
+
+
+def test_bind_tools_returns_a_copy_that_remembers_tools_by_name() -> None:
+    tool = python_tests_tool("run_add_tests", ADD_TESTS, function="add")
+    base = RulesGrader()
+    bound = base.bind_tools([tool, GraderResponse])
+    assert bound is not base and base.tools == []
+    assert [t.name for t in bound.tools] == ["run_add_tests"]
+    assert bound._llm_type == "rules-grader"
+
+
+def test_all_tests_pass_in_tool_calls_the_bound_tool() -> None:
+    tool = python_tests_tool("run_add_tests", ADD_TESTS, function="add")
+    criteria = ["All tests pass in run_add_tests"]
+    assert grade(RulesGrader(), criteria, CODE_OK, [tool])["result"] == "satisfied"
+    args = grade(RulesGrader(), criteria, CODE_BAD, [tool])
+    assert args["result"] == "needs_revision"
+    gap = args["criteria"][0]["gap"]
+    assert "run_add_tests" in gap and "small" in gap
+    # The same criterion without the tool bound is not recognised.
+    assert grade(RulesGrader(), criteria, CODE_OK)["result"] == "failed"
+
+
+def test_schema_tool_criterion_calls_the_named_tool() -> None:
+    schema = {"type": "object", "properties": {"price": {"type": "number"}},
+              "required": ["price"]}
+    tool = json_schema_tool("check_price", schema)
+    criterion = "The record validates against the JSON schema in `check_price`"
+    assert grade(RulesGrader(), [criterion], '{"price": 2}', [tool])["result"] == "satisfied"
+    [verdict] = grade(RulesGrader(), [criterion], '{"price": "2"}', [tool])["criteria"]
+    assert verdict["gap"].startswith("check_price: ") and "number" in verdict["gap"]
+    assert tool.invoke({"text": '{"price": 2}'})["ok"] is True
+
+
+# --------------------------------------------------------------------------- hybrid
+
+
+class TinyLLM(BaseChatModel):
+    """Answers with scripted replies (or functions of the messages); records what it got."""
+
+    replies: list[Any] = Field(default_factory=list)
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+    bound: list[Any] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "tiny"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> TinyLLM:  # type: ignore[override]
+        self.bound = list(tools)
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.calls.append(list(messages))
+        reply = self.replies.pop(0)
+        if callable(reply):
+            reply = reply(messages)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def verdict_call(result: str, items: list[dict[str, Any]], call_id: str = "v1") -> AIMessage:
+    args = {"result": result, "explanation": "LLM says so.", "criteria": items}
+    return AIMessage("", tool_calls=[{"name": "GraderResponse", "args": args, "id": call_id}])
+
+
+HYBRID_CRITERIA = ["The poem has three lines", "Lines follow a 5-7-5 syllable pattern",
+                   "The imagery is vivid"]
+
+
+def test_hybrid_rule_results_override_a_contradicting_llm() -> None:
+    llm = TinyLLM(replies=[verdict_call("satisfied", [
+        {"name": "The poem has three lines", "passed": True},
+        {"name": "Lines follow a 5-7-5 syllable pattern", "passed": True},  # wrong: 5-8-5
+        {"name": "The imagery is vivid", "passed": True},
+    ])])
+    args = grade(HybridGrader(llm=llm), HYBRID_CRITERIA, HAIKU_DRAFT)
+    assert args["result"] == "needs_revision"
+    assert args["criteria"][1] == {"name": "Lines follow a 5-7-5 syllable pattern",
+                                   "passed": False, "gap": "line 2 has 8 syllables, needs 7"}
+    assert args["criteria"][2] == {"name": "The imagery is vivid", "passed": True}
+    assert "Rule checks replaced" in args["explanation"]
+
+
+def test_hybrid_sends_rule_evidence_and_binds_tools_and_verdict_schema() -> None:
+    llm = TinyLLM(replies=[verdict_call("needs_revision", [
+        {"name": "The imagery is vivid", "passed": False, "gap": "flat images"},
+    ])])
+    tool = python_tests_tool("run_add_tests", ADD_TESTS, function="add")
+    args = grade(HybridGrader(llm=llm), HYBRID_CRITERIA, HAIKU_DRAFT, [tool])
+    [sent] = llm.calls
+    assert isinstance(sent[2], HumanMessage)  # right after the grader request
+    evidence = sent[2].content
+    assert isinstance(evidence, str) and evidence.startswith("<rule_evidence>")
+    assert "- [PASS] 1. The poem has three lines" in evidence
+    assert ("- [FAIL] 2. Lines follow a 5-7-5 syllable pattern — line 2 has 8 syllables, "
+            "needs 7") in evidence
+    assert "The imagery is vivid" not in evidence
+    assert [getattr(t, "name", t) for t in llm.bound] == ["run_add_tests", GraderResponse]
+    # The LLM answered only its own criterion; the rules fill in theirs, in rubric order.
+    assert [c["name"] for c in args["criteria"]] == HYBRID_CRITERIA
+    assert args["result"] == "needs_revision"
+
+
+def test_hybrid_keeps_failed_and_skips_the_llm_when_rules_know_everything() -> None:
+    llm = TinyLLM(replies=[verdict_call("failed", [
+        {"name": c, "passed": True} for c in HYBRID_CRITERIA])])
+    assert grade(HybridGrader(llm=llm), HYBRID_CRITERIA, HAIKU_FIXED)["result"] == "failed"
+    idle = TinyLLM()
+    args = grade(HybridGrader(llm=idle), HYBRID_CRITERIA[:2], HAIKU_FIXED)
+    assert args["result"] == "satisfied" and idle.calls == []
+
+
+def test_hybrid_returns_evidence_tool_calls_and_merges_after_the_loop_runs_them() -> None:
+    tool = python_tests_tool("run_add_tests", ADD_TESTS, function="add")
+    ask = AIMessage("", tool_calls=[{"name": "run_add_tests", "args": {"code": "def add(a, b):"
+                                     "\n    return a + b"}, "id": "t1"}])
+
+    def decide(messages: list[BaseMessage]) -> AIMessage:
+        assert messages[-1].type == "tool" and '"ok": true' in str(messages[-1].content)
+        return verdict_call("satisfied", [{"name": "The imagery is vivid", "passed": True}])
+
+    llm = TinyLLM(replies=[ask, decide])
+    grader = HybridGrader(llm=llm)
+    messages = build_grader_messages(
+        [HumanMessage("req"), AIMessage(HAIKU_FIXED)], HYBRID_CRITERIA, nonce="abc123"
+    )
+    steps = grade_steps(messages, HYBRID_CRITERIA, [tool])
+    outcome = drive_sync(steps, bind_grader(grader, [tool]))
+    assert outcome.tool_calls == ["run_add_tests"]
+    assert outcome.response.result == "satisfied"
+    assert [c["name"] for c in outcome.criteria] == HYBRID_CRITERIA
+    # Second call: evidence still sits right after the request, before the tool exchange.
+    assert str(llm.calls[1][2].content).startswith("<rule_evidence>")
+    assert llm.calls[1][3] is not None and llm.calls[1][3].type == "ai"
+
+
+def test_hybrid_leaves_out_what_the_llm_left_out_so_the_loop_asks_again() -> None:
+    partial = verdict_call("satisfied", [{"name": "The poem has three lines", "passed": True}])
+    full = verdict_call("satisfied", [{"name": "The imagery is vivid", "passed": True}], "v2")
+    llm = TinyLLM(replies=[partial, full])
+    messages = build_grader_messages(
+        [HumanMessage("req"), AIMessage(HAIKU_FIXED)], HYBRID_CRITERIA, nonce="abc123"
+    )
+    grader = HybridGrader(llm=llm)
+    outcome = drive_sync(grade_steps(messages, HYBRID_CRITERIA, []), bind_grader(grader, []))
+    assert len(llm.calls) == 2
+    assert "leaves out 1 of the 3 criteria" in str(llm.calls[1][-1].content)
+    assert outcome.missing == [] and outcome.response.result == "satisfied"
+
+
+def test_hybrid_async_path_merges_the_same_way() -> None:
+    llm = TinyLLM(replies=[verdict_call("satisfied", [
+        {"name": "The imagery is vivid", "passed": True}])])
+    messages = build_grader_messages(
+        [HumanMessage("req"), AIMessage(HAIKU_DRAFT)], HYBRID_CRITERIA, nonce="abc123"
+    )
+    bound = HybridGrader(llm=llm).bind_tools([GraderResponse])
+    reply = asyncio.run(bound.ainvoke(messages))
+    args = reply.tool_calls[0]["args"]
+    assert args["result"] == "needs_revision"
+    assert [c["passed"] for c in args["criteria"]] == [True, False, True]
