@@ -1,9 +1,86 @@
-"""Rubric Studio — the Streamlit app's router and shared sidebar."""
+"""Rubric Studio — the Streamlit app's router and shared sidebar (models, iterations, database).
+
+Pages read the shared settings from ``st.session_state`` and the open database from
+``st.session_state["store"]`` (None, with ``store_error`` set, when it cannot be used).
+"""
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
+from rubric_core import app_support as sup
+from rubric_core.store import Store, StoreError
+
 st.set_page_config(page_title="Rubric Studio", page_icon="✅", layout="wide")
-st.title("Rubric Studio")
-st.write("Declare what 'done' means as a rubric, then watch an agent revise until it passes.")
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> Store:
+    # Safe to share across script threads: short-lived connections plus a locked saver.
+    # A refused file raises, and cache_resource never caches a raise.
+    return Store(path).open()
+
+
+def _open_store(path: str) -> tuple[Store | None, str | None]:
+    try:
+        return _store(path), None
+    except (StoreError, ValueError) as exc:
+        return None, str(exc)
+
+
+secrets = sup.safe_mapping(st.secrets)
+state = st.session_state
+# Re-assigning keeps page widgets' values while another page is shown (Streamlit drops the
+# state of widgets that were not drawn in a run).
+defaults = {**sup.FORM_DEFAULTS, "base_url": sup.base_url_default(os.environ, secrets)}
+for key, default in defaults.items():
+    state[key] = state.get(key, default)
+max_iterations, max_iterations_notice = sup.check_max_iterations(state["max_iterations"])
+state["max_iterations"] = max_iterations
+
+db_path = str(sup.resolve_db_path(state.get("db_path"), secrets))
+store, store_error = _open_store(db_path)
+state["store"] = store
+state["store_error"] = sup.store_error_message(store_error) if store_error else None
+
+with st.sidebar:
+    st.markdown("### Models")
+    st.text_input(
+        "OpenAI-compatible base URL", key="base_url", placeholder="http://127.0.0.1:11434/v1",
+        help="For local servers such as Ollama or vLLM; used by openai-compatible:<model> and "
+        "openai:<model>. Leave empty for api.openai.com.",
+    )
+    for role, key, label in (("worker", "worker_model", "Worker model"),
+                             ("grader", "grader_model", "Grader model")):
+        choices = sup.model_options(role, env=os.environ, secrets=secrets,
+                                    base_url=state["base_url"], current=state[key])
+        st.selectbox(
+            label, [c.value for c in choices], key=key, accept_new_options=True,
+            format_func=lambda v, c=choices: sup.model_label(c, v),
+            help="Pick one, or type any provider:model string (e.g. anthropic:claude-haiku-4-5).",
+        )
+        problem = sup.model_problem(state[key], base_url=state["base_url"], secrets=secrets)
+        if problem:
+            st.warning(f"{label}: {problem}", icon=":material/warning:")
+    st.number_input(
+        "Max iterations", min_value=sup.MIN_ITERATIONS, max_value=sup.MAX_ITERATIONS, step=1,
+        key="max_iterations", help="Grader passes allowed before the run stops.",
+    )
+    if max_iterations_notice:
+        st.warning(max_iterations_notice)
+    st.markdown("### Database")
+    st.caption(f"In use: `{db_path}`")
+    if store_error:
+        st.error(store_error, icon=":material/database:")
+
+pages = [
+    st.Page("pages/author.py", title="Author", icon=":material/edit_note:", default=True),
+    st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
+    st.Page("pages/review.py", title="Review", icon=":material/compare_arrows:"),
+]
+page = st.navigation(pages)
+if wanted := state.pop("_wanted_page", None):
+    st.switch_page(wanted)  # a page that was opened before the router ran (see pages/)
+page.run()

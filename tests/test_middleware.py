@@ -542,7 +542,7 @@ def test_sqlite_checkpointer_end_to_end(tmp_path: Path) -> None:
 
 
 def test_works_inside_create_deep_agent() -> None:
-    deepagents = pytest.importorskip("deepagents", reason="deepagents is a dev requirement")
+    import deepagents  # a dev requirement: the reference this middleware is compatible with
     worker = ScriptedChatModel(replies=["d1", "d2"])
     grader = ScriptedChatModel(replies=[FAIL, PASS])
     agent = deepagents.create_deep_agent(

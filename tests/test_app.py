@@ -1,0 +1,374 @@
+"""The Streamlit app, driven with AppTest: pages, authoring, live runs, resume, review, export."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+from rubric_core import app_support as sup
+from rubric_core.examples import list_examples
+from rubric_core.export import EXPORT_COLUMNS
+from rubric_core.runner import run_rubric
+from rubric_core.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = [e.name for e in list_examples()]
+
+
+def _texts(elements: Any) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def _messages(at: AppTest) -> str:
+    return "\n".join(_texts(x) for x in (at.error, at.warning, at.info, at.success))
+
+
+@pytest.fixture(autouse=True)
+def navigation_routing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route every AppTest run through app.py's st.navigation, as the server does.
+
+    AppTest resets ``PagesManager.uses_pages_directory`` before each run; with a ``pages/``
+    directory next to app.py that selects the legacy multipage mode, in which
+    ``switch_page`` runs the page file alone (no app.py, no sidebar). The live server sets
+    the flag to False for good at the first ``st.navigation`` call. AppTest resets a
+    subclass here, so the real flag stays False.
+    """
+
+    class _Pages(PagesManager):
+        pass
+
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)
+    monkeypatch.setattr("streamlit.testing.v1.app_test.PagesManager", _Pages)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "db.sqlite3"
+
+
+@pytest.fixture
+def app(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def load_example(at: AppTest, name: str) -> None:
+    goto(at, "author")
+    at.selectbox(key="example_select").set_value(name)
+    at.button(key="load_example").click().run()
+    assert not at.exception
+
+
+def run_loop(at: AppTest) -> Store:
+    goto(at, "run")
+    button = at.button(key="run_button")
+    assert not button.disabled, _messages(at)
+    button.click().run()
+    assert not at.exception, at.exception
+    return Store(at.session_state["db_path"])
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@pytest.mark.parametrize("page", ["author", "run", "review"])
+def test_every_page_renders(app: AppTest, page: str, db_path: Path) -> None:
+    goto(app, page)
+    assert db_path.exists()
+    assert str(db_path) in _texts(app.sidebar.caption)
+    assert app.sidebar.selectbox(key="worker_model").value == "demo"
+    assert app.sidebar.selectbox(key="grader_model").value == "rules"
+    assert app.sidebar.number_input(key="max_iterations").value == 3
+
+
+def test_form_survives_page_switches(app: AppTest) -> None:
+    app.text_area(key="prompt").input("Say hi").run()
+    goto(app, "review")
+    goto(app, "author")
+    assert app.text_area(key="prompt").value == "Say hi"
+
+
+# --------------------------------------------------------------------------- authoring
+
+
+def test_empty_rubric_is_an_error(app: AppTest) -> None:
+    app.text_area(key="rubric_text").input("").run()
+    assert "rubric is empty" in _texts(app.error)
+
+
+def test_duplicate_criterion_is_reported(app: AppTest) -> None:
+    app.text_area(key="rubric_text").input(
+        "- The poem has three lines\n- The poem has three lines").run()
+    assert "Duplicate criterion" in _messages(app)
+
+
+def test_rules_unrecognised_warning_and_llm_grader_hides_it(app: AppTest) -> None:
+    app.text_area(key="rubric_text").input("- The tone is warm and friendly").run()
+    assert "rules grader cannot check" in _texts(app.warning)
+    app.sidebar.selectbox(key="grader_model").set_value("hybrid:openai:gpt-4.1-mini").run()
+    assert "rules grader cannot check" not in _texts(app.warning)
+
+
+def test_load_example_selects_its_tools_and_shows_criteria(app: AppTest) -> None:
+    load_example(app, "find_duplicates")
+    assert app.session_state["grader_tools"] == ["run_find_duplicates_tests"]
+    assert "find_duplicates" in app.text_area(key="prompt").value
+    assert "run_find_duplicates_tests" in app.multiselect(key="grader_tools").options
+    assert "2 criteria" in _texts(app.caption)
+    assert not app.error
+
+
+def test_rubric_library_save_and_load(app: AppTest) -> None:
+    load_example(app, "haiku")
+    app.text_input(key="rubric_name").input("poems").run()
+    app.button(key="save_rubric").click().run()
+    assert "version 1" in _texts(app.success)
+    app.text_area(key="rubric_text").input("- The poem has three lines").run()
+    app.button(key="save_rubric").click().run()
+    assert "version 2" in _texts(app.success)
+    app.selectbox(key="library_select").set_value("poems").run()
+    app.selectbox(key="library_version").set_value(1).run()
+    app.button(key="load_rubric").click().run()
+    assert app.text_area(key="rubric_text").value == list_examples()[0].rubric
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_runs_offline_to_satisfied(app: AppTest, name: str) -> None:
+    load_example(app, name)
+    store = run_loop(app)
+    assert "Final status: satisfied" in _texts(app.success)
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run is not None and run.status == "satisfied"
+    assert run.worker_model == "demo" and run.grader_model == "rules"
+    evaluations = store.evaluations(run.run_id)
+    assert len(evaluations) == run.iterations >= 2
+    assert evaluations[-1]["result"] == "satisfied"
+
+
+def test_resume_continues_the_same_grading_run(app: AppTest, db_path: Path) -> None:
+    form = sup.RunForm.from_state({})
+    sup.load_example_into(state := {"example_select": "haiku"})
+    form = sup.RunForm.from_state(state)
+    with Store(db_path) as store:
+        record = sup.start_run(store, form)
+        spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
+        stream = sup.recorded_events(
+            store, record.run_id,
+            run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id))
+        graded = False
+        for event in stream:
+            graded = graded or event["type"] == "evaluation_finished"
+            if graded and event["type"] == "worker_token":
+                break
+        stream.close()  # what a Stop or a rerun does to the page's loop
+        assert store.get_run(record.run_id).status == "interrupted"
+        first = store.evaluations(record.run_id)
+    goto(app, "run")
+    assert app.selectbox(key="resume_select_None").value == record.run_id
+    app.button(key="resume_button").click().run()
+    assert not app.exception
+    assert "Final status: satisfied" in _texts(app.success)
+    with Store(db_path) as store:
+        run = store.get_run(record.run_id)
+        evaluations = store.evaluations(record.run_id)
+    assert run.status == "satisfied"
+    assert {e["grading_run_id"] for e in evaluations} == {first[0]["grading_run_id"]}
+    assert evaluations[: len(first)] == first and len(evaluations) > len(first)
+
+
+def test_running_record_from_a_killed_server_is_resumable(app: AppTest, db_path: Path) -> None:
+    with Store(db_path) as store:
+        ex = list_examples()[1]
+        record = store.create_run(title="killed", prompt=ex.prompt, rubric=ex.rubric,
+                                  worker_model="demo", grader_model="rules", max_iterations=4)
+    goto(app, "run")
+    app.button(key="resume_button").click().run()
+    assert "Final status: satisfied" in _texts(app.success)
+    with Store(db_path) as store:
+        assert store.get_run(record.run_id).status == "satisfied"
+
+
+# --------------------------------------------------------------------------- review, export
+
+
+@pytest.fixture
+def captured_files(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    original = MemoryMediaFileStorage.load_and_get_id
+
+    def capture(self: Any, data: Any, mimetype: str, kind: Any, filename: str | None = None
+                ) -> str:
+        if filename and isinstance(data, bytes):
+            files[filename] = data
+        return original(self, data, mimetype, kind, filename)
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
+    return files
+
+
+def test_review_side_by_side_and_export(app: AppTest, captured_files: dict[str, bytes]) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    run_id = app.session_state["last_run_id"]
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == run_id
+    assert len(app.dataframe) >= 3  # history, iterations, heatmap
+    diff = _texts(app.html)
+    assert "<del" in diff and "<ins" in diff
+    assert "Fixed:" in _texts(app.success)
+
+    evaluations = store.evaluations(run_id)
+    n_rows = sum(len(e["criteria"]) or 1 for e in evaluations)
+    csv = pd.read_csv(io.BytesIO(captured_files[f"run-{run_id[:8]}.csv"]))
+    assert tuple(csv.columns) == EXPORT_COLUMNS and len(csv) == n_rows
+    assert set(csv["run_id"]) == {run_id}
+    records = json.loads(captured_files[f"run-{run_id[:8]}.json"])
+    assert len(records) == n_rows and set(records[0]) == set(EXPORT_COLUMNS)
+
+    app.button(key="prepare_export").click().run()
+    all_csv = pd.read_csv(io.BytesIO(captured_files["rubric-runs.csv"]))
+    assert tuple(all_csv.columns) == EXPORT_COLUMNS and len(all_csv) == n_rows
+
+
+def test_review_compares_two_runs_and_filters(app: AppTest) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    load_example(app, "photosynthesis")
+    run_loop(app)
+    goto(app, "review")
+    app.radio(key="cmp_mode").set_value("Final answers of two runs").run()
+    assert not app.exception and "<ins" in _texts(app.html)
+    app.text_input(key="filter_text").input("haiku").run()
+    assert "1 run(s) match" in _texts(app.caption)
+    app.multiselect(key="filter_status").set_value(["failed"]).run()
+    assert "No runs match" in _texts(app.info)
+
+
+def test_history_pages_through_many_runs(app: AppTest, db_path: Path) -> None:
+    with Store(db_path) as store:
+        for i in range(120):
+            store.create_run(title=f"run {i}", prompt="p", rubric="- r", worker_model="demo",
+                             grader_model="rules", max_iterations=3)
+    goto(app, "review")
+    assert "120 run(s) match; showing 50" in _texts(app.caption)
+    app.number_input(key="history_page").set_value(3).run()
+    assert "showing 20" in _texts(app.caption)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_empty_prompt_blocks_the_run(app: AppTest) -> None:
+    goto(app, "run")
+    assert "prompt is empty" in _texts(app.error)
+    assert app.button(key="run_button").disabled
+
+
+def test_rules_grader_on_unknown_criteria_ends_failed(app: AppTest) -> None:
+    app.text_area(key="prompt").input("Write a greeting.").run()
+    app.text_area(key="rubric_text").input("- The tone is warm and friendly").run()
+    store = run_loop(app)
+    assert "rules grader cannot check" in _texts(app.warning)
+    assert "Final status: failed" in _texts(app.error)
+    assert "Grader's last explanation" in _texts(app.caption)
+    assert store.get_run(app.session_state["last_run_id"]).status == "failed"
+
+
+def test_max_iterations_out_of_range_is_corrected(db_path: Path) -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    at.session_state["max_iterations"] = 99
+    at.run()
+    assert not at.exception
+    assert "outside 1–50" in _texts(at.sidebar.warning)
+    assert at.sidebar.number_input(key="max_iterations").value == 50
+
+
+def test_missing_api_key_is_explained(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    load_example(app, "haiku")
+    app.sidebar.selectbox(key="worker_model").set_value("openai:gpt-4.1-mini").run()
+    assert not app.exception
+    assert "OPENAI_API_KEY" in _texts(app.sidebar.warning)
+    goto(app, "run")
+    assert "OPENAI_API_KEY" in _texts(app.error)
+    assert app.button(key="run_button").disabled
+
+
+def test_unknown_provider_is_explained(db_path: Path) -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    # A string typed into the selectbox (accept_new_options); AppTest cannot type new
+    # options, so it arrives through session state as the browser would send it.
+    at.session_state["grader_model"] = "nosuch:model"
+    at.run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key="grader_model").value == "nosuch:model"
+    assert "nosuch" in _texts(at.sidebar.warning)
+    goto(at, "run")
+    assert "Grader model" in _texts(at.error) and "nosuch" in _texts(at.error)
+    assert at.button(key="run_button").disabled
+
+
+def test_unreachable_base_url_ends_with_next_steps(app: AppTest) -> None:
+    load_example(app, "haiku")
+    app.sidebar.text_input(key="base_url").input("http://127.0.0.1:9/v1").run()
+    app.sidebar.selectbox(key="worker_model").set_value("openai-compatible:llama3.1").run()
+    assert not app.exception
+    store = run_loop(app)
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run.status in ("error", "grader_error")
+    assert f"Final status: {run.status}" in _texts(app.error)
+    assert "base URL" in _texts(app.markdown)
+
+
+def test_unwritable_database_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(blocker / "db.sqlite3")
+    at.run()
+    assert not at.exception
+    assert "Cannot use" in _texts(at.sidebar.error)
+    assert at.text_area(key="prompt")  # authoring still works
+    for page in ("run", "review"):
+        goto(at, page)
+        assert "database cannot be used" in _texts(at.error)
+    assert blocker.read_text() == "x"
+
+
+def test_corrupted_database_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    junk = os.urandom(4096)
+    path.write_bytes(junk)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(path)
+    at.run()
+    assert not at.exception
+    assert "not a Rubric Studio database" in _texts(at.sidebar.error)
+    goto(at, "run")
+    assert at.button(key="run_button").disabled
+    assert path.read_bytes() == junk

@@ -1,0 +1,438 @@
+"""Unit tests of the app's logic, without Streamlit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rubric_core import app_support as sup
+from rubric_core.examples import get_example, list_examples
+from rubric_core.export import EXPORT_COLUMNS
+from rubric_core.runner import RunSpec, run_rubric
+from rubric_core.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    with Store(tmp_path / "db.sqlite3") as s:
+        yield s
+
+
+def _ev(iteration: int, answer: str, verdicts: dict[str, bool], gid: str = "g1") -> dict:
+    criteria = [
+        {"name": n, "passed": p, **({} if p else {"gap": f"fix {n}"})} for n, p in verdicts.items()
+    ]
+    failing = [c for c in criteria if not c["passed"]]
+    result = "needs_revision" if failing else "satisfied"
+    return {
+        "grading_run_id": gid, "iteration": iteration, "result": result,
+        "explanation": "why", "criteria": criteria, "status": result, "unverified": False,
+        "duration_s": 0.5, "input_tokens": 10, "output_tokens": 5, "answer": answer,
+    }
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    ("session", "secrets", "expected"),
+    [
+        pytest.param("/a/db.sqlite3", {"db_path": "/b"}, Path("/a/db.sqlite3"), id="session_wins"),
+        pytest.param(None, {"db_path": "/b/x.sqlite3"}, Path("/b/x.sqlite3"), id="then_secrets"),
+        pytest.param("  ", {}, None, id="blank_is_default"),
+    ],
+)
+def test_resolve_db_path(session: Any, secrets: dict, expected: Path | None,
+                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RUBRIC_STUDIO_DB", str(tmp_path / "env.sqlite3"))
+    got = sup.resolve_db_path(session, secrets)
+    assert got == (expected or tmp_path / "env.sqlite3")
+
+
+def test_safe_mapping_swallows_loading_errors() -> None:
+    class Broken:
+        def __iter__(self) -> Any:
+            raise FileNotFoundError("no secrets.toml")
+
+    assert sup.safe_mapping(Broken()) == {}
+    assert sup.safe_mapping({"a": 1}) == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("env", "override", "expected"),
+    [
+        pytest.param(None, None, sup.DEFAULT_TOKEN_DELAY_S, id="default"),
+        pytest.param("0", None, 0.0, id="env_zero"),
+        pytest.param("0.2", 0, 0.0, id="override_wins"),
+        pytest.param("nonsense", None, sup.DEFAULT_TOKEN_DELAY_S, id="bad_env_ignored"),
+        pytest.param("-1", None, sup.DEFAULT_TOKEN_DELAY_S, id="negative_ignored"),
+    ],
+)
+def test_token_delay(env: str | None, override: Any, expected: float) -> None:
+    assert sup.token_delay(env, override) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "has_message"),
+    [
+        pytest.param(3, 3, False, id="in_range"),
+        pytest.param(0, 1, True, id="too_low"),
+        pytest.param(51, 50, True, id="too_high"),
+        pytest.param(2.5, 3, True, id="fraction_reset_to_default"),
+        pytest.param(True, 3, True, id="bool_rejected"),
+        pytest.param("7", 3, True, id="string_rejected"),
+    ],
+)
+def test_check_max_iterations(value: Any, expected: int, has_message: bool) -> None:
+    got, message = sup.check_max_iterations(value)
+    assert got == expected
+    assert (message is not None) == has_message
+
+
+def test_model_options_show_unavailable_with_reason() -> None:
+    choices = sup.model_options("worker", env={}, secrets={})
+    assert choices[0] == sup.ModelChoice("demo")
+    openai = next(c for c in choices if c.value == "openai:gpt-4.1-mini")
+    assert openai.reason and "OPENAI_API_KEY" in openai.reason
+    assert "unavailable" in sup.model_label(choices, "openai:gpt-4.1-mini")
+    compat = next(c for c in choices if c.value.startswith("openai-compatible:"))
+    assert compat.reason and "base URL" in compat.reason
+
+
+def test_model_options_key_from_secrets_and_base_url() -> None:
+    choices = sup.model_options("grader", env={}, secrets={"OPENAI_API_KEY": "sk-test"},
+                                base_url="http://127.0.0.1:1/v1", current="x:y")
+    by_value = {c.value: c for c in choices}
+    assert by_value["rules"].reason is None
+    assert by_value["openai:gpt-4.1-mini"].reason is None
+    assert by_value["hybrid:openai:gpt-4.1-mini"].reason is None
+    assert by_value["openai-compatible:llama3.1"].reason is None
+    assert "x:y" in by_value
+
+
+def test_api_key_for_reads_only_the_providers_key() -> None:
+    secrets = {"OPENAI_API_KEY": "sk-o", "ANTHROPIC_API_KEY": "sk-a"}
+    assert sup.api_key_for("openai:gpt-4.1-mini", secrets) == "sk-o"
+    assert sup.api_key_for("hybrid:anthropic:claude", secrets) == "sk-a"
+    assert sup.api_key_for("demo", secrets) is None
+
+
+def test_model_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    assert sup.model_problem("demo", base_url=None, secrets={}) is None
+    assert "OPENAI_API_KEY" in (sup.model_problem("openai:gpt-4.1-mini", base_url=None,
+                                                  secrets={}) or "")
+    assert "provider:model" in (sup.model_problem("nonsense", base_url=None, secrets={}) or "")
+
+
+# --------------------------------------------------------------------------- authoring
+
+
+def test_load_example_into_fills_the_form() -> None:
+    state: dict[str, Any] = {"example_select": "find_duplicates"}
+    sup.load_example_into(state)
+    example = get_example("find_duplicates")
+    assert state["prompt"] == example.prompt
+    assert state["rubric_text"] == example.rubric
+    assert state["grader_tools"] == [t.name for t in example.grader_tools()]
+    assert state["example_name"] == "find_duplicates"
+    assert state["max_iterations"] == example.max_iterations
+
+
+def test_tool_options_and_build_tools() -> None:
+    options = sup.tool_options("json_product", ["extra"])
+    assert set(sup.default_tool_names()) <= set(options)
+    assert "check_product_schema" in options and options[-1] == "extra"
+    tools = sup.build_tools(["check_product_schema"], "json_product")
+    assert [t.name for t in tools] == ["check_product_schema"]
+    with pytest.raises(ValueError, match="not available"):
+        sup.build_tools(["check_product_schema"], None)
+
+
+@pytest.mark.parametrize(
+    ("edits", "expected"),
+    [
+        pytest.param({"edited_rows": {"1": {"criterion": "B2"}}}, ["A", "B2", "C"], id="edit"),
+        pytest.param({"added_rows": [{"criterion": "D"}, {}]}, ["A", "B", "C", "D"], id="add"),
+        pytest.param({"deleted_rows": [0, 2]}, ["B"], id="delete"),
+        pytest.param({"edited_rows": {0: {"criterion": "  "}}}, ["B", "C"], id="blank_dropped"),
+        pytest.param({}, ["A", "B", "C"], id="no_edits"),
+    ],
+)
+def test_apply_editor_edits(edits: dict, expected: list[str]) -> None:
+    assert sup.apply_editor_edits(["A", "B", "C"], edits) == expected
+
+
+def test_sync_rubric_from_editor_rewrites_text() -> None:
+    rubric = "1. The poem has three lines\n2. The theme is spring"
+    key = sup.editor_key(rubric)
+    state: dict[str, Any] = {key: {"edited_rows": {1: {"criterion": "The theme is autumn"}},
+                                   "added_rows": [], "deleted_rows": []}}
+    sup.sync_rubric_from_editor(state, key, rubric)
+    assert state["rubric_text"] == "- The poem has three lines\n- The theme is autumn"
+    assert sup.editor_key(state["rubric_text"]) != key
+    assert list(sup.criteria_frame(rubric)["criterion"]) == [
+        "The poem has three lines", "The theme is spring"]
+
+
+def test_lint_for_ui_levels() -> None:
+    assert sup.lint_for_ui("  ", "rules")[0].level == "error"
+    dup = sup.lint_for_ui("- The poem has three lines\n- the poem has three lines", "rules")
+    assert any(m.level == "error" and "Duplicate" in m.text for m in dup)
+    unknown = sup.lint_for_ui("- The tone is warm and inviting", "rules")
+    assert any(m.level == "warning" and "rules grader cannot check" in m.text for m in unknown)
+    assert not any("rules grader" in m.text
+                   for m in sup.lint_for_ui("- The tone is warm", "openai:gpt-4.1-mini"))
+    assert sup.lint_for_ui(get_example("haiku").rubric, "rules") == []
+    long = "\n".join(f"- The answer mentions term{i}" for i in range(45))
+    assert any("criteria" in m.text and m.level == "warning" for m in sup.lint_for_ui(long, "x"))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _form(**changes: Any) -> sup.RunForm:
+    example = get_example("haiku")
+    form = sup.RunForm(prompt=example.prompt, rubric=example.rubric, example_name="haiku",
+                       worker_system_prompt=example.worker_system_prompt)
+    for k, v in changes.items():
+        setattr(form, k, v)
+    return form
+
+
+def test_form_from_state_defaults() -> None:
+    form = sup.RunForm.from_state({"prompt": "p", "rubric_text": "- r", "grader_tools": ["t"]})
+    assert (form.prompt, form.rubric, form.worker_model, form.grader_model) == (
+        "p", "- r", "demo", "rules")
+    assert form.tool_names == ["t"] and form.max_iterations == 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        pytest.param({"prompt": " "}, "prompt is empty", id="empty_prompt"),
+        pytest.param({"rubric": ""}, "rubric is empty", id="empty_rubric"),
+        pytest.param({"max_iterations": 0}, "outside", id="iterations_too_low"),
+        pytest.param({"max_iterations": 99}, "outside", id="iterations_too_high"),
+        pytest.param({"worker_model": "nosuch"}, "Worker model", id="bad_model_string"),
+        pytest.param({"tool_names": ["ghost"]}, "ghost", id="unknown_tool"),
+    ],
+)
+def test_check_form_errors(changes: dict, needle: str) -> None:
+    messages = sup.check_form(_form(**changes), secrets={})
+    assert any(m.level == "error" and needle in m.text for m in messages), messages
+
+
+def test_check_form_clean_and_spec() -> None:
+    form = _form()
+    assert sup.check_form(form, secrets={}) == []
+    spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
+    assert spec.max_iterations == 3 and spec.worker_system_prompt
+    assert sup.run_title(form) == get_example("haiku").title
+    assert sup.run_title(_form(example_name=None, prompt="x " * 50)).endswith("…")
+
+
+def _spec(example: str = "haiku") -> RunSpec:
+    ex = get_example(example)
+    return RunSpec(prompt=ex.prompt, rubric=ex.rubric, worker_system_prompt=ex.worker_system_prompt,
+                   grader_tools=ex.grader_tools(), max_iterations=ex.max_iterations)
+
+
+def test_recorded_events_store_the_run(store: Store) -> None:
+    form = _form()
+    record = sup.start_run(store, form)
+    events = list(sup.recorded_events(
+        store, record.run_id,
+        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id)))
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "satisfied"
+    stored = store.get_run(record.run_id)
+    assert stored is not None and stored.status == "satisfied"
+    assert stored.iterations == len(events[-1]["evaluations"]) >= 2
+    assert stored.duration_s is not None
+
+
+def test_recorded_events_interrupt_then_resume(store: Store) -> None:
+    record = sup.start_run(store, _form())
+    stream = sup.recorded_events(
+        store, record.run_id,
+        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id))
+    seen_eval = False
+    for event in stream:
+        seen_eval = seen_eval or event["type"] == "evaluation_finished"
+        if seen_eval and event["type"] == "worker_token":
+            break
+    stream.close()
+    interrupted = store.get_run(record.run_id)
+    assert interrupted is not None and interrupted.status == "interrupted"
+    first_gid = store.evaluations(record.run_id)[0]["grading_run_id"]
+
+    form = sup.resume_form(interrupted, sup.RunForm())
+    assert form.example_name == "haiku"
+    spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
+    events = list(sup.recorded_events(
+        store, record.run_id,
+        run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id, resume=True),
+        prior_duration_s=interrupted.duration_s or 0))
+    assert events[-1]["status"] == "satisfied"
+    evaluations = store.evaluations(record.run_id)
+    assert {e["grading_run_id"] for e in evaluations} == {first_gid}
+    assert [e["iteration"] for e in evaluations] == list(range(len(evaluations)))
+
+
+def test_recorded_events_marks_error_on_exception(store: Store) -> None:
+    record = sup.start_run(store, _form())
+
+    def boom() -> Any:
+        yield {"type": "worker_started", "iteration": 0}
+        raise RuntimeError("worker crashed")
+
+    with pytest.raises(RuntimeError):
+        list(sup.recorded_events(store, record.run_id, boom()))
+    stored = store.get_run(record.run_id)
+    assert stored is not None and stored.status == "error" and "worker crashed" in stored.error
+
+
+@pytest.mark.parametrize("status", ["satisfied", "failed", "grader_error",
+                                    "max_iterations_reached", "interrupted", "error", "running"])
+def test_next_steps_every_status(status: str) -> None:
+    advice = sup.next_steps(status, error="boom", grader_model="rules")
+    assert status in advice.headline
+    assert advice.steps
+    assert (advice.level == "success") == (status == "satisfied")
+
+
+def test_next_steps_failed_with_rules_suggests_llm_grader() -> None:
+    steps = sup.next_steps("failed", grader_model="rules").steps
+    assert any(sup.LLM_GRADER_HINT in s for s in steps)
+
+
+def test_progress_and_answer_markdown() -> None:
+    assert sup.progress(0, 4) == (0.25, "Iteration 1 of 4")
+    assert sup.progress(9, 4) == (1.0, "Iteration 4 of 4")
+    assert sup.answer_markdown("a\nb\n```\nx\n```") == "a  \nb  \n```\nx\n```"
+
+
+def test_pass_headline_and_verdict_frame() -> None:
+    ev = _ev(1, "x", {"A": True, "B": False})
+    assert "Pass 2" in sup.pass_headline(ev) and "1/2" in sup.pass_headline(ev)
+    frame = sup.verdict_frame(ev)
+    assert list(frame.columns) == ["criterion", "passed", "gap"]
+    assert frame.loc[1, "gap"] == "fix B" and frame.loc[0, "gap"] == ""
+
+
+def test_resume_form_uses_current_form_for_custom_runs(store: Store) -> None:
+    current = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["t"],
+                          worker_system_prompt="sys")
+    record = sup.start_run(store, current)
+    assert sup.resume_form(record, current).worker_system_prompt == "sys"
+    assert sup.resume_form(record, sup.RunForm()).tool_names == []
+
+
+# --------------------------------------------------------------------------- review
+
+
+def test_filters_kwargs() -> None:
+    assert sup.RunFilters().kwargs() == {"status": None, "model": None, "text": None}
+    assert sup.RunFilters(("failed", "bogus"), " demo ", " x ").kwargs() == {
+        "status": ["failed"], "model": "demo", "text": "x"}
+    assert sup.page_count(0) == 1 and sup.page_count(101, 50) == 3
+
+
+def test_iteration_table_and_heatmap() -> None:
+    evs = [_ev(0, "one", {"A": False, "B": True}), _ev(1, "two", {"A": True, "B": True})]
+    table = sup.iteration_table(evs)
+    assert list(table.columns) == ["iteration", "criterion", "passed", "gap", "verdict",
+                                   "explanation", "duration_s", "tokens"]
+    assert len(table) == 4 and table.loc[0, "gap"] == "fix A" and table.loc[0, "tokens"] == 15
+    heat = sup.heatmap_table(evs, "- A\n- B\n- C")
+    assert list(heat.columns) == ["iteration 1", "iteration 2"]
+    assert heat.loc["A"].tolist() == ["fail", "pass"] and heat.loc["C"].tolist() == ["—", "—"]
+    assert "d3f9d8" in sup.heatmap_css("pass") and sup.heatmap_css("x") == ""
+
+
+def test_iteration_table_grader_error_row() -> None:
+    ev = _ev(0, "x", {}) | {"result": "grader_error", "criteria": []}
+    table = sup.iteration_table([ev])
+    assert len(table) == 1 and table.loc[0, "verdict"] == "grader_error"
+
+
+def test_diff_html_escapes_and_marks() -> None:
+    out = sup.diff_html("a <b> c", "a <i> c")
+    assert "<del" in out and "&lt;b&gt;" in out and "<ins" in out and "&lt;i&gt;" in out
+    assert "<b>" not in out
+
+
+def test_changes_summary_and_evaluation_at() -> None:
+    evs = [_ev(0, "one", {"A": False, "B": True}), _ev(1, "two", {"A": True, "B": False})]
+    texts = [m.text for m in sup.changes_summary(evs[0], evs[1])]
+    assert "Fixed: A" in texts and "Regressed: B" in texts
+    assert sup.evaluation_at(evs, 2)["answer"] == "two"
+    assert sup.iteration_answers(evs) == {1: "one", 2: "two"}
+    with pytest.raises(KeyError):
+        sup.evaluation_at(evs, 5)
+    same = _ev(0, "x", {"A": True})
+    assert sup.changes_summary(same, same)[0].level == "info"
+
+
+def test_export_bytes_and_filtered_pairs(store: Store) -> None:
+    for name in ("haiku", "photosynthesis"):
+        ex = get_example(name)
+        record = store.create_run(title=ex.title, prompt=ex.prompt, rubric=ex.rubric,
+                                  worker_model="demo", grader_model="rules", max_iterations=3)
+        store.add_evaluation(record.run_id, _ev(0, "=1+1", {"A": True}))
+    pairs = sup.filtered_pairs(store, sup.RunFilters(text="haiku"))
+    assert len(pairs) == 1 and pairs[0][0].title == get_example("haiku").title
+    from rubric_core.export import runs_frame
+
+    csv_bytes, json_bytes = sup.export_bytes(runs_frame(pairs))
+    import io
+
+    frame = pd.read_csv(io.BytesIO(csv_bytes))
+    assert tuple(frame.columns) == EXPORT_COLUMNS and frame.loc[0, "answer"] == "'=1+1"
+    assert pd.read_json(io.BytesIO(json_bytes)).loc[0, "answer"] == "=1+1"
+
+
+def test_library_helpers(store: Store) -> None:
+    assert sup.save_library_rubric(store, "r", "- A").text.endswith("version 1.")
+    assert sup.save_library_rubric(store, "", "- A").level == "error"
+    store.save_rubric("r", "- B")
+    state: dict[str, Any] = {"library_select": "r", "library_version": 1}
+    sup.load_library_rubric(state, store)
+    assert state["rubric_text"] == "- A" and state["author_notice"].level == "success"
+    state = {"library_select": "r", "library_version": None}
+    sup.load_library_rubric(state, store)
+    assert state["rubric_text"] == "- B"
+    state = {"library_select": "nope", "library_version": None}
+    sup.load_library_rubric(state, store)
+    assert state["author_notice"].level == "error"
+
+
+def test_every_example_is_offered() -> None:
+    assert list(sup.example_choices()) == [e.name for e in list_examples()]
+
+
+def test_history_frame_and_label(store: Store) -> None:
+    record = sup.start_run(store, _form())
+    frame = sup.history_frame([record])
+    assert frame.loc[0, "status"] == "running" and frame.loc[0, "run_id"] == record.run_id
+    assert record.run_id[:8] in sup.run_label(record)
+
+
+def test_active_registry_blocks_a_second_recorder(store: Store) -> None:
+    record = sup.start_run(store, _form())
+    first = sup.recorded_events(
+        store, record.run_id,
+        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id))
+    next(first)
+    assert sup.is_active(record.run_id)
+    second = sup.recorded_events(store, record.run_id, iter(()))
+    with pytest.raises(RuntimeError, match="already running"):
+        next(second)
+    first.close()
+    assert not sup.is_active(record.run_id)
+    assert sup.wait_until_inactive(record.run_id, timeout_s=0.1)
+    assert store.get_run(record.run_id).status == "interrupted"

@@ -1,0 +1,138 @@
+"""The real app in a real headless Chromium: load the haiku example, run it, review, export.
+
+Starts ``streamlit run app.py`` on a free loopback port with a temporary database and drives
+Debian's Chromium through Playwright. Screenshots of each step are saved under
+``artifacts/browser/`` (kept as test artifacts). A missing Chromium fails the test: see
+``browser_support.chromium_path``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from browser_support import CHROMIUM_FLAGS, ROOT, chromium_path, streamlit_server
+from playwright.sync_api import expect, sync_playwright
+
+from rubric_core.export import EXPORT_COLUMNS, restore_cell
+from rubric_core.store import Store
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = ROOT / "artifacts" / "browser"
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture
+def app_page(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    browser_path = chromium_path()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    db = tmp_path / "browser.sqlite3"
+    with (
+        streamlit_server(db, ARTIFACTS / "streamlit.log") as url,
+        sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                      accept_downloads=True)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url)
+        try:
+            yield page, db
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "99-last.png"), full_page=True)
+            context.close()
+            browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def wait_idle(page: Any) -> None:
+    """Wait until Streamlit has finished the current script run."""
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
+    )
+
+
+def choose(page: Any, key: str, label: str) -> None:
+    """Pick `label` in the selectbox with widget key `key`."""
+    box = page.locator(f".st-key-{key} [role='combobox']")
+    box.click()
+    page.get_by_role("option", name=label).click()
+    expect(box).to_have_value(label)
+
+
+def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
+    page, db = app_page
+
+    # 1. The app opens on the Author page.
+    page.get_by_role("heading", name="Author").wait_for()
+    wait_idle(page)
+    shot(page, "01-open")
+
+    # 2. Load the haiku example.
+    choose(page, "example_select", "Haiku about spring")
+    page.locator(".st-key-load_example button").click()
+    rubric_box = page.locator(".st-key-rubric_text textarea")
+    expect(rubric_box).to_have_value(re.compile("5-7-5"), timeout=TIMEOUT_MS)
+    wait_idle(page)
+    shot(page, "02-haiku-loaded")
+
+    # 3. Run it and watch the live iterations.
+    page.get_by_role("link", name="Run").click()
+    page.locator(".st-key-run_button button").click()
+    page.get_by_text("Draft 1", exact=False).first.wait_for()
+    shot(page, "03-running")
+    final = page.locator(".st-key-final_status")
+    final.wait_for()
+    final.get_by_text("satisfied", exact=False).first.wait_for()
+    wait_idle(page)
+    shot(page, "04-satisfied")
+    body = page.locator("body").inner_text()
+    assert "Draft 2" in body  # the loop revised at least once, live
+
+    # 4. Review: the iteration table and the CSV download.
+    page.get_by_role("link", name="Review").click()
+    page.get_by_role("tab", name="Iterations").wait_for()
+    wait_idle(page)
+    shot(page, "05-review")
+    page.get_by_role("tab", name="Side by side").click()
+    shot(page, "06-side-by-side")
+    page.get_by_role("tab", name="Export").click()
+    page.locator(".st-key-download_run_csv button").wait_for()
+    with page.expect_download() as info:
+        page.locator(".st-key-download_run_csv button").click()
+    csv_path = ARTIFACTS / "run.csv"
+    info.value.save_as(str(csv_path))
+
+    frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    assert list(frame.columns) == list(EXPORT_COLUMNS)
+    with Store(db) as store:
+        (run,) = store.list_runs()
+        evaluations = store.evaluations(run.run_id)
+    assert run.status == "satisfied"
+    expected_rows = sum(len(ev["criteria"]) for ev in evaluations)
+    assert len(frame) == expected_rows == 6  # 2 iterations × 3 criteria
+    assert set(frame["run_id"]) == {run.run_id}
+    first, last = frame[frame["iteration"] == "0"], frame[frame["iteration"] == "1"]
+    assert set(last["passed"]) == {"True"}
+    assert "False" in set(first["passed"])
+    criteria = [restore_cell(c) for c in frame["criterion"].head(3)]
+    assert criteria == [
+        "The poem has three lines",
+        "Lines follow a 5-7-5 syllable pattern",
+        "The theme is spring",
+    ]
+    shot(page, "07-downloaded")
+
+    buf = io.StringIO()
+    frame.to_string(buf)
+    (ARTIFACTS / "run.csv.txt").write_text(buf.getvalue())
