@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import regex as _regex
 from jsonschema import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
 from langchain_core.tools import StructuredTool
@@ -27,13 +28,10 @@ CheckResult = dict[str, Any]
 """``{"ok": bool, "detail": str}``: whether the text passes, and what was found or why the check
 could not be run."""
 
-try:
-    import regex as _regex
-except ImportError:  # pragma: no cover - regex ships with tiktoken
-    _regex = None
-
+# `regex` (a runtime requirement) can stop a search after a timeout, which `re` cannot: a
+# model-written pattern may backtrack catastrophically.
 REGEX_TIMEOUT_S = 1.0
-"""Longest a ``regex`` check may search (needs the ``regex`` package)."""
+"""Longest a ``regex`` check may search."""
 
 MAX_SCHEMA_ERRORS = 3
 """How many JSON Schema violations are spelled out in a detail."""
@@ -129,10 +127,7 @@ def _not_contains(text: str, value: Any) -> CheckResult:
 def _regex_check(text: str, value: Any) -> CheckResult:
     pattern = _text_value(value, "a regular expression string")
     try:
-        if _regex is not None:
-            match = _regex.compile(pattern).search(text, timeout=REGEX_TIMEOUT_S)
-        else:
-            match = re.compile(pattern).search(text)
+        match = _regex.compile(pattern).search(text, timeout=REGEX_TIMEOUT_S)
     except TimeoutError:
         return _outcome(
             False,
