@@ -140,12 +140,11 @@ def latest_attempt(messages: Sequence[AnyMessage]) -> Attempt:
                 request = message_text(msg)
     attempt = list(messages[last_human + 1 :])
     answer = ""
-    for j in range(len(attempt) - 1, -1, -1):
-        msg = attempt[j]
-        if isinstance(msg, AIMessage):
-            answer = message_text(msg)
-            attempt = attempt[:j] + attempt[j + 1 :]
-            break
+    last = attempt[-1] if attempt else None
+    # Only a final reply is the answer; a message still asking for tools stays in the work.
+    if isinstance(last, AIMessage) and not last.tool_calls:
+        answer = message_text(last)
+        attempt = attempt[:-1]
     return Attempt(request=request, work=attempt, answer=answer)
 
 

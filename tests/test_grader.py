@@ -383,3 +383,10 @@ def test_drive_async_matches_drive_sync() -> None:
     outcome = asyncio.run(drive_async(steps, bind_grader(model, [])))
     assert outcome.response.result == "satisfied" and outcome.model_calls == 1
     assert len(model.calls) == 2
+
+
+def test_latest_attempt_cut_off_after_a_tool_call_keeps_it_as_work() -> None:
+    call = AIMessage("", tool_calls=[{"name": "search", "args": {"q": "x"}, "id": "1"}])
+    attempt = latest_attempt([HumanMessage("req"), call])
+    assert attempt.answer == ""
+    assert attempt.work == [call]
