@@ -21,14 +21,14 @@ syllables 5/7/5 / 5-7-5
 mentions X and Y / mentions X / The       each term appears as a word, plural allowed
 theme is spring (= mentions spring)
 includes the word X / uses the words X    each term appears as a whole word
-contains X / does not contain X           exact substring (``run_check`` contains)
+contains X / does not contain X           substring, case-insensitive (``run_check``)
 does not mention X / never mentions X     none of the terms appears as a word
 matches the regex /.../ / matches         ``run_check`` regex; ``/.../i`` sets flags
 regular expression `...`
-starts with X / ends with X               ``run_check`` starts_with / ends_with
-is valid JSON                             ``run_check`` valid_json (a fenced block counts)
-validates against the JSON schema in      calls the bound tool TOOL with the JSON text
-TOOL / validates against TOOL
+starts with X / ends with X               ``run_check`` starts_with / ends_with (any case)
+is valid JSON                             ``run_check`` valid_json (one wrapping fence ok)
+validates against the JSON schema in      calls the bound tool TOOL with the record (the
+TOOL / validates against TOOL             answer's first fenced block, else the answer)
 validates against the JSON schema `{..}`  ``run_check`` json_schema with the inline schema
 All tests pass in TOOL / passes the       calls the bound tool TOOL with the Python code
 tests in TOOL                             extracted from the answer
@@ -235,12 +235,6 @@ def _shorten(text: str) -> str:
     return text if len(text) <= _GAP_LIMIT else text[: _GAP_LIMIT - 1] + "…"
 
 
-def _json_text(answer: str) -> str:
-    """The answer, or the inside of the one fenced block it consists of (for "valid JSON")."""
-    m = re.fullmatch(r"\s*```[\w-]*\n(.*?)\n?```\s*", answer, re.DOTALL)
-    return m.group(1) if m else answer.strip()
-
-
 def _embedded_json(answer: str) -> str:
     """The record an answer carries: its first fenced block if it has one, else the answer.
 
@@ -325,10 +319,9 @@ def _mention_check(terms: list[str], *, plural: bool, negate: bool) -> Check:
     return check
 
 
-def _run_check(name: str, value: Any, *, json_only: bool = False, label: str = "") -> Check:
+def _run_check(name: str, value: Any, *, label: str = "") -> Check:
     def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
-        text = _json_text(answer) if json_only else answer
-        outcome = run_check(text, name, value)
+        outcome = run_check(answer, name, value)
         if outcome["ok"]:
             return None
         return _shorten(f"{label}{outcome.get('detail') or name + ' check failed'}")
@@ -361,8 +354,9 @@ def _tool_gap(name: str, result: Mapping[str, Any]) -> str:
     failures = result.get("failures") or []
     if failures:
         listed = "; ".join(f"{f.get('name', '?')}: {f.get('reason', '')}" for f in failures)
-        passed = result.get("passed")
-        total = f" of {passed + len(failures)}" if isinstance(passed, int) else ""
+        passed = result.get("passed")  # a list of test names (or a count, for other tools)
+        count = len(passed) if isinstance(passed, list) else passed
+        total = f" of {count + len(failures)}" if isinstance(count, int) else ""
         noun = "test" if len(failures) == 1 and not total else "tests"
         return _shorten(f"{len(failures)}{total} {noun} failed in {name} — {listed}")
     return _shorten(f"{name}: {result.get('detail') or 'failed without details'}")
@@ -443,7 +437,7 @@ def _syllables(m: re.Match[str], tools: frozenset[str]) -> Check | None:
 @_rule(r"(?:is\s+)?(?:a\s+)?valid\s+json(?:\s+(?:object|document|value|text))?"
        r"|parses\s+as\s+(?:valid\s+)?json", _FILLER)
 def _valid_json(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    return _run_check("valid_json", None, json_only=True)
+    return _run_check("valid_json", None)
 
 
 @_rule(r"(?:validates|conforms|complies|is\s+valid)\s+(?:against|to|with)\s+(?:the\s+)?"
