@@ -75,6 +75,13 @@ cols[3].metric("Grader tokens", "n/a" if tokens is None else tokens,
                help="Reported by the grader's provider; offline graders report none.")
 with st.expander("Prompt, rubric and models"):
     st.markdown(f"**Prompt**\n\n{record.prompt}\n\n**Rubric**\n\n{record.rubric}")
+    for label, text in (("Worker system prompt", record.worker_system_prompt),
+                        ("Custom grader prompt", record.grader_system_prompt)):
+        if text:
+            st.markdown(f"**{label}**")
+            st.text(text)
+    if record.grader_tools is not None:
+        st.caption("Grader tools: " + (", ".join(record.grader_tools) or "none"))
     st.caption(f"Worker {record.worker_model} · grader {record.grader_model} · "
                f"max {record.max_iterations} iterations · run id {record.run_id}")
 if record.error:

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +42,12 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database file."""
 
-SCHEMA_VERSION = 1
-"""Version of our own tables; stored in ``meta`` and checked on open."""
+SCHEMA_VERSION = 2
+"""Version of our own tables; stored in ``meta`` and checked on open.
+
+Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
+``grader_tools`` columns; a version 1 file is upgraded in place on open.
+"""
 
 APP_ID = "rubric-studio"
 """Value of ``meta.app`` that marks a file as ours."""
@@ -68,7 +72,7 @@ _SCHEMA = (
         grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
         iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
-        error TEXT)""",
+        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT)""",
     "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
@@ -94,6 +98,10 @@ _OUR_NAMES = frozenset(
         "rs_runs_status", "rs_runs_worker", "rs_runs_grader", "rs_runs_thread",
     }
 )
+# Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
+_ADDED_RUN_COLUMNS = {
+    "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
+}
 # LangGraph's tables may pre-exist (a checkpoint file adopted as is) if their columns fit.
 _SAVER_COLUMNS = {
     "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint", "metadata"},
@@ -141,9 +149,30 @@ class RunRecord:
     """Grader output tokens summed over evaluations (None when never reported)."""
     error: str | None
     """Error message for runs that ended in ``error``."""
+    worker_system_prompt: str | None = None
+    """The worker's system prompt (``""`` for none); None for runs stored before it was kept."""
+    grader_system_prompt: str | None = None
+    """A custom grader prompt (``""`` for the built-in one); None when not recorded."""
+    grader_tools: tuple[str, ...] | None = None
+    """Names of the evidence tools the grader was given; None when not recorded."""
 
 
-_RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRecord))
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
+_RUN_COLUMNS = ", ".join(_RUN_FIELDS)
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    """A run index row (columns in ``_RUN_COLUMNS`` order) as a record."""
+    values = dict(zip(_RUN_FIELDS, row, strict=True))
+    if values["grader_tools"] is not None:
+        values["grader_tools"] = tuple(json.loads(values["grader_tools"]))
+    return RunRecord(**values)
+
+
+def _row(record: RunRecord) -> tuple[Any, ...]:
+    """A record as the values of a run index row."""
+    *head, tools = dataclasses.astuple(record)
+    return (*head, json.dumps(list(tools), ensure_ascii=False) if tools is not None else None)
 
 
 def default_db_path() -> Path:
@@ -308,6 +337,9 @@ class Store:
         grader_model: str,
         max_iterations: int,
         thread_id: str | None = None,
+        worker_system_prompt: str = "",
+        grader_system_prompt: str = "",
+        grader_tools: Sequence[str] = (),
     ) -> RunRecord:
         """Add a run in status ``running``.
 
@@ -321,12 +353,18 @@ class Store:
             grader_model: ``provider:model`` of the grader.
             max_iterations: Cap on grader passes, at least 1.
             thread_id: LangGraph thread id; defaults to the new run id.
+            worker_system_prompt: The worker's system prompt, if any (kept for resuming).
+            grader_system_prompt: A custom grader prompt, if any (kept for resuming).
+            grader_tools: Names of the grader's evidence tools (kept for resuming).
 
         Returns:
             The stored record.
         """
         for name, value in (("title", title), ("prompt", prompt), ("rubric", rubric),
-                            ("worker_model", worker_model), ("grader_model", grader_model)):
+                            ("worker_model", worker_model), ("grader_model", grader_model),
+                            ("worker_system_prompt", worker_system_prompt),
+                            ("grader_system_prompt", grader_system_prompt),
+                            *(("grader_tools item", t) for t in grader_tools)):
             if not isinstance(value, str):
                 msg = f"{name} must be a string, got {type(value).__name__}"
                 raise TypeError(msg)
@@ -345,8 +383,10 @@ class Store:
             rubric=rubric, worker_model=worker_model, grader_model=grader_model,
             max_iterations=max_iterations, status="running", created_at=now, updated_at=now,
             duration_s=None, iterations=0, input_tokens=None, output_tokens=None, error=None,
+            worker_system_prompt=worker_system_prompt, grader_system_prompt=grader_system_prompt,
+            grader_tools=tuple(grader_tools),
         )
-        values = dataclasses.astuple(record)
+        values = _row(record)
         with self._connect(write=True) as conn:
             conn.execute(
                 f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
@@ -430,7 +470,7 @@ class Store:
             row = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-        return RunRecord(*row) if row else None
+        return _record(row) if row else None
 
     def list_runs(
         self,
@@ -463,7 +503,7 @@ class Store:
         )
         with self._connect() as conn:
             rows = conn.execute(sql, [*params, -1 if limit is None else limit, offset])
-            return [RunRecord(*row) for row in rows]
+            return [_record(row) for row in rows]
 
     def count_runs(
         self,
@@ -780,10 +820,18 @@ class Store:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            # Upgrade a version 1 file: add the columns it lacks (existing rows get NULL).
+            have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+            for column, sql_type in _ADDED_RUN_COLUMNS.items():
+                if column not in have:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
             conn.executemany(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
-                [("app", APP_ID), ("schema_version", str(SCHEMA_VERSION)),
-                 ("created_at", _now())],
+                [("app", APP_ID), ("created_at", _now())],
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
             )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:

@@ -239,6 +239,7 @@ def test_review_side_by_side_and_export(app: AppTest, captured_files: dict[str, 
     diff = _texts(app.html)
     assert "<del" in diff and "<ins" in diff
     assert "Fixed:" in _texts(app.success)
+    assert "Grader tools: none" in _texts(app.caption)  # the haiku is checked by rules alone
 
     evaluations = store.evaluations(run_id)
     n_rows = sum(len(e["criteria"]) or 1 for e in evaluations)

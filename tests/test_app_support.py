@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -324,10 +325,24 @@ def test_pass_headline_and_verdict_frame() -> None:
     assert frame.loc[1, "gap"] == "fix B" and frame.loc[0, "gap"] == ""
 
 
-def test_resume_form_uses_current_form_for_custom_runs(store: Store) -> None:
+def test_resume_form_restores_the_runs_own_settings(store: Store) -> None:
+    started = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["text_stats"],
+                          worker_system_prompt="sys", grader_system_prompt="be strict")
+    record = sup.start_run(store, started)
+    stored = store.get_run(record.run_id)
+    assert stored is not None
+    # Resuming from a fresh form (another tab, a restarted server) gets the run's settings back.
+    form = sup.resume_form(stored, sup.RunForm(prompt="other", base_url="http://h/v1"))
+    assert (form.worker_system_prompt, form.grader_system_prompt, form.tool_names) == (
+        "sys", "be strict", ["text_stats"])
+    assert form.base_url == "http://h/v1"  # connection settings stay the sidebar's
+
+
+def test_resume_form_for_runs_stored_without_settings(store: Store) -> None:
     current = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["t"],
                           worker_system_prompt="sys")
-    record = sup.start_run(store, current)
+    record = dataclasses.replace(sup.start_run(store, current), worker_system_prompt=None,
+                                 grader_system_prompt=None, grader_tools=None)
     assert sup.resume_form(record, current).worker_system_prompt == "sys"
     assert sup.resume_form(record, sup.RunForm()).tool_names == []
 

@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from rubric_core.store import (
     DB_ENV_VAR,
+    SCHEMA_VERSION,
     RunRecord,
     Store,
     StoreError,
@@ -98,7 +99,7 @@ def test_open_creates_parent_dirs_and_schema(tmp_path: Path) -> None:
     conn.close()
     assert {"meta", "runs", "evaluations", "rubrics", "rubric_versions"} <= tables
     assert meta["app"] == "rubric-studio"
-    assert meta["schema_version"] == "1"
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert mode == "wal"
 
 
@@ -122,6 +123,49 @@ def test_create_and_get_run(store: Store) -> None:
     assert run.input_tokens is None
     assert store.get_run(run.run_id) == run
     assert store.get_run("missing") is None
+
+
+def test_run_keeps_its_prompts_and_grader_tools(store: Store) -> None:
+    run = _new_run(store, worker_system_prompt="Be brief. ✓", grader_system_prompt="",
+                   grader_tools=["run_python_tests", "text_stats"])
+    stored = store.get_run(run.run_id)
+    assert stored == run
+    assert stored.worker_system_prompt == "Be brief. ✓"
+    assert stored.grader_tools == ("run_python_tests", "text_stats")
+    assert store.list_runs()[0].grader_tools == ("run_python_tests", "text_stats")
+
+
+def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('app', 'rubric-studio'), ('schema_version', '1'),
+                                ('created_at', '2026-01-01T00:00:00+00:00');
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, title TEXT NOT NULL,
+            prompt TEXT NOT NULL, rubric TEXT NOT NULL, worker_model TEXT NOT NULL,
+            grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
+            iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
+            error TEXT);
+        INSERT INTO runs VALUES ('old', 'old', 'Old run', 'p', '- a', 'demo', 'rules', 3,
+            'satisfied', '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00', 1.5, 2,
+            NULL, NULL, NULL);
+    """)
+    conn.close()
+    with Store(path) as store:
+        old = store.get_run("old")
+        assert old is not None and old.title == "Old run" and old.iterations == 2
+        assert (old.worker_system_prompt, old.grader_system_prompt, old.grader_tools) == (
+            None, None, None)
+        new = _new_run(store, grader_tools=["text_stats"])
+        assert store.get_run(new.run_id) == new
+    conn = sqlite3.connect(path)
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    conn.close()
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
+    assert meta["created_at"] == "2026-01-01T00:00:00+00:00"
 
 
 def test_create_run_with_explicit_thread(store: Store) -> None:

@@ -130,6 +130,8 @@ def start_run(store: Store, form: RunForm) -> RunRecord:
         title=run_title(form), prompt=form.prompt, rubric=form.rubric,
         worker_model=form.worker_model, grader_model=form.grader_model,
         max_iterations=int(form.max_iterations),
+        worker_system_prompt=form.worker_system_prompt,
+        grader_system_prompt=form.grader_system_prompt, grader_tools=form.tool_names,
     )
 
 
@@ -350,11 +352,12 @@ def next_steps(status: str, *, error: str | None = None, grader_model: str = "")
 
 
 def resume_form(record: RunRecord, current: RunForm) -> RunForm:
-    """The form to resume a stored run with.
+    """The form to resume a stored run with: the settings it was started with.
 
-    The run index keeps prompt, rubric, models and cap; system prompts and grader tools are
-    taken from the bundled example with the same prompt and rubric, else from the current
-    form when it holds the same prompt and rubric, else left at their defaults with the
+    The run index keeps prompt, rubric, models, cap, system prompts and grader tool names.
+    A bundled example's run also takes the example back (its tools carry the example's test
+    cases or schema). Runs stored before system prompts and tools were kept take them from
+    the current form when it holds the same prompt and rubric, else the defaults with the
     default tools the rubric names.
     """
     form = RunForm(
@@ -367,7 +370,14 @@ def resume_form(record: RunRecord, current: RunForm) -> RunForm:
             form.example_name = example.name
             form.worker_system_prompt = example.worker_system_prompt
             form.tool_names = [t.name for t in example.grader_tools()]
-            return form
+            break
+    if record.grader_tools is not None:  # recorded: the run's own settings win
+        form.worker_system_prompt = record.worker_system_prompt or ""
+        form.grader_system_prompt = record.grader_system_prompt or ""
+        form.tool_names = list(record.grader_tools)
+        return form
+    if form.example_name:
+        return form
     if current.prompt == record.prompt and current.rubric == record.rubric:
         form.example_name = current.example_name
         form.worker_system_prompt = current.worker_system_prompt
