@@ -45,11 +45,14 @@ with table_col:
                    hide_index=True, width="stretch",
                    column_config={"criterion": st.column_config.TextColumn("Criterion")})
 
-lint = sup.lint_for_ui(rubric, state["grader_model"], state["grader_tools"])
-for message in lint:
-    getattr(st, message.level)(message.text)
-if rubric.strip() and not lint:
-    st.success("The rubric looks good: no lint findings.", icon=":material/check:")
+if (welcome := sup.welcome_message(state["prompt"], rubric)) is not None:
+    st.info(welcome.text, icon=":material/waving_hand:")
+else:
+    lint = sup.lint_for_ui(rubric, state["grader_model"], state["grader_tools"])
+    for message in lint:
+        getattr(st, message.level)(message.text)
+    if rubric.strip() and not lint:
+        st.success("The rubric looks good: no lint findings.", icon=":material/check:")
 
 st.subheader("Grader")
 st.multiselect("Evidence tools the grader may call", key="grader_tools",

@@ -111,9 +111,16 @@ def test_form_survives_page_switches(app: AppTest) -> None:
 # --------------------------------------------------------------------------- authoring
 
 
+def test_first_visit_welcomes_instead_of_erroring(app: AppTest) -> None:
+    assert "New here?" in _texts(app.info)
+    assert not app.error
+
+
 def test_empty_rubric_is_an_error(app: AppTest) -> None:
+    app.text_area(key="prompt").input("Say hi").run()
     app.text_area(key="rubric_text").input("").run()
     assert "rubric is empty" in _texts(app.error)
+    assert "New here?" not in _texts(app.info)
 
 
 def test_duplicate_criterion_is_reported(app: AppTest) -> None:

@@ -325,6 +325,13 @@ def test_pass_headline_and_verdict_frame() -> None:
     assert frame.loc[1, "gap"] == "fix B" and frame.loc[0, "gap"] == ""
 
 
+def test_welcome_message_only_for_an_untouched_form() -> None:
+    welcome = sup.welcome_message(" ", "\n")
+    assert welcome is not None and welcome.level == "info" and "Load example" in welcome.text
+    assert sup.welcome_message("Say hi", "") is None
+    assert sup.welcome_message("", "- a") is None
+
+
 def test_resume_form_restores_the_runs_own_settings(store: Store) -> None:
     started = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["text_stats"],
                           worker_system_prompt="sys", grader_system_prompt="be strict")

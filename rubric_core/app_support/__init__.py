@@ -39,6 +39,7 @@ from rubric_core.app_support.authoring import (
     save_library_rubric,
     sync_rubric_from_editor,
     tool_options,
+    welcome_message,
 )
 from rubric_core.app_support.review import (
     HEATMAP_COLORS,
@@ -157,4 +158,5 @@ __all__ = [
     "tool_options",
     "verdict_frame",
     "wait_until_inactive",
+    "welcome_message",
 ]

@@ -127,6 +127,18 @@ def sync_rubric_from_editor(state: MutableMapping[str, Any], key: str, rubric: s
     state["rubric_text"] = criteria_to_text(apply_editor_edits(parse_criteria(rubric), edits))
 
 
+def welcome_message(prompt: str, rubric: str) -> UiMessage | None:
+    """What an untouched form says instead of lint errors (a first visit), else None."""
+    if prompt.strip() or rubric.strip():
+        return None
+    return UiMessage(
+        "info",
+        "New here? Pick a bundled example above and press **Load example**: it fills in the "
+        "prompt, the rubric and the grader tools, and runs offline with the `demo` worker and "
+        "the `rules` grader. Or write your own prompt and rubric, one criterion per line.",
+    )
+
+
 def lint_for_ui(
     rubric: str, grader_model: str, tool_names: Iterable[str] = ()
 ) -> list[UiMessage]:
