@@ -97,7 +97,7 @@ def _find_duplicates_tools() -> list[BaseTool]:
 
 
 def _product_tools() -> list[BaseTool]:
-    from rubric_core.offline.rules import json_schema_tool
+    from rubric_core.tools import json_schema_tool
 
     return [json_schema_tool(PRODUCT_SCHEMA_TOOL, PRODUCT_SCHEMA)]
 

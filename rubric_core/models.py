@@ -104,11 +104,11 @@ def resolve_model(
 
         return DemoWorker(token_delay_s=token_delay_s)
     if spec == "rules":
-        from rubric_core.offline.rules import RulesGrader
+        from rubric_core.offline.graders import RulesGrader
 
         return RulesGrader()
     if spec.startswith("hybrid:"):
-        from rubric_core.offline.rules import HybridGrader
+        from rubric_core.offline.graders import HybridGrader
 
         inner = resolve_model(
             spec.removeprefix("hybrid:"), base_url=base_url, api_key=api_key,

@@ -11,7 +11,7 @@ from rubric_core.examples import EXAMPLES, get_example
 from rubric_core.grader import build_grader_messages
 from rubric_core.middleware import revision_message
 from rubric_core.offline.demo import DemoWorker
-from rubric_core.offline.rules import RulesGrader
+from rubric_core.offline.graders import RulesGrader
 from rubric_core.types import REVISION_SOURCE, GraderResponse, RubricEvaluation
 
 

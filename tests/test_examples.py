@@ -13,7 +13,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from rubric_core.examples import EXAMPLES, Example, get_example, list_examples
 from rubric_core.middleware import RubricMiddleware
 from rubric_core.offline.demo import DemoWorker
-from rubric_core.offline.rules import RulesGrader, unrecognised_criteria
+from rubric_core.offline.graders import RulesGrader
+from rubric_core.offline.rules import unrecognised_criteria
 from rubric_core.rubric import lint_rubric
 
 EXPECTED = {

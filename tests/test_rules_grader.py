@@ -13,13 +13,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
 from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, grade_steps
-from rubric_core.offline.rules import (
-    HybridGrader,
-    RulesGrader,
-    check_criterion,
-    json_schema_tool,
-    unrecognised_criteria,
-)
+from rubric_core.offline.graders import HybridGrader, RulesGrader
+from rubric_core.offline.rules import check_criterion, unrecognised_criteria
+from rubric_core.tools import json_schema_tool
 from rubric_core.tools.sandbox import python_tests_tool
 from rubric_core.types import GraderResponse
 

@@ -9,13 +9,9 @@ criteria the rules cannot check, with the rule results as evidence it may not co
 from __future__ import annotations
 
 from rubric_core.offline.demo import DemoWorker
-from rubric_core.offline.rules import (
-    HybridGrader,
-    RulesGrader,
-    check_criterion,
-    json_schema_tool,
-    unrecognised_criteria,
-)
+from rubric_core.offline.graders import HybridGrader, RulesGrader
+from rubric_core.offline.rules import check_criterion, unrecognised_criteria
+from rubric_core.tools import json_schema_tool
 
 __all__ = [
     "DemoWorker",

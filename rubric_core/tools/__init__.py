@@ -3,7 +3,8 @@
 - `run_python_tests` runs candidate code against tests in a sandboxed child process
   (`python_tests_tool` binds a fixed test spec into a one-argument tool);
 - `text_stats` counts lines, words, sentences, characters and syllables per line;
-- `check_text` runs one exact check (substring, regex, length, JSON, JSON Schema).
+- `check_text` runs one exact check (substring, regex, length, JSON, JSON Schema);
+- `json_schema_tool` builds a one-argument tool that validates JSON against a fixed schema.
 
 Every tool answers bad arguments with a readable message in its result rather than raising, so
 the grader can read what went wrong and try again. The plain functions behind the tools
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rubric_core.tools.checks import check_text, run_check
+from rubric_core.tools.checks import check_text, json_schema_tool, run_check
 from rubric_core.tools.sandbox import (
     extract_python_code,
     python_tests_tool,
@@ -39,6 +40,7 @@ __all__ = [
     "check_text",
     "count_syllables",
     "extract_python_code",
+    "json_schema_tool",
     "python_tests_tool",
     "run_check",
     "run_python_tests",

@@ -6,6 +6,10 @@ where noted. JSON checks strip a ```` ```json ```` fence that wraps the whole te
 in prose is not valid JSON. Regular expressions run with a time limit when the ``regex`` package
 is installed (it is a dependency of ``tiktoken``), so a catastrophic pattern cannot hang the
 grading run.
+
+`json_schema_tool` builds a one-argument evidence tool that validates against a fixed schema the
+record an answer carries (`embedded_json`: its first fenced block, even inside prose, else the
+whole text).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex as _regex
 from jsonschema import SchemaError
@@ -23,6 +27,11 @@ from pydantic import BaseModel, Field
 
 from rubric_core.tools.sandbox import _validation_handler
 from rubric_core.tools.text import count_words
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from langchain_core.tools import BaseTool
 
 CheckResult = dict[str, Any]
 """``{"ok": bool, "detail": str}``: whether the text passes, and what was found or why the check
@@ -325,3 +334,35 @@ check_text: StructuredTool = StructuredTool.from_function(
     handle_validation_error=_validation_handler("check_text"),
 )
 """Tool: run one check on a text (args: text, check, value)."""
+
+
+def embedded_json(answer: str) -> str:
+    """The record an answer carries: its first fenced block if it has one, else the answer.
+
+    Schema checks (`json_schema_tool`, the rules grader's schema criteria) grade the record, so
+    prose around a fenced record does not hide the record's own problems (``valid_json`` is
+    the check that judges the answer as a whole).
+    """
+    m = re.search(r"```[\w-]*\n(.*?)\n?```", answer, re.DOTALL)
+    return m.group(1) if m else answer.strip()
+
+
+def json_schema_tool(name: str, schema: Mapping[str, Any], *, description: str | None = None
+                     ) -> BaseTool:
+    """An evidence tool that validates JSON text against `schema`.
+
+    The tool takes one argument, ``text`` (the JSON, or a fenced block holding it), and returns
+    ``{"ok": bool, "detail": str}``. LLM graders may call it; the rules grader calls it for
+    "validates against the JSON schema in <name>".
+    """
+    frozen = json.loads(json.dumps(schema))
+
+    def validate(text: str) -> dict[str, Any]:
+        return dict(run_check(embedded_json(text), "json_schema", frozen))
+
+    return StructuredTool.from_function(
+        validate,
+        name=name,
+        description=description
+        or f"Validate JSON text against this JSON Schema: {json.dumps(frozen)}",
+    )
