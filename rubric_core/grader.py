@@ -81,8 +81,10 @@ request (contradictory, meaningless, or about something the transcript cannot sh
 NONCE is replaced by the per-call delimiter so the tags named here match the message."""
 
 _SECTION_NAMES = ("request", "criteria", "work", "answer")
-_ESCAPE = re.compile(r"</(" + "|".join(_SECTION_NAMES) + r")", re.IGNORECASE)
-_UNESCAPE = re.compile(r"<\\/(" + "|".join(_SECTION_NAMES) + r")", re.IGNORECASE)
+# A closing tag gains one backslash (``</answer`` → ``<\/answer``, ``<\/answer`` → ``<\\/answer``)
+# so no section text can close its delimiter, and unescaping (one backslash fewer) is exact.
+_ESCAPE = re.compile(r"<(\\*)/(" + "|".join(_SECTION_NAMES) + r")", re.IGNORECASE)
+_UNESCAPE = re.compile(r"<(\\*)\\/(" + "|".join(_SECTION_NAMES) + r")", re.IGNORECASE)
 
 
 class GraderOutputError(ValueError):
@@ -168,11 +170,11 @@ def _render_work(work: Sequence[AnyMessage]) -> str:
 
 
 def _escape(text: str) -> str:
-    return _ESCAPE.sub(r"<\\/\1", text)
+    return _ESCAPE.sub(r"<\1\\/\2", text)
 
 
 def _unescape(text: str) -> str:
-    return _UNESCAPE.sub(r"</\1", text)
+    return _UNESCAPE.sub(r"<\1/\2", text)
 
 
 def build_grader_messages(
