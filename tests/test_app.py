@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from openai_server import FakeOpenAI, Reply, text, tool_call
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
@@ -351,6 +352,50 @@ def test_unreachable_base_url_ends_with_next_steps(app: AppTest) -> None:
     assert run.status in ("error", "grader_error")
     assert f"Final status: {run.status}" in _texts(app.error)
     assert "base URL" in _texts(app.markdown)
+
+
+def test_openai_compatible_server_end_to_end(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Worker and grader are real ChatOpenAI clients talking HTTP to a loopback server.
+    key = "sk-app-test-must-not-be-stored"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+
+    def verdict(result: str, failing: tuple[str, ...] = ()) -> Reply:
+        criteria = [{"name": c, "passed": c not in failing,
+                     **({"gap": f"add {c}"} if c in failing else {})} for c in ("c1", "c2")]
+        return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
+                                            "criteria": criteria})
+
+    with FakeOpenAI() as server:
+        server.enqueue(text("first draft"), verdict("needs_revision", ("c2",)),
+                       text("second draft, now with c2"), verdict("satisfied"))
+        app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+        # Typed values (model names via accept_new_options) arrive through session state, as
+        # the browser sends them; AppTest cannot type new selectbox options.
+        app.session_state["db_path"] = str(db_path)
+        app.session_state["base_url"] = server.base_url
+        app.session_state["worker_model"] = "openai-compatible:w"
+        app.session_state["grader_model"] = "openai-compatible:g"
+        app.session_state["prompt"] = "write it"
+        app.session_state["rubric_text"] = "- c1\n- c2"
+        app.run()
+        assert not app.exception
+        store = run_loop(app)
+        assert server.pending == 0
+        grader_bodies = [b for b in server.requests if b.get("tools")]
+    assert [b["model"] for b in grader_bodies] == ["g", "g"]
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run is not None
+    assert (run.status, run.iterations) == ("satisfied", 2)
+    assert (run.worker_model, run.grader_model) == ("openai-compatible:w", "openai-compatible:g")
+    assert run.input_tokens and run.output_tokens  # usage reported over HTTP is recorded
+    evaluations = store.evaluations(run.run_id)
+    assert [e["answer"] for e in evaluations] == ["first draft", "second draft, now with c2"]
+    assert "Final status: satisfied" in _texts(app.success)
+    for file in db_path.parent.glob(db_path.name + "*"):  # the database and its WAL
+        assert key.encode() not in file.read_bytes()
 
 
 def test_unwritable_database_path(tmp_path: Path) -> None:
