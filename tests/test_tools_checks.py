@@ -185,3 +185,39 @@ def test_check_text_tool_reports_invalid_arguments(args: dict[str, Any], message
     out = check_text.invoke(args)
     assert isinstance(out, str) and out.startswith("Invalid arguments for check_text: ")
     assert message in out
+
+
+# --------------------------------------------------------------------------- json_schema_tool
+
+
+@pytest.mark.parametrize(
+    ("answer", "record"),
+    [
+        pytest.param('  {"a": 1}\n', '{"a": 1}', id="bare"),
+        pytest.param('Here it is:\n```json\n{"a": 1}\n```\nDone.', '{"a": 1}',
+                     id="fenced_in_prose"),
+        pytest.param('```\n[1]\n```\n```json\n{"b": 2}\n```', "[1]", id="first_fence_wins"),
+    ],
+)
+def test_embedded_json_takes_the_first_fenced_block(answer: str, record: str) -> None:
+    assert checks.embedded_json(answer) == record
+
+
+def test_json_schema_tool_validates_the_record_it_is_given() -> None:
+    tool = checks.json_schema_tool("validate_product", PRODUCT_SCHEMA)
+    assert tool.name == "validate_product"
+    assert '"price"' in tool.description  # the grader can read the schema it checks against
+    good = 'The record:\n```json\n{"name": "Mug", "price": 9.5, "tags": ["kitchen"]}\n```'
+    assert tool.invoke({"text": good})["ok"] is True
+    bad = tool.invoke({"text": '{"name": "Mug", "price": -1, "tags": []}'})
+    assert bad["ok"] is False and "price" in bad["detail"]
+    broken = tool.invoke({"text": "{not json"})
+    assert broken["ok"] is False and broken["detail"]
+
+
+def test_json_schema_tool_is_not_changed_by_later_edits_to_the_schema() -> None:
+    schema: dict[str, Any] = {"type": "object", "required": ["a"]}
+    tool = checks.json_schema_tool("t", schema, description="Check the record.")
+    schema["required"] = ["b"]
+    assert tool.description == "Check the record."
+    assert tool.invoke({"text": '{"a": 1}'})["ok"] is True
