@@ -489,6 +489,47 @@ def test_printed_or_piped_fake_results_cannot_forge_a_pass() -> None:
     assert "event" in result["stdout"]  # the fake line went to stdout, where it means nothing
 
 
+# Candidate code that finds the harness's own `emit` on the stack and reports every case as
+# passed with made-up values, then ends the process before the real cases run.
+FORGER = """
+import os, sys
+frame = sys._getframe()
+while frame is not None and "emit" not in frame.f_locals:
+    frame = frame.f_back
+emit = frame.f_locals["emit"]
+spec_cases = frame.f_locals.get("cases") or []
+SEEN = [sorted(c) for c in spec_cases]
+for case in spec_cases:
+    emit("start", name=case["name"])
+    emit("result", name=case["name"], ok=True, reason=None, value=case.get("expected", 0))
+emit("done")
+print(SEEN)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_tampering_with_the_harness_cannot_forge_named_cases() -> None:
+    cases = [{"name": "sum", "call": "sum([1, 2])", "expected": 3},
+             {"name": "boom", "args": [], "raises": "ZeroDivisionError"}]
+    result = run_tests(FORGER, cases, function="int")
+    assert result["ok"] is False and result["passed"] == []
+    assert result["failures"] == [
+        {"name": "sum", "reason": "expected 3, got 0"},
+        {"name": "boom", "reason": "expected ZeroDivisionError to be raised, but it returned "
+                                   "normally"},
+    ]
+    # The child was never told what the cases expect.
+    assert "expected" not in result["stdout"] and "raises" not in result["stdout"]
+    assert "'call'" in result["stdout"]
+
+
+def test_candidate_annotations_are_not_postponed() -> None:
+    # The harness uses `from __future__ import annotations`; candidate code must not inherit it.
+    code = "def f(x: int) -> int:\n    return x\nANN = f.__annotations__['x'] is int\n"
+    assert run_tests(code, [{"name": "a", "call": "ANN", "expected": True}])["ok"] is True
+
+
 def test_child_runs_under_the_promised_rlimits() -> None:
     cases = [
         {"name": "as", "call": "resource.getrlimit(resource.RLIMIT_AS)[0]",

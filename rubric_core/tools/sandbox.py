@@ -2,9 +2,11 @@
 
 The candidate code is model output, so it is never executed in the calling process. Each run:
 
-- starts ``sys.executable -I -B -c <harness>`` in a new session (its own process group) with a
-  fresh minimal environment (``PATH`` and ``LANG`` only) and a fresh temporary working directory
-  that is removed afterwards;
+- starts ``sys.executable -I -B -c <harness>``, where the harness is the source text of
+  `rubric_core.tools._sandbox_harness` (stdlib-only: under ``-I`` the project is not on the
+  child's path), in a new session (its own process group) with a fresh minimal environment
+  (``PATH`` and ``LANG`` only) and a fresh temporary working directory that is removed
+  afterwards;
 - sets rlimits before ``exec``: CPU seconds, address space (``memory_mb``), processes, file
   size (which also caps stdout/stderr, as they go to files) and no core dumps;
 - installs an audit hook in the child before the candidate runs that denies spawning processes
@@ -14,10 +16,15 @@ The candidate code is model output, so it is never executed in the calling proce
 - enforces a wall-clock timeout and then kills the whole process group; the group is killed
   after every run anyway, so nothing the candidate started survives it;
 - receives results only on a dedicated pipe, one line per event, each prefixed with a random
-  nonce, so text the candidate prints cannot forge a pass.
+  nonce, so text the candidate prints cannot forge a pass;
+- for named cases, sends the child only the calls, never the expected values or exceptions:
+  the child reports what each call returned or raised and this process judges it, so code that
+  tampers with the harness cannot report a pass without knowing the answers.
 
 The audit hook is defence in depth, not a boundary: code in the same interpreter can tamper with
-the harness. The process boundary, rlimits, timeout and process-group kill are what hold. Note
+the harness. The process boundary, rlimits, timeout and process-group kill are what hold. A
+pytest-style test source runs its assertions in the child, so its verdicts are only as
+trustworthy as the candidate is cooperative; prefer named cases to grade hostile code. Note
 that the kernel ignores ``RLIMIT_NPROC`` for root, which is why process creation is also denied
 in the child.
 """
@@ -38,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from langchain_core.tools import StructuredTool
@@ -104,274 +112,10 @@ run as a whole (bad arguments, timeout, crash, code that does not load) or is No
 and ``stderr`` hold the head and tail of the candidate's output (capped)."""
 
 
-# The child-side harness. It runs with `python -I -B -c`, reads its spec from stdin, reports on
-# the inherited pipe `spec["fd"]`, and never returns: it ends with os._exit so candidate threads
-# and atexit handlers cannot run after the last report.
-_HARNESS = r'''
-import errno, json, linecache, os, sys, traceback, types
-
-def main():
-    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    os.close(0)
-    os.open(os.devnull, os.O_RDONLY)
-    sys.argv = [""]
-    nonce = spec.pop("nonce")
-    out = os.fdopen(spec.pop("fd"), "w", encoding="utf-8")
-    dumps = json.dumps
-    mem_reason = "memory limit exceeded (%d MB)" % spec["memory_mb"]
-    size_reason = "output/file size limit exceeded (%d KB)" % (spec["file_limit"] // 1024)
-
-    def emit(event, **data):
-        data["event"] = event
-        out.write(nonce + " " + dumps(data) + "\n")
-        out.flush()
-
-    def finish():
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        os._exit(0)
-
-    def clip(text, limit=500):
-        text = str(text)
-        return text if len(text) <= limit else text[:limit] + "... [truncated]"
-
-    def where(tb):
-        frames = [f for f in traceback.extract_tb(tb) if f.filename in ("<solution>", "<tests>")]
-        if not frames:
-            return ""
-        f = frames[-1]
-        line = (f.line or "").strip()
-        return " (at %s line %s%s)" % (f.filename, f.lineno, ": " + clip(line, 160) if line else "")
-
-    def describe(exc):
-        if isinstance(exc, MemoryError):
-            return mem_reason
-        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
-            return size_reason
-        if isinstance(exc, SystemExit):
-            return "called sys.exit(%s)" % clip(repr(exc.code), 80)
-        try:
-            message = str(exc)
-        except BaseException:
-            message = "<unprintable>"
-        name = type(exc).__name__
-        if isinstance(exc, AssertionError) and not message:
-            return "assertion failed" + where(exc.__traceback__)
-        return clip(name + (": " + message if message else "")) + where(exc.__traceback__)
-
-    def to_json(value):
-        def default(obj):
-            if hasattr(obj, "tolist") and callable(obj.tolist):
-                return obj.tolist()
-            raise TypeError("a %s value is not JSON-serialisable" % type(obj).__name__)
-        return json.loads(dumps(value, default=default))
-
-    guard(os.path.realpath(os.getcwd()))
-
-    for name, text in (("<solution>", spec["code"]), ("<tests>", spec["source"] or "")):
-        linecache.cache[name] = (len(text), None, text.splitlines(True), name)
-    module = types.ModuleType("solution")
-    module.__file__ = "<solution>"
-    sys.modules["solution"] = module
-
-    cases = spec["cases"]
-    if cases is not None:
-        emit("collected", names=[case["name"] for case in cases])
-    try:
-        code = compile(spec["code"], "<solution>", "exec")
-    except SyntaxError as exc:
-        emit("fatal", error="the candidate code does not compile: %s: %s (line %s)"
-             % (type(exc).__name__, exc.msg, exc.lineno))
-        finish()
-    except MemoryError:
-        emit("fatal", error=mem_reason)
-        finish()
-    try:
-        exec(code, module.__dict__)
-    except MemoryError:
-        emit("fatal", error="the candidate code failed while loading: " + mem_reason)
-        finish()
-    except BaseException as exc:
-        emit("fatal", error="the candidate code failed while loading: " + describe(exc))
-        finish()
-
-    if cases is not None:
-        run_cases(cases, module, spec["function"], emit, describe, to_json, clip)
-    else:
-        run_source(spec["source"], module, emit, describe, mem_reason)
-    emit("done")
-    finish()
-
-def run_cases(cases, module, function, emit, describe, to_json, clip):
-    for case in cases:
-        name = case["name"]
-        emit("start", name=name)
-        ok, reason = run_case(case, module, function, describe, to_json, clip)
-        emit("result", name=name, ok=ok, reason=reason)
-
-def run_case(case, module, function, describe, to_json, clip):
-    try:
-        if "call" in case:
-            target = compile(case["call"], "<call>", "eval")
-        else:
-            target = module
-            for part in function.split("."):
-                if not hasattr(target, part):
-                    return False, "the candidate code does not define %r" % function
-                target = getattr(target, part)
-            if not callable(target):
-                return False, "%r is not callable" % function
-    except SyntaxError as exc:
-        return False, "the call expression does not compile: %s" % exc.msg
-    try:
-        if "call" in case:
-            actual = eval(target, module.__dict__)
-        else:
-            actual = target(*case["args"], **case.get("kwargs", {}))
-    except BaseException as exc:
-        wanted = case.get("raises")
-        if wanted and any(cls.__name__ == wanted for cls in type(exc).__mro__):
-            return True, None
-        return False, describe(exc)
-    if "raises" in case:
-        return False, "expected %s to be raised, but it returned normally" % case["raises"]
-    expected = to_json(case["expected"])
-    try:
-        normal = to_json(actual)
-    except (TypeError, ValueError) as exc:
-        return False, "expected %s, got a value that is not JSON-comparable (%s)" % (
-            clip(json.dumps(expected), 200), clip(exc, 120))
-    if normal == expected:
-        return True, None
-    return False, "expected %s, got %s" % (
-        clip(json.dumps(expected), 200), clip(json.dumps(normal), 200))
-
-def run_source(source, module, emit, describe, mem_reason):
-    try:
-        code = compile(source, "<tests>", "exec")
-    except SyntaxError as exc:
-        emit("fatal", error="the test source does not compile: %s (line %s)"
-             % (exc.msg, exc.lineno))
-        return
-    namespace = dict(module.__dict__)
-    namespace["__name__"] = "tests"
-    try:
-        exec(code, namespace)
-    except MemoryError:
-        emit("fatal", error="the test source failed while loading: " + mem_reason)
-        return
-    except BaseException as exc:
-        emit("fatal", error="the test source failed while loading: " + describe(exc))
-        return
-    tests = []
-    for name, obj in list(namespace.items()):
-        if name.startswith("test") and isinstance(obj, types.FunctionType):
-            if obj.__code__.co_filename == "<tests>":
-                tests.append((name, None, obj))
-        elif name.startswith("Test") and isinstance(obj, type) and obj.__module__ == "tests":
-            for attr, member in list(vars(obj).items()):
-                if attr.startswith("test") and isinstance(member, types.FunctionType):
-                    tests.append((name + "." + attr, obj, member))
-    if not tests:
-        emit("fatal", error="the test source defines no test functions (name them test_*)")
-        return
-    emit("collected", names=[name for name, _, _ in tests])
-    for name, cls, func in tests:
-        emit("start", name=name)
-        ok, reason = True, None
-        try:
-            code = func.__code__
-            required = code.co_argcount - len(func.__defaults__ or ()) - (1 if cls else 0)
-            if required > 0:
-                ok, reason = False, "the test takes arguments (pytest fixtures are not supported)"
-            else:
-                call = func.__get__(cls()) if cls else func
-                if code.co_flags & 0x80:
-                    import asyncio
-                    asyncio.run(call())
-                else:
-                    call()
-        except MemoryError:
-            ok, reason = False, mem_reason
-        except BaseException as exc:
-            ok, reason = False, describe(exc)
-        emit("result", name=name, ok=ok, reason=reason)
-
-def guard(workdir):
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-    pid = os.getpid()
-    own = str(pid)
-    prefix = workdir.rstrip(os.sep) + os.sep
-    blocked = {
-        "os.fork": "starting processes", "os.forkpty": "starting processes",
-        "os.system": "starting processes", "os.exec": "starting processes",
-        "os.posix_spawn": "starting processes", "os.spawn": "starting processes",
-        "subprocess.Popen": "starting processes", "os.killpg": "signalling process groups",
-        "resource.setrlimit": "changing resource limits",
-        "resource.prlimit": "changing resource limits",
-        "socket.connect": "network access", "socket.bind": "network access",
-        "socket.sendto": "network access", "socket.sendmsg": "network access",
-        "socket.getaddrinfo": "network access", "socket.gethostbyname": "network access",
-        "socket.gethostbyaddr": "network access",
-    }
-    one_path = {"os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
-                "os.utime", "os.mkfifo", "os.mknod", "os.setxattr", "os.removexattr",
-                "os.chflags", "os.lchflags", "shutil.rmtree"}
-    symbols = {"fork", "vfork", "clone", "clone3", "system", "popen", "execv", "execve",
-               "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "posix_spawn",
-               "posix_spawnp", "daemon", "kill", "killpg", "tgkill", "setrlimit", "prlimit",
-               "prlimit64", "syscall", "ptrace", "setsid", "setpgid", "unshare"}
-
-    def resolve(path):
-        if isinstance(path, int) or path is None:
-            return None
-        return os.path.realpath(os.fsdecode(os.fspath(path)))
-
-    def inside(path):
-        real = resolve(path)
-        return real is None or real == workdir or real.startswith(prefix) or real == os.devnull
-
-    def deny(what):
-        raise PermissionError("the sandbox does not allow " + what)
-
-    def hook(event, args):
-        if event in blocked:
-            deny(blocked[event])
-        elif event == "open":
-            path, mode, flags = args
-            real = resolve(path)
-            if real is None:
-                return
-            parts = real.split(os.sep)
-            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and parts[2] != own:
-                deny("reading other processes' /proc entries")
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & write_flags)
-            if writing and not inside(real):
-                deny("writing outside the sandbox directory: %r" % real)
-        elif event in one_path:
-            if not inside(args[0]):
-                deny("changing files outside the sandbox directory")
-        elif event in ("os.rename", "os.link"):
-            if not (inside(args[0]) and inside(args[1])):
-                deny("changing files outside the sandbox directory")
-        elif event == "os.symlink":
-            if not inside(args[1]):
-                deny("changing files outside the sandbox directory")
-        elif event == "os.kill":
-            if args[0] != pid:
-                deny("signalling other processes")
-        elif event in ("ctypes.dlsym", "ctypes.dlsym/handle"):
-            if isinstance(args[1], str) and args[1] in symbols:
-                deny("calling %s through ctypes" % args[1])
-
-    sys.addaudithook(hook)
-
-main()
-'''
+# The child-side program, read once at import. It goes to the child as `-c` source, not as a
+# path, so no file path shows in the child's `__main__` or tracebacks (harness frames read
+# `<string>`), and every run executes this text whatever happens to the file afterwards.
+_HARNESS = Path(__file__).with_name("_sandbox_harness.py").read_text(encoding="utf-8")
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -622,24 +366,69 @@ def _parse_events(raw: bytes, nonce: str) -> list[dict[str, Any]]:
     return events
 
 
+def _call_only(case: dict[str, Any]) -> dict[str, Any]:
+    """A case as the child gets it: what to call, not what should come back."""
+    return {key: value for key, value in case.items() if key not in ("expected", "raises")}
+
+
+def _clip(text: object, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "... [truncated]"
+
+
+def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
+    """Compare what the child says one case did with what the case expects."""
+    raised = report.get("raised")
+    if isinstance(raised, list):
+        wanted = case.get("raises")
+        if wanted and wanted in raised:
+            return True, ""
+        return False, str(report.get("error") or "raised an exception")
+    if "error" in report:
+        return False, str(report["error"])
+    if "raises" in case:
+        return False, f"expected {case['raises']} to be raised, but it returned normally"
+    expected = json.dumps(case["expected"])
+    if "unjsonable" in report:
+        return False, (f"expected {_clip(expected, 200)}, got a value that is not "
+                       f"JSON-comparable ({_clip(report['unjsonable'], 120)})")
+    if "value" not in report:
+        return False, "the sandbox reported no outcome for this case"
+    if report["value"] == json.loads(expected):
+        return True, ""
+    return False, f"expected {_clip(expected, 200)}, got {_clip(json.dumps(report['value']), 200)}"
+
+
 def _assemble(
-    events: list[dict[str, Any]], run_error: str | None, stdout: str, stderr: str
+    events: list[dict[str, Any]],
+    run_error: str | None,
+    stdout: str,
+    stderr: str,
+    cases: list[dict[str, Any]] | None = None,
 ) -> TestRunResult:
-    """Turn child events (and a run-level error, if the child never finished) into a result."""
-    names: list[str] = []
+    """Turn child events (and a run-level error, if the child never finished) into a result.
+
+    With named ``cases`` the case list and every verdict come from this process; the child
+    only says what each call returned or raised. For a test source, its verdicts are taken.
+    """
+    by_name = {case["name"]: case for case in cases or []}
+    names: list[str] = list(by_name)
     outcomes: dict[str, tuple[bool, str]] = {}
     running: str | None = None
     error = run_error
     done = False
     for event in events:
         kind = event.get("event")
-        if kind == "collected" and isinstance(event.get("names"), list):
+        if kind == "collected" and cases is None and isinstance(event.get("names"), list):
             names = [str(name) for name in event["names"]]
         elif kind == "start":
             running = str(event.get("name"))
         elif kind == "result":
             name = str(event.get("name"))
-            outcomes[name] = (event.get("ok") is True, str(event.get("reason") or "failed"))
+            if cases is None:
+                outcomes[name] = (event.get("ok") is True, str(event.get("reason") or "failed"))
+            elif name in by_name and name not in outcomes:
+                outcomes[name] = _judge(by_name[name], event)
             running = None
         elif kind == "fatal":
             error = str(event.get("error"))
@@ -651,7 +440,7 @@ def _assemble(
     failures = [
         {"name": name, "reason": reason} for name, (ok, reason) in outcomes.items() if not ok
     ]
-    if running is not None and running not in outcomes:
+    if running is not None and running not in outcomes and (cases is None or running in by_name):
         failures.append({"name": running, "reason": error or "did not finish"})
     for name in names:
         if name not in outcomes and name != running:
@@ -726,7 +515,7 @@ def run_tests(
         "nonce": nonce,
         "fd": write_fd,
         "code": code,
-        "cases": cases,
+        "cases": None if cases is None else [_call_only(case) for case in cases],
         "source": source,
         "function": function,
         "memory_mb": memory_mb,
@@ -772,7 +561,7 @@ def run_tests(
                 run_error = f"timed out after {_fmt_seconds(seconds)} s"
             else:
                 run_error = _exit_reason(returncode, stderr, memory_mb)
-        return _assemble(events, run_error, stdout, stderr)
+        return _assemble(events, run_error, stdout, stderr, cases)
     finally:
         os.close(read_fd)
         _remove_tree(workdir)
