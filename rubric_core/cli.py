@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rubric_core.models import ModelConfigError
 from rubric_core.rubric import RubricError
+from rubric_core.store import DB_ENV_VAR
 
 if TYPE_CHECKING:
     from rubric_core.runner import RunEvent, RunSpec
@@ -118,42 +121,79 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
     out.flush()
 
 
+def _title(args: argparse.Namespace, spec: RunSpec) -> str:
+    """The run index label: the example's title, else the start of the prompt."""
+    if args.example:
+        from rubric_core.examples import get_example
+
+        return get_example(args.example).title
+    first = " ".join(spec.prompt.split())
+    return first if len(first) <= 60 else first[:59] + "…"
+
+
+def _consume(events: Iterator[RunEvent], out: TextIO, quiet: bool) -> dict[str, Any]:
+    """Print events as they come; the ``run_finished`` event (empty if there was none)."""
+    final: dict[str, Any] = {}
+    for event in events:
+        _print_event(event, out, quiet)
+        if event["type"] == "run_finished":
+            final = dict(event)
+    return final
+
+
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from rubric_core.runner import run_rubric
 
     spec = _spec(args)
     spec.validate()
-    checkpointer: Any = None
-    store: Any = None
+    if args.resume and not (args.db and args.thread):
+        raise UsageError("--resume needs --db PATH and --thread ID")
+    final: dict[str, Any] = {}
+    run_id: str | None = None
     if args.db:
+        from rubric_core.recording import record_events
         from rubric_core.store import Store
 
         store = Store(args.db)
-        checkpointer = store.saver()
-    elif args.resume:
-        raise UsageError("--resume needs --db PATH and --thread ID")
-    final: dict[str, Any] = {}
-    try:
-        for event in run_rubric(spec, checkpointer=checkpointer, thread_id=args.thread,
-                                resume=args.resume):
-            _print_event(event, out, args.quiet)
-            if event["type"] == "run_finished":
-                final = dict(event)
-    finally:
-        if store is not None:
+        try:
+            thread_id = args.thread or uuid.uuid4().hex
+            record = store.latest_run_for_thread(thread_id) if args.resume else None
+            if record is None:
+                record = store.create_run(
+                    title=_title(args, spec), prompt=spec.prompt, rubric=spec.rubric,
+                    worker_model=str(spec.worker), grader_model=str(spec.grader),
+                    max_iterations=spec.max_iterations, thread_id=thread_id,
+                    worker_system_prompt=spec.worker_system_prompt or "",
+                    grader_system_prompt=spec.grader_system_prompt or "",
+                    grader_tools=[t.name for t in spec.grader_tools],
+                )
+            events = record_events(
+                store, record.run_id,
+                run_rubric(spec, checkpointer=store.saver(), thread_id=thread_id,
+                           resume=args.resume),
+                prior_duration_s=(record.duration_s or 0.0) if args.resume else 0.0,
+            )
+            final = _consume(events, out, args.quiet)
+            run_id = record.run_id
+        finally:
             store.close()
+    else:
+        final = _consume(run_rubric(spec), out, args.quiet)
     status = final.get("status", "error")
     out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
               f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
     if final.get("error"):
         out.write(f"error: {final['error']}\n")
+    if run_id is not None:
+        out.write(f"recorded as run {run_id[:8]} in {args.db} (the app's Review page lists it "
+                  f"when {DB_ENV_VAR} points at that file)\n")
     if status in NEXT_STEPS:
         out.write(f"next: {NEXT_STEPS[status]}\n")
     if args.csv:
         from rubric_core.export import evaluations_frame, to_csv
 
         # Keys are RunRecord field names, which evaluations_frame maps to its run_* columns.
-        run_info = {"run_id": final.get("thread_id"), "title": spec.prompt[:80],
+        run_info = {"run_id": run_id or final.get("thread_id"), "title": spec.prompt[:80],
                     "worker_model": str(args.model or "demo"),
                     "grader_model": str(args.grader or "rules"), "status": status}
         frame = evaluations_frame(final.get("evaluations", []), run=run_info)

@@ -472,6 +472,15 @@ class Store:
             ).fetchone()
         return _record(row) if row else None
 
+    def latest_run_for_thread(self, thread_id: str) -> RunRecord | None:
+        """The most recent run on this LangGraph thread, or None."""
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE thread_id = ? "
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1", (thread_id,)
+            ).fetchone()
+        return _record(row) if row else None
+
     def list_runs(
         self,
         *,

@@ -23,6 +23,7 @@ from openai_server import FakeOpenAI, Reply, error, text, tool_call
 from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
 from rubric_core.models import BASE_URL_ENV
+from rubric_core.store import Store
 
 RUBRIC = "- c1\n- c2"
 
@@ -277,6 +278,44 @@ def test_db_and_resume_continue_a_thread(
                                        "--thread", "th", "--resume"), capsys)
     assert code == 1 and "status: max_iterations_reached after 1 grading pass(es)" in out
     assert again.server.requests == []  # a finished thread is reported, not run again
+
+
+def test_db_runs_are_recorded_in_the_run_index(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "studio.sqlite3")
+    first = scripted(["draft"], [FAIL])
+    code, out, _ = run_main(first.argv("--prompt", "Write   it\nnow", "--rubric", RUBRIC,
+                                       "--db", db, "--thread", "th", "--max-iterations", "1"),
+                            capsys)
+    assert code == 1
+    with Store(db) as store:
+        runs = store.list_runs()
+        assert len(runs) == 1
+        run = runs[0]
+        assert (run.thread_id, run.title, run.status, run.iterations) == (
+            "th", "Write it now", "max_iterations_reached", 1)
+        assert (run.worker_model, run.grader_model) == (
+            "openai-compatible:worker", "openai-compatible:grader")
+        assert run.grader_tools == () and run.worker_system_prompt == ""
+        assert [e["result"] for e in store.evaluations(run.run_id)] == ["needs_revision"]
+    assert f"recorded as run {run.run_id[:8]} in {db}" in out
+
+    # Resuming the thread keeps recording into the same run, not a new one.
+    again = scripted([], [])
+    run_main(again.argv("--prompt", "Write it now", "--rubric", RUBRIC, "--db", db,
+                        "--thread", "th", "--resume"), capsys)
+    with Store(db) as store:
+        assert [r.run_id for r in store.list_runs()] == [run.run_id]
+
+
+def test_resume_needs_db_and_thread(scripted: Any, capsys: pytest.CaptureFixture[str],
+                                    tmp_path: Path) -> None:
+    s = scripted([], [])
+    code, _, err = run_main(s.argv("--prompt", "p", "--rubric", RUBRIC, "--resume",
+                                   "--db", str(tmp_path / "x.sqlite3")), capsys)
+    assert code == 2 and "--resume needs --db PATH and --thread ID" in err
+    assert s.server.requests == []
 
 
 # --------------------------------------------------------------------------- bundled examples

@@ -4,9 +4,7 @@ next-step advice, resume.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,14 +15,13 @@ from rubric_core.app_support._common import FORM_DEFAULTS, LLM_GRADER_HINT, UiMe
 from rubric_core.app_support.authoring import build_tools, default_tool_names, lint_for_ui
 from rubric_core.app_support.settings import build_model, check_max_iterations, model_problem
 from rubric_core.examples import get_example, list_examples
+from rubric_core.recording import record_events
 from rubric_core.runner import RunSpec
-from rubric_core.store import StoreError
 
 if TYPE_CHECKING:
     from rubric_core.app_support._common import Level
     from rubric_core.runner import RunEvent
     from rubric_core.store import RunRecord, Store
-    from rubric_core.types import RubricEvaluation
 
 
 @dataclass
@@ -153,10 +150,6 @@ def wait_until_inactive(run_id: str, timeout_s: float) -> bool:
         return _ACTIVE_CHANGED.wait_for(lambda: run_id not in _ACTIVE_RUNS, timeout=timeout_s)
 
 
-def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:
-    return str(ev.get("grading_run_id")), int(ev.get("iteration") or 0)
-
-
 def recorded_events(
     store: Store,
     run_id: str,
@@ -164,12 +157,10 @@ def recorded_events(
     *,
     prior_duration_s: float = 0.0,
 ) -> Iterator[RunEvent]:
-    """Pass the runner's events through, recording the run in the store as they arrive.
+    """`rubric_core.recording.record_events`, recorded once per server process.
 
-    Each evaluation is added when it finishes (once, even when a resumed node repeats it);
-    ``run_finished`` sets the final status. When the events stop early — the page was stopped
-    or rerun and this generator closed — the runner is closed too (aborting the graph) and the
-    run is marked ``interrupted``; its thread stays in the database for a resume.
+    When the page is stopped or rerun this generator is closed, which closes the runner and
+    marks the run ``interrupted``; its thread stays in the database for a resume.
 
     Args:
         store: The database.
@@ -191,60 +182,11 @@ def recorded_events(
             raise RuntimeError(msg)
         _ACTIVE_RUNS.add(run_id)
     try:
-        yield from _recorded(store, run_id, events, prior_duration_s)
+        yield from record_events(store, run_id, events, prior_duration_s=prior_duration_s)
     finally:
         with _ACTIVE_CHANGED:
             _ACTIVE_RUNS.discard(run_id)
             _ACTIVE_CHANGED.notify_all()
-
-
-def _recorded(
-    store: Store, run_id: str, events: Iterator[RunEvent], prior_duration_s: float
-) -> Iterator[RunEvent]:
-    seen = {_eval_key(e) for e in store.evaluations(run_id)}
-    started = time.perf_counter()
-    finished = False
-
-    def add(evaluation: RubricEvaluation) -> None:
-        key = _eval_key(evaluation)
-        if key not in seen:
-            store.add_evaluation(run_id, evaluation)
-            seen.add(key)
-
-    try:
-        for event in events:
-            if event["type"] == "evaluation_finished":
-                add(event["evaluation"])
-            elif event["type"] == "run_finished":
-                for evaluation in event["evaluations"]:
-                    add(evaluation)
-                store.finish_run(
-                    run_id, event["status"], error=event["error"],
-                    duration_s=round(prior_duration_s + event["duration_s"], 3),
-                )
-                finished = True
-            yield event
-    except Exception as exc:
-        if not finished:
-            finished = True
-            _finish_quietly(store, run_id, "error", f"{type(exc).__name__}: {exc}",
-                            prior_duration_s + time.perf_counter() - started)
-        raise
-    finally:
-        if not finished:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-            _finish_quietly(store, run_id, "interrupted", None,
-                            prior_duration_s + time.perf_counter() - started)
-
-
-def _finish_quietly(
-    store: Store, run_id: str, status: str, error: str | None, duration_s: float
-) -> None:
-    # On failure the record stays 'running', which the Run page still offers to resume.
-    with contextlib.suppress(StoreError, KeyError):
-        store.finish_run(run_id, status, error=error, duration_s=round(duration_s, 3))
 
 
 def progress(iteration: int, cap: int) -> tuple[float, str]:
