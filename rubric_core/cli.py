@@ -121,16 +121,6 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
     out.flush()
 
 
-def _title(args: argparse.Namespace, spec: RunSpec) -> str:
-    """The run index label: the example's title, else the start of the prompt."""
-    if args.example:
-        from rubric_core.examples import get_example
-
-        return get_example(args.example).title
-    first = " ".join(spec.prompt.split())
-    return first if len(first) <= 60 else first[:59] + "…"
-
-
 def _consume(events: Iterator[RunEvent], out: TextIO, quiet: bool) -> dict[str, Any]:
     """Print events as they come; the ``run_finished`` event (empty if there was none)."""
     final: dict[str, Any] = {}
@@ -148,10 +138,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     spec.validate()
     if args.resume and not (args.db and args.thread):
         raise UsageError("--resume needs --db PATH and --thread ID")
-    final: dict[str, Any] = {}
     run_id: str | None = None
     if args.db:
-        from rubric_core.recording import record_events
+        from rubric_core.recording import record_events, run_title
         from rubric_core.store import Store
 
         store = Store(args.db)
@@ -160,7 +149,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             record = store.latest_run_for_thread(thread_id) if args.resume else None
             if record is None:
                 record = store.create_run(
-                    title=_title(args, spec), prompt=spec.prompt, rubric=spec.rubric,
+                    title=run_title(spec.prompt, args.example), prompt=spec.prompt,
+                    rubric=spec.rubric,
                     worker_model=str(spec.worker), grader_model=str(spec.grader),
                     max_iterations=spec.max_iterations, thread_id=thread_id,
                     worker_system_prompt=spec.worker_system_prompt or "",

@@ -1,5 +1,7 @@
 """Record a run in the run index while its events stream past (shared by the app and the CLI).
 
+`run_title` is the label both give a new run.
+
 `record_events` wraps the runner's event iterator: each evaluation is stored as it finishes,
 ``run_finished`` sets the run's final status and duration, an exception marks the run
 ``error`` and an early stop marks it ``interrupted`` (its thread stays in the database, so the
@@ -13,12 +15,28 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rubric_core.examples import get_example
 from rubric_core.store import StoreError
 
 if TYPE_CHECKING:
     from rubric_core.runner import RunEvent
     from rubric_core.store import Store
     from rubric_core.types import RubricEvaluation
+
+
+TITLE_CHARS = 60
+"""Longest run title taken from a prompt."""
+
+
+def run_title(prompt: str, example_name: str | None = None) -> str:
+    """A short label for the run index: the bundled example's title, else the prompt's start."""
+    if example_name:
+        try:
+            return get_example(example_name).title
+        except KeyError:
+            pass
+    first = " ".join(prompt.split())
+    return first if len(first) <= TITLE_CHARS else first[: TITLE_CHARS - 1] + "…"
 
 
 def record_events(

@@ -170,9 +170,11 @@ def _record(row: Sequence[Any]) -> RunRecord:
 
 
 def _row(record: RunRecord) -> tuple[Any, ...]:
-    """A record as the values of a run index row."""
-    *head, tools = dataclasses.astuple(record)
-    return (*head, json.dumps(list(tools), ensure_ascii=False) if tools is not None else None)
+    """A record as the values of a run index row (the inverse of `_record`)."""
+    values = dataclasses.asdict(record)
+    if values["grader_tools"] is not None:
+        values["grader_tools"] = json.dumps(list(values["grader_tools"]), ensure_ascii=False)
+    return tuple(values[name] for name in _RUN_FIELDS)
 
 
 def default_db_path() -> Path:

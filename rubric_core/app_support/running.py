@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from rubric_core import recording
 from rubric_core.app_support._common import FORM_DEFAULTS, LLM_GRADER_HINT, UiMessage
 from rubric_core.app_support.authoring import build_tools, default_tool_names, lint_for_ui
 from rubric_core.app_support.settings import build_model, check_max_iterations, model_problem
-from rubric_core.examples import get_example, list_examples
-from rubric_core.recording import record_events
+from rubric_core.examples import list_examples
 from rubric_core.runner import RunSpec
 
 if TYPE_CHECKING:
@@ -111,14 +111,8 @@ def build_run_spec(form: RunForm, *, secrets: Mapping[str, Any], token_delay_s: 
 
 
 def run_title(form: RunForm) -> str:
-    """A short label for the run index: the example's title, else the prompt's start."""
-    if form.example_name:
-        try:
-            return get_example(form.example_name).title
-        except KeyError:
-            pass
-    first = " ".join(form.prompt.split())
-    return first if len(first) <= 60 else first[:59] + "…"
+    """A short label for the run index (`rubric_core.recording.run_title` of the form)."""
+    return recording.run_title(form.prompt, form.example_name)
 
 
 def start_run(store: Store, form: RunForm) -> RunRecord:
@@ -182,7 +176,8 @@ def recorded_events(
             raise RuntimeError(msg)
         _ACTIVE_RUNS.add(run_id)
     try:
-        yield from record_events(store, run_id, events, prior_duration_s=prior_duration_s)
+        yield from recording.record_events(store, run_id, events,
+                                           prior_duration_s=prior_duration_s)
     finally:
         with _ACTIVE_CHANGED:
             _ACTIVE_RUNS.discard(run_id)
