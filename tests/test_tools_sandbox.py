@@ -524,6 +524,14 @@ def test_tampering_with_the_harness_cannot_forge_named_cases() -> None:
     assert "'call'" in result["stdout"]
 
 
+def test_a_long_not_json_comparable_reason_is_clipped_once() -> None:
+    code = "class X:\n    def tolist(self):\n        raise TypeError('x' * 300)\n"
+    result = run_tests(code, [{"name": "a", "call": "X()", "expected": 1}])
+    reason = result["failures"][0]["reason"]
+    assert reason.startswith("expected 1, got a value that is not JSON-comparable (xxx")
+    assert reason.count("[truncated]") == 1
+
+
 def test_candidate_annotations_are_not_postponed() -> None:
     # The harness uses `from __future__ import annotations`; candidate code must not inherit it.
     code = "def f(x: int) -> int:\n    return x\nANN = f.__annotations__['x'] is int\n"

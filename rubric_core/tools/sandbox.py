@@ -391,7 +391,7 @@ def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
     expected = json.dumps(case["expected"])
     if "unjsonable" in report:
         return False, (f"expected {_clip(expected, 200)}, got a value that is not "
-                       f"JSON-comparable ({_clip(report['unjsonable'], 120)})")
+                       f"JSON-comparable ({report['unjsonable']})")
     if "value" not in report:
         return False, "the sandbox reported no outcome for this case"
     if report["value"] == json.loads(expected):
