@@ -112,6 +112,18 @@ def tool_call(name: str, args: dict[str, Any], *, call_id: str | None = None) ->
     return ToolCall(name, dict(args), call_id)
 
 
+def verdict(
+    result: str, failing: tuple[str, ...] = (), criteria: tuple[str, ...] = ("c1", "c2")
+) -> ToolCall:
+    """Script a ``GraderResponse`` call; criteria in `failing` fail with the gap ``fix <c>``."""
+    answers = [
+        {"name": c, "passed": c not in failing, **({"gap": f"fix {c}"} if c in failing else {})}
+        for c in criteria
+    ]
+    return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
+                                        "criteria": answers})
+
+
 def error(status: int, message: str, *, headers: dict[str, str] | None = None) -> Error:
     """Script an HTTP error; a 429 carries ``Retry-After: 0`` unless ``headers`` say otherwise."""
     extra = {"Retry-After": "0"} if status == 429 else {}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_server import FakeOpenAI, Reply, text, tool_call
+from openai_server import FakeOpenAI, text, verdict
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
@@ -361,12 +361,6 @@ def test_openai_compatible_server_end_to_end(
     key = "sk-app-test-must-not-be-stored"
     monkeypatch.setenv("OPENAI_API_KEY", key)
     monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
-
-    def verdict(result: str, failing: tuple[str, ...] = ()) -> Reply:
-        criteria = [{"name": c, "passed": c not in failing,
-                     **({"gap": f"add {c}"} if c in failing else {})} for c in ("c1", "c2")]
-        return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
-                                            "criteria": criteria})
 
     with FakeOpenAI() as server:
         server.enqueue(text("first draft"), verdict("needs_revision", ("c2",)),

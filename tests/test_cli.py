@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from conftest import ROOT
-from openai_server import FakeOpenAI, Reply, error, text, tool_call
+from openai_server import FakeOpenAI, Reply, error, text, verdict
 
 from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
@@ -26,15 +26,6 @@ from rubric_core.models import BASE_URL_ENV
 from rubric_core.store import Store
 
 RUBRIC = "- c1\n- c2"
-
-
-def verdict(result: str, failing: tuple[str, ...] = ()) -> Reply:
-    criteria = [
-        {"name": c, "passed": c not in failing, **({"gap": f"fix {c}"} if c in failing else {})}
-        for c in ("c1", "c2")
-    ]
-    return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
-                                        "criteria": criteria})
 
 
 FAIL = verdict("needs_revision", ("c2",))

@@ -16,23 +16,13 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from openai_server import FakeOpenAI, Reply, drop, error, malformed, slow, text, tool_call
+from openai_server import FakeOpenAI, Reply, drop, error, malformed, slow, text, verdict
 
 from rubric_core import RubricMiddleware
 from rubric_core.runner import RunSpec, build_agent, run_rubric
 
 RUBRIC = "- c1\n- c2"
 TIMEOUT_S = 0.5
-
-
-def verdict(result: str, failing: tuple[str, ...] = ()) -> Reply:
-    """A GraderResponse tool call over the wire; criteria in `failing` fail with a gap."""
-    criteria = [
-        {"name": c, "passed": c not in failing, **({"gap": f"fix {c}"} if c in failing else {})}
-        for c in ("c1", "c2")
-    ]
-    return tool_call("GraderResponse", {"result": result, "explanation": f"{result}.",
-                                        "criteria": criteria})
 
 
 FAIL = verdict("needs_revision", ("c2",))
