@@ -70,6 +70,8 @@ with st.sidebar:
     )
     if max_iterations_notice:
         st.warning(max_iterations_notice)
+    sandbox = sup.sandbox_summary()
+    getattr(st, sandbox.level)(sandbox.text)
     st.markdown("### Database")
     st.caption(f"In use: `{db_path}`")
     if store_error:

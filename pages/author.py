@@ -57,6 +57,8 @@ else:
 st.subheader("Grader")
 st.multiselect("Evidence tools the grader may call", key="grader_tools",
                options=sup.tool_options(state["example_name"], state["grader_tools"]))
+for message in sup.sandbox_messages(state["grader_tools"], state["example_name"]):
+    getattr(st, message.level)(message.text, icon=":material/shield:")
 st.text_area("Custom grader system prompt (optional; replaces the built-in one)",
              key="grader_system_prompt", height=100)
 with st.expander("Built-in grader system prompt (for reference)"):

@@ -7,13 +7,23 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 
-# The browser test drives Debian's Chromium; install it when missing and we can.
+# The browser test drives Debian's Chromium and the sandbox tests run graded code under
+# bubblewrap; install whichever is missing when we can (root and apt-get).
+missing=()
 if [ -z "${RUBRIC_STUDIO_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  missing+=(chromium)
+fi
+if [ -z "${RUBRIC_STUDIO_BWRAP:-}" ] && ! command -v bwrap >/dev/null 2>&1; then
+  missing+=(bubblewrap)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "Installing Chromium for the browser test (apt-get) ..."
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    echo "Installing ${missing[*]} for the tests (apt-get) ..."
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "Chromium is missing: install it (e.g. 'sudo apt-get install chromium') or set RUBRIC_STUDIO_CHROMIUM." >&2
+    echo "Missing for the tests: ${missing[*]}. Install them (e.g. 'sudo apt-get install" \
+      "${missing[*]}'), or point RUBRIC_STUDIO_CHROMIUM / RUBRIC_STUDIO_BWRAP at them." >&2
   fi
 fi
 

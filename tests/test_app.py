@@ -146,6 +146,42 @@ def test_load_example_selects_its_tools_and_shows_criteria(app: AppTest) -> None
     assert not app.error
 
 
+def test_sidebar_names_the_code_sandbox_in_use(app: AppTest) -> None:
+    assert "Code sandbox: bubblewrap (kernel-isolated)." in _texts(app.sidebar.caption)
+    load_example(app, "find_duplicates")
+    assert not [m for m in app.error if "sandbox" in str(m.value).lower()]
+
+
+def test_author_warns_when_code_running_tools_cannot_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db_path: Path
+) -> None:
+    monkeypatch.setenv("RUBRIC_STUDIO_BWRAP", str(tmp_path / "missing-bwrap"))
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    at.run()
+    assert "Code sandbox: unavailable" in _texts(at.sidebar.warning)
+    load_example(at, "find_duplicates")
+    errors = _texts(at.error)
+    assert "`run_find_duplicates_tests` run the candidate's code" in errors
+    assert "apt-get install bubblewrap" in errors
+    # A rubric without code-running tools gets no such error.
+    at.multiselect(key="grader_tools").set_value([]).run()
+    assert "run the candidate's code" not in _texts(at.error)
+
+
+def test_author_warns_in_unsafe_process_mode(
+    monkeypatch: pytest.MonkeyPatch, db_path: Path
+) -> None:
+    monkeypatch.setenv("RUBRIC_STUDIO_SANDBOX", "unsafe-process")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    at.run()
+    assert "Code sandbox: unsafe-process. UNSAFE" in _texts(at.sidebar.warning)
+    load_example(at, "find_duplicates")
+    assert "without kernel isolation" in _texts(at.warning)
+
+
 def test_rubric_library_save_and_load(app: AppTest) -> None:
     load_example(app, "haiku")
     app.text_input(key="rubric_name").input("poems").run()

@@ -4,11 +4,7 @@ LangChain tools built on it."""
 from __future__ import annotations
 
 import os
-import re
-import resource
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +68,7 @@ def test_correct_find_duplicates_passes_every_case() -> None:
         "error": None,
         "stdout": "",
         "stderr": "",
+        "sandbox": "bwrap",
     }
 
 
@@ -233,7 +230,16 @@ def test_output_is_returned_capped() -> None:
         ),
         pytest.param(
             {"tests": [{"name": "a", "args": [], "raises": "not a name"}], "function": "f"},
-            "'raises' must be an exception class name", id="bad_raises",
+            "'raises' must be an exception class", id="bad_raises",
+        ),
+        pytest.param(
+            {"tests": [{"name": "a", "args": [], "raises": "NoSuchError"}], "function": "f"},
+            "'NoSuchError' is not a built-in exception", id="unknown_builtin_raises",
+        ),
+        pytest.param({"cpu_s": 0}, "cpu_s must be", id="zero_cpu"),
+        pytest.param(
+            {"tests": [{"name": "a", "args": [], "raises": "print"}], "function": "f"},
+            "'print' is not a built-in exception", id="raises_not_an_exception",
         ),
         pytest.param({"function": "f()"}, "function must be a Python name", id="bad_function"),
         pytest.param({"timeout_s": 0}, "timeout_s must be", id="zero_timeout"),
@@ -279,18 +285,6 @@ ONE_CASE = [{"name": "probe", "call": "probe()", "expected": True}]
             None, "memory limit exceeded (128 MB)", id="memory_bomb_list_growth",
         ),
         pytest.param(
-            "import os\nwhile True:\n    os.fork()\n", HOSTILE_TIMEOUT_S,
-            "does not allow starting processes", None, id="fork_loop",
-        ),
-        pytest.param(
-            "import ctypes\nctypes.CDLL(None).fork()\n", HOSTILE_TIMEOUT_S,
-            "does not allow calling fork through ctypes", None, id="fork_through_ctypes",
-        ),
-        pytest.param(
-            "import subprocess\nsubprocess.run(['true'])\n", HOSTILE_TIMEOUT_S,
-            "does not allow starting processes", None, id="subprocess",
-        ),
-        pytest.param(
             "import os\nos._exit(3)\n", HOSTILE_TIMEOUT_S,
             "process exited with code 3 before reporting results", None, id="os_exit_3",
         ),
@@ -316,23 +310,24 @@ ONE_CASE = [{"name": "probe", "call": "probe()", "expected": True}]
             5, None, "output/file size limit exceeded", id="file_size_limit",
         ),
         pytest.param(
-            "import os\ndef probe():\n    os.kill(os.getppid(), 0)\n", HOSTILE_TIMEOUT_S,
-            None, "does not allow signalling other processes", id="signal_the_parent",
-        ),
-        pytest.param(
-            "import os\ndef probe():\n    return open(f'/proc/{os.getppid()}/environ').read()\n",
-            HOSTILE_TIMEOUT_S, None, "reading other processes' /proc entries",
-            id="read_parent_environ",
-        ),
-        pytest.param(
-            "import socket\ndef probe():\n    socket.create_connection(('127.0.0.1', 9))\n",
-            HOSTILE_TIMEOUT_S, None, "does not allow network access", id="network",
-        ),
-        pytest.param(
             "import resource\ndef probe():\n"
             "    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n",
-            HOSTILE_TIMEOUT_S, None, "does not allow changing resource limits",
-            id="raise_rlimits",
+            HOSTILE_TIMEOUT_S, None, "not allowed to raise maximum limit", id="raise_rlimits",
+        ),
+        pytest.param(
+            "import os\nwhile True:\n    os.fork()\n", 5,
+            "process/thread limit reached (32 tasks)", None, id="fork_bomb_at_import",
+        ),
+        pytest.param(
+            "import threading, time\ndef probe():\n    for _ in range(200):\n"
+            "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n",
+            5, None, "process/thread limit reached (32 tasks): can't start new thread",
+            id="thread_bomb",
+        ),
+        pytest.param(
+            "def probe():\n    for i in range(200):\n"
+            "        with open(f'fill{i}.bin', 'wb') as f:\n            f.write(b'x' * 10**6)\n",
+            5, None, "disk limit exceeded (32 MB in the work dir)", id="disk_fill_200_files",
         ),
     ],
 )
@@ -353,31 +348,6 @@ def test_hostile_code_comes_back_as_a_clear_failure(
         assert reason in _failure(result, "probe"), result
 
 
-def test_fork_loop_leaves_no_process_behind() -> None:
-    # The candidate reports its process group through a deliberately failing case, then spins
-    # trying to fork until the timeout; afterwards the group must be empty.
-    code = (
-        "import os\nGROUP = os.getpgid(0)\n"
-        "def bomb():\n    while True:\n        try:\n            os.fork()\n"
-        "        except OSError:\n            pass\n"
-    )
-    cases = [
-        {"name": "group", "call": "GROUP", "expected": -1},
-        {"name": "bomb", "call": "bomb()", "expected": None},
-    ]
-    started = time.monotonic()
-    result = run_tests(code, cases, timeout_s=HOSTILE_TIMEOUT_S)
-    assert time.monotonic() - started < HOSTILE_TIMEOUT_S + SLACK_S
-    assert result["ok"] is False and result["error"] == "timed out after 1.5 s"
-    assert _failure(result, "bomb") == "timed out after 1.5 s"
-    match = re.fullmatch(r"expected -1, got (\d+)", _failure(result, "group"))
-    assert match, result
-    pgid = int(match.group(1))
-    assert pgid != os.getpgid(0)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
-
-
 def test_later_cases_are_reported_as_not_run_after_a_timeout() -> None:
     code = "def spin():\n    while True:\n        pass\n"
     cases = [
@@ -391,83 +361,6 @@ def test_later_cases_are_reported_as_not_run_after_a_timeout() -> None:
         {"name": "stuck", "reason": "timed out after 1.5 s"},
         {"name": "last", "reason": "not run (see error)"},
     ]
-
-
-@pytest.mark.parametrize(
-    "attack",
-    [
-        pytest.param("open(TARGET, 'w').write('x')", id="open_for_write"),
-        pytest.param("os.close(os.open(TARGET, os.O_WRONLY | os.O_CREAT))", id="os_open_creat"),
-        pytest.param(
-            "os.symlink(TARGET, 'link'); open('link', 'w').write('x')", id="through_a_symlink"
-        ),
-        pytest.param(
-            "os.chdir('/tmp'); open(os.path.basename(TARGET), 'w').write('x')",
-            id="relative_after_chdir",
-        ),
-    ],
-)
-def test_writing_outside_the_temp_dir_fails_and_leaves_no_file(attack: str) -> None:
-    target = f"/tmp/rubric_escape_{uuid.uuid4().hex}"
-    code = f"import os\nTARGET = {target!r}\ndef probe():\n    {attack}\n"
-    try:
-        result = run_tests(code, ONE_CASE, timeout_s=5)
-        assert result["ok"] is False
-        assert "does not allow writing outside the sandbox directory" in _failure(result, "probe")
-        assert not os.path.exists(target)
-    finally:
-        if os.path.lexists(target):
-            os.remove(target)
-
-
-def test_deleting_outside_the_temp_dir_fails(tmp_path: Path) -> None:
-    victim = tmp_path / "keep.txt"
-    victim.write_text("precious")
-    code = f"import os, shutil\ndef probe():\n    os.remove({str(victim)!r})\n"
-    result = run_tests(code, ONE_CASE, timeout_s=5)
-    assert "does not allow changing files outside" in _failure(result, "probe")
-    code = f"import shutil\ndef probe():\n    shutil.rmtree({str(tmp_path)!r})\n"
-    result = run_tests(code, ONE_CASE, timeout_s=5)
-    assert "does not allow changing files outside" in _failure(result, "probe")
-    assert victim.read_text() == "precious"
-
-
-def test_temp_dir_is_private_writable_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[str] = []
-    real_mkdtemp = sandbox.tempfile.mkdtemp
-
-    def recording_mkdtemp(*args: Any, **kwargs: Any) -> str:
-        path = real_mkdtemp(*args, **kwargs)
-        made.append(path)
-        return path
-
-    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", recording_mkdtemp)
-    code = (
-        "import os\n"
-        "def probe():\n"
-        "    open('note.txt', 'w').write('hi')\n"
-        "    os.makedirs('locked/inner')\n"
-        "    os.chmod('locked', 0)\n"
-        "    return os.path.realpath(os.getcwd())\n"
-    )
-    result = run_tests(code, [{"name": "cwd", "call": "probe()", "expected": "?"}])
-    [workdir] = made
-    assert _failure(result, "cwd") == f'expected "?", got "{os.path.realpath(workdir)}"'
-    assert not os.path.exists(workdir)
-
-
-def test_secrets_in_the_parent_environment_are_not_visible(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-for-children")
-    monkeypatch.setenv("SOME_TOKEN", "t0ken")
-    code = "import os\n"
-    cases = [
-        {"name": "env", "call": "sorted(os.environ)", "expected": ["LANG", "PATH"]},
-        {"name": "key", "call": "os.environ.get('OPENAI_API_KEY')", "expected": None},
-    ]
-    result = run_tests(code, cases)
-    assert result["ok"] is True, result
 
 
 def test_printed_or_piped_fake_results_cannot_forge_a_pass() -> None:
@@ -536,23 +429,6 @@ def test_candidate_annotations_are_not_postponed() -> None:
     # The harness uses `from __future__ import annotations`; candidate code must not inherit it.
     code = "def f(x: int) -> int:\n    return x\nANN = f.__annotations__['x'] is int\n"
     assert run_tests(code, [{"name": "a", "call": "ANN", "expected": True}])["ok"] is True
-
-
-def test_child_runs_under_the_promised_rlimits() -> None:
-    cases = [
-        {"name": "as", "call": "resource.getrlimit(resource.RLIMIT_AS)[0]",
-         "expected": 256 * 1024 * 1024},
-        {"name": "fsize", "call": "resource.getrlimit(resource.RLIMIT_FSIZE)[0]",
-         "expected": sandbox.FILE_LIMIT_BYTES},
-        {"name": "core", "call": "resource.getrlimit(resource.RLIMIT_CORE)[0]", "expected": 0},
-        {"name": "cpu", "call": "resource.getrlimit(resource.RLIMIT_CPU)[0]", "expected": 4},
-        {"name": "new_session", "call": "os.getsid(0) == os.getpid()", "expected": True},
-        {"name": "isolated", "call": "sys.flags.isolated", "expected": 1},
-    ]
-    result = run_tests("import os, resource, sys", cases, timeout_s=2.5, memory_mb=256)
-    assert result["ok"] is True, result
-    nproc = [lim for lim in sandbox._limits(2.5, 256) if lim[0] == resource.RLIMIT_NPROC]
-    assert nproc and nproc[0][1] >= sandbox.PROCESS_LIMIT
 
 
 def test_task_count_sees_this_process() -> None:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from rubric_core.runner import MAX_ITERATIONS_CAP
 
-Level = Literal["error", "warning", "info", "success"]
+Level = Literal["error", "warning", "info", "success", "caption"]
 """How loudly a message is shown (the name of the Streamlit call that shows it)."""
 
 TOKEN_DELAY_ENV = "RUBRIC_STUDIO_TOKEN_DELAY"

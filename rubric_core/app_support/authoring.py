@@ -139,6 +139,45 @@ def welcome_message(prompt: str, rubric: str) -> UiMessage | None:
     )
 
 
+def sandbox_summary() -> UiMessage:
+    """One line for the sidebar: which sandbox graded code runs in, or why it cannot run."""
+    from rubric_core.tools.isolation import sandbox_status
+
+    status = sandbox_status()
+    if status.mode == "bwrap":
+        return UiMessage("caption", "Code sandbox: bubblewrap (kernel-isolated).")
+    if status.ready:
+        return UiMessage("warning", "Code sandbox: unsafe-process. " + status.detail)
+    return UiMessage("warning", "Code sandbox: unavailable. " + status.detail)
+
+
+def sandbox_messages(names: Iterable[str], example_name: str | None = None) -> list[UiMessage]:
+    """What to say before a run whose grader tools execute code: nothing when they can run.
+
+    Returns an error when code-running tools are chosen but no sandbox is available (the tools
+    would only ever report that), a warning in the unsafe-process mode, else nothing.
+    """
+    from rubric_core.tools.isolation import sandbox_status
+    from rubric_core.tools.sandbox import RUNS_CODE
+
+    try:
+        tools = build_tools(names, example_name)
+    except ValueError:
+        return []  # reported where the tools are built
+    running = [t.name for t in tools if (t.metadata or {}).get(RUNS_CODE)]
+    if not running:
+        return []
+    status = sandbox_status()
+    listed = ", ".join(f"`{name}`" for name in running)
+    if not status.ready:
+        return [UiMessage("error", f"The grader tool(s) {listed} run the candidate's code, "
+                                   f"which cannot happen on this machine. {status.detail}")]
+    if status.mode != "bwrap":
+        return [UiMessage("warning", f"The grader tool(s) {listed} will run the candidate's "
+                                     f"code without kernel isolation. {status.detail}")]
+    return []
+
+
 def lint_for_ui(
     rubric: str, grader_model: str, tool_names: Iterable[str] = ()
 ) -> list[UiMessage]:

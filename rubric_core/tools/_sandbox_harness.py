@@ -1,15 +1,19 @@
 """The child side of `rubric_core.tools.sandbox`: load candidate code and run its tests.
 
 This file is never imported by the parent. `rubric_core.tools.sandbox` reads its text and runs
-it as ``sys.executable -I -B -c <this source>`` in the temporary working directory. It reads its
-spec (JSON) from stdin, installs the audit hook (`guard`) before any candidate code runs, reports
-events on the inherited pipe ``spec["fd"]``, one line each, prefixed with ``spec["nonce"]``, and
-never returns: it ends with ``os._exit`` so candidate threads and atexit handlers cannot run after
-the last report.
+it as ``python -I -S -B -c <this source>`` inside the sandbox (see
+`rubric_core.tools.isolation`). It reads its spec (JSON) from stdin, sets the limits that must
+be set from inside, reports events on the inherited pipe ``spec["fd"]``, one line each,
+prefixed with ``spec["nonce"]``, and never returns: it ends with ``os._exit`` so candidate
+threads and atexit handlers cannot run after the last report.
 
-Isolated mode (``-I``) leaves the working directory, ``PYTHONPATH`` and user site-packages off
-``sys.path``, so the project is not on the child's path: this module must stay stdlib-only and
-must not import ``rubric_core``. Two habits keep it from changing what the candidate's code sees:
+The boundary is the kernel's (namespaces, seccomp, rlimits), not this file: candidate code runs
+in this interpreter and can change anything here. That is why the parent sends only the calls
+of named cases, never what they should return or raise, and judges the outcomes itself. In the
+``unsafe-process`` mode only, `guard` installs an audit hook as a speed bump.
+
+The project is not on the child's path: this module must stay stdlib-only and must not import
+``rubric_core``. Two habits keep it from changing what the candidate's code sees:
 
 - ``typing`` is imported for the type checker only (``TYPE_CHECKING`` is a plain ``False``
   here), so the child never loads it;
@@ -19,10 +23,12 @@ must not import ``rubric_core``. Two habits keep it from changing what the candi
 
 from __future__ import annotations
 
+import builtins
 import errno
 import json
 import linecache
 import os
+import resource
 import sys
 import traceback
 import types
@@ -41,8 +47,15 @@ def main() -> NoReturn:
     nonce = spec.pop("nonce")
     out = os.fdopen(spec.pop("fd"), "w", encoding="utf-8")
     dumps = json.dumps
+    tasks = spec["task_limit"]
+    if spec["mode"] == "bwrap":
+        # Set here, inside the user namespace, so the kernel counts this sandbox's tasks only.
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
     mem_reason = f"memory limit exceeded ({spec['memory_mb']} MB)"
     size_reason = f"output/file size limit exceeded ({spec['file_limit'] // 1024} KB)"
+    disk_reason = f"disk limit exceeded ({spec['disk_limit'] // (1024 * 1024)} MB in the work dir)"
+    task_reason = f"process/thread limit reached ({tasks} tasks)"
+    exception_paths = exception_namer()
 
     def emit(event: str, **data: object) -> None:
         data["event"] = event
@@ -77,6 +90,12 @@ def main() -> NoReturn:
             return mem_reason
         if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
             return size_reason
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return disk_reason + ": " + clip(exc, 200)
+        if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or (
+            isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+        ):
+            return task_reason + ": " + clip(exc, 200)
         if isinstance(exc, SystemExit):
             return f"called sys.exit({clip(repr(exc.code), 80)})"
         try:
@@ -96,7 +115,8 @@ def main() -> NoReturn:
 
         return json.loads(dumps(value, default=default))
 
-    guard(os.path.realpath(os.getcwd()))
+    if spec["mode"] != "bwrap":
+        guard(os.path.realpath(os.getcwd()))
 
     for name, text in (("<solution>", spec["code"]), ("<tests>", spec["source"] or "")):
         linecache.cache[name] = (len(text), None, text.splitlines(True), name)
@@ -127,7 +147,8 @@ def main() -> NoReturn:
         finish()
 
     if cases is not None:
-        run_cases(cases, module, spec["function"], emit, describe, to_json, clip)
+        run_cases(cases, module, spec["function"], emit, describe, to_json, clip,
+                  exception_paths)
     else:
         run_source(spec["source"], module, emit, describe, mem_reason)
     emit("done")
@@ -142,11 +163,13 @@ def run_cases(
     describe: Callable[[BaseException], str],
     to_json: Callable[[object], Any],
     clip: Callable[[object, int], str],
+    exception_paths: Callable[[type], list[str]],
 ) -> None:
     for case in cases:
         name = case["name"]
         emit("start", name=name)
-        emit("result", name=name, **run_case(case, module, function, describe, to_json, clip))
+        emit("result", name=name, **run_case(case, module, function, describe, to_json, clip,
+                                             exception_paths))
 
 
 def run_case(
@@ -156,8 +179,12 @@ def run_case(
     describe: Callable[[BaseException], str],
     to_json: Callable[[object], Any],
     clip: Callable[[object, int], str],
+    exception_paths: Callable[[type], list[str]],
 ) -> dict[str, Any]:
     """What one case did: ``value``, ``raised`` + ``error``, ``unjsonable`` or ``error`` alone.
+
+    ``raised`` lists the dotted paths that name the raised class and its bases (see
+    `exception_namer`), so a class that merely shares a builtin's name matches nothing.
 
     The case carries no expected value or exception: the parent judges the outcome, so code
     that tampers with this process cannot report a pass without knowing the answer.
@@ -184,7 +211,7 @@ def run_case(
         else:
             actual = target(*case["args"], **case.get("kwargs", {}))
     except BaseException as exc:
-        return {"raised": [cls.__name__ for cls in type(exc).__mro__], "error": describe(exc)}
+        return {"raised": exception_paths(type(exc)), "error": describe(exc)}
     try:
         return {"value": to_json(actual)}
     except (TypeError, ValueError) as exc:
@@ -248,6 +275,54 @@ def run_source(
         except BaseException as exc:
             ok, reason = False, describe(exc)
         emit("result", name=name, ok=ok, reason=reason)
+
+
+def exception_namer() -> Callable[[type], list[str]]:
+    """A function naming an exception class and its bases by paths that resolve to them.
+
+    Builtins are snapshotted now, before candidate code runs, so rebinding ``builtins.ValueError``
+    later changes nothing. Any other class is named ``module.qualname`` (and by the shortest
+    public alias in its package, such as ``json.JSONDecodeError`` for
+    ``json.decoder.JSONDecodeError``) only when looking that path up gives the very same object.
+    """
+    real_builtins = {
+        name: obj for name, obj in vars(builtins).items()
+        if isinstance(obj, type) and issubclass(obj, BaseException)
+    }
+    modules = sys.modules
+
+    def lookup(module_name: str, qualname: str) -> object:
+        target: object = modules.get(module_name)
+        for part in qualname.split("."):
+            if target is None:
+                return None
+            target = getattr(target, part, None)
+        return target
+
+    def paths(cls: type) -> list[str]:
+        names: list[str] = []
+        for klass in cls.__mro__:
+            if real_builtins.get(klass.__name__) is klass:
+                names.append("builtins." + klass.__name__)
+                continue
+            module_name = getattr(klass, "__module__", None)
+            qualname = getattr(klass, "__qualname__", None)
+            if not isinstance(module_name, str) or not isinstance(qualname, str):
+                continue
+            if module_name == "builtins" or "<locals>" in qualname:
+                continue
+            if lookup(module_name, qualname) is not klass:
+                continue
+            names.append(module_name + "." + qualname)
+            parts = module_name.split(".")
+            for end in range(1, len(parts)):
+                package = ".".join(parts[:end])
+                if lookup(package, qualname) is klass:
+                    names.append(package + "." + qualname)
+                    break
+        return names
+
+    return paths
 
 
 def guard(workdir: str) -> None:

@@ -1,38 +1,36 @@
-"""Run untrusted candidate Python against tests, in a separate, limited child process.
+"""Run untrusted candidate Python against tests, in a kernel-enforced sandbox.
 
-The candidate code is model output, so it is never executed in the calling process. Each run:
+The candidate code is model output, so it is never executed in the calling process. Each run
+starts the base interpreter as ``python -I -S -B -c <harness>`` (the harness is the source text
+of `rubric_core.tools._sandbox_harness`, stdlib-only) through `rubric_core.tools.isolation`:
+by default under bubblewrap, in its own user, PID, network, IPC, UTS and mount namespaces, with
+a seccomp filter, a read-only system, no project files and a size-limited work dir. Where that
+is not possible the run is refused with a message saying what to install or enable, unless the
+operator opted into the weaker ``RUBRIC_STUDIO_SANDBOX=unsafe-process``; every result names
+the mode it ran in (``sandbox``).
 
-- starts ``sys.executable -I -B -c <harness>``, where the harness is the source text of
-  `rubric_core.tools._sandbox_harness` (stdlib-only: under ``-I`` the project is not on the
-  child's path), in a new session (its own process group) with a fresh minimal environment
-  (``PATH`` and ``LANG`` only) and a fresh temporary working directory that is removed
-  afterwards;
-- sets rlimits before ``exec``: CPU seconds, address space (``memory_mb``), processes, file
-  size (which also caps stdout/stderr, as they go to files) and no core dumps;
-- installs an audit hook in the child before the candidate runs that denies spawning processes
-  (``fork``, ``exec``, ``subprocess``, ``system``, the same calls through ``ctypes``), signalling
-  other processes, raising rlimits, network connections, reading other processes' ``/proc``
-  entries, and writing, deleting or renaming anything outside the working directory;
-- enforces a wall-clock timeout and then kills the whole process group; the group is killed
-  after every run anyway, so nothing the candidate started survives it;
-- receives results only on a dedicated pipe, one line per event, each prefixed with a random
-  nonce, so text the candidate prints cannot forge a pass;
-- for named cases, sends the child only the calls, never the expected values or exceptions:
-  the child reports what each call returned or raised and this process judges it, so code that
-  tampers with the harness cannot report a pass without knowing the answers.
+Limits, each enforced by the kernel and each reported as a failure with its reason: wall clock
+(the whole sandbox is killed), CPU seconds (``RLIMIT_CPU``), memory (``RLIMIT_AS`` per
+process), file size and output size (``RLIMIT_FSIZE``, which also caps stdout/stderr, as they go
+to files), total bytes in the work dir (the tmpfs size), processes and threads
+(``RLIMIT_NPROC``, counted inside the sandbox's own user namespace) and no core dumps.
 
-The audit hook is defence in depth, not a boundary: code in the same interpreter can tamper with
-the harness. The process boundary, rlimits, timeout and process-group kill are what hold. A
+Verdicts: results come back only on a dedicated pipe, one line per event, each prefixed with a
+random nonce, so text the candidate prints cannot forge a pass. For named cases the child gets
+only the calls, never the expected values or exceptions; it reports what each call returned or
+raised (an exception as the dotted paths that resolve to its class and bases) and this process
+judges it, so code that tampers with the harness cannot report a pass without knowing the
+answers, and an exception class that only borrows a builtin's name matches nothing. A
 pytest-style test source runs its assertions in the child, so its verdicts are only as
-trustworthy as the candidate is cooperative; prefer named cases to grade hostile code. Note
-that the kernel ignores ``RLIMIT_NPROC`` for root, which is why process creation is also denied
-in the child.
+trustworthy as the candidate is cooperative; prefer named cases to grade hostile code.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -50,6 +48,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
+
+from rubric_core.tools import isolation
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,9 +87,19 @@ OUTPUT_KEEP_CHARS = 2_000
 FILE_LIMIT_BYTES = 1024 * 1024
 """RLIMIT_FSIZE: the largest file the child may write, its stdout and stderr included."""
 
-PROCESS_LIMIT = 64
-"""RLIMIT_NPROC headroom (the kernel counts every task of the user, and ignores it for root)."""
+WORK_DIR_LIMIT_BYTES = 32 * 1024 * 1024
+"""Total bytes the candidate may keep in its work dir (the sandbox's tmpfs size)."""
 
+TASK_LIMIT = 32
+"""Processes plus threads the sandbox may hold at once (RLIMIT_NPROC inside its namespace).
+In ``unsafe-process`` mode it is headroom over the user's own tasks, and root is exempt."""
+
+_STATUS_READ_BYTES = 4096
+
+RUNS_CODE = "rubric_studio_runs_code"
+"""Tool metadata key: true on tools that execute candidate code in the sandbox."""
+
+_log = logging.getLogger(__name__)
 _RESULT_READ_BYTES = 1024 * 1024
 _REASON_CHARS = 500
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -105,11 +115,13 @@ _PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
 
 
 TestRunResult = dict[str, Any]
-"""``{"ok", "passed", "failures", "error", "stdout", "stderr"}``: ``ok`` is true only when every
-test ran and passed; ``passed`` lists test names in run order; ``failures`` holds
+"""``{"ok", "passed", "failures", "error", "stdout", "stderr", "sandbox"}``: ``ok`` is true only
+when every test ran and passed; ``passed`` lists test names in run order; ``failures`` holds
 ``{"name", "reason"}`` for tests that failed or never ran; ``error`` describes a problem with the
-run as a whole (bad arguments, timeout, crash, code that does not load) or is None; ``stdout``
-and ``stderr`` hold the head and tail of the candidate's output (capped)."""
+run as a whole (bad arguments, no sandbox, timeout, crash, code that does not load) or is None;
+``stdout`` and ``stderr`` hold the head and tail of the candidate's output (capped);
+``sandbox`` is the mode the code ran in (``bwrap`` or ``unsafe-process``), or None when nothing
+ran."""
 
 
 # The child-side program, read once at import. It goes to the child as `-c` source, not as a
@@ -131,6 +143,7 @@ def _result(
     error: str | None = None,
     stdout: str = "",
     stderr: str = "",
+    sandbox: str | None = None,
 ) -> TestRunResult:
     return {
         "ok": ok,
@@ -139,6 +152,7 @@ def _result(
         "error": error,
         "stdout": stdout,
         "stderr": stderr,
+        "sandbox": sandbox,
     }
 
 
@@ -184,9 +198,10 @@ def _check_cases(cases: list[Any], function: str | None) -> tuple[list[dict[str,
                 return [], f"{where}: 'kwargs' must be an object of keyword arguments"
             item["kwargs"] = kwargs
         if "raises" in case:
-            if not isinstance(case["raises"], str) or not case["raises"].isidentifier():
-                return [], f"{where}: 'raises' must be an exception class name like 'ValueError'"
-            item["raises"] = case["raises"]
+            wanted, problem = _exception_path(case["raises"])
+            if problem:
+                return [], f"{where}: {problem}"
+            item["raises"] = wanted
         elif "expected" in case:
             item["expected"] = case["expected"]
         else:
@@ -197,6 +212,21 @@ def _check_cases(cases: list[Any], function: str | None) -> tuple[list[dict[str,
             return [], f"{where} is not plain JSON data: {exc}"
         normal.append(item)
     return normal, ""
+
+
+def _exception_path(raises: object) -> tuple[str, str]:
+    """The dotted path an expected exception is matched by: (path, problem)."""
+    if not isinstance(raises, str) or not _DOTTED_NAME.match(raises.strip()):
+        return "", ("'raises' must be an exception class: a builtin name like 'ValueError' or a "
+                    "module path like 'json.JSONDecodeError'")
+    path = raises.strip().removeprefix("builtins.")
+    if "." in path:
+        return path, ""
+    builtin = getattr(builtins, path, None)
+    if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
+        return "", (f"'raises': {path!r} is not a built-in exception; name another class by its "
+                    "module path, like 'json.JSONDecodeError' or 'solution.MyError'")
+    return "builtins." + path, ""
 
 
 def _check_spec(
@@ -235,20 +265,21 @@ def _check_spec(
     return (cases or None), None, problem
 
 
-def _limits(timeout_s: float, memory_mb: int) -> list[tuple[int, int, int]]:
+def _limits(cpu: int, memory_mb: int, mode: str) -> list[tuple[int, int, int]]:
     """The (resource, soft, hard) limits for a child, clamped to what this process may set."""
-    cpu = math.ceil(timeout_s) + 1
     memory = memory_mb * 1024 * 1024
-    uid = os.geteuid()
-    # Root is exempt from RLIMIT_NPROC; for anyone else it counts all their tasks, so add headroom.
-    tasks = PROCESS_LIMIT if uid == 0 else _user_task_count(uid) + PROCESS_LIMIT
     wanted = [
         (resource.RLIMIT_CPU, cpu, cpu + 1),
         (resource.RLIMIT_AS, memory, memory),
-        (resource.RLIMIT_NPROC, tasks, tasks),
         (resource.RLIMIT_FSIZE, FILE_LIMIT_BYTES, FILE_LIMIT_BYTES),
         (resource.RLIMIT_CORE, 0, 0),
     ]
+    if mode != isolation.BWRAP:
+        # Under bwrap the harness sets RLIMIT_NPROC inside the sandbox's user namespace. Here
+        # it counts every task of the user (and root is exempt), so add headroom.
+        uid = os.geteuid()
+        tasks = TASK_LIMIT if uid == 0 else _user_task_count(uid) + TASK_LIMIT
+        wanted.append((resource.RLIMIT_NPROC, tasks, tasks))
     limits = []
     for kind, soft, hard in wanted:
         current = resource.getrlimit(kind)[1]
@@ -333,7 +364,9 @@ def _read_stream(handle: IO[bytes], *, tail: bool) -> str:
     return text[:OUTPUT_KEEP_CHARS] + "... [truncated]"
 
 
-def _exit_reason(returncode: int, stderr: str, memory_mb: int) -> str:
+def _exit_reason(returncode: int, stderr: str, memory_mb: int, mode: str) -> str:
+    if mode == isolation.BWRAP and returncode > 128:
+        returncode = 128 - returncode  # bwrap exits 128 + N when its child died of signal N
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -376,18 +409,30 @@ def _clip(text: object, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "... [truncated]"
 
 
+def _shown(path: str) -> str:
+    return path.removeprefix("builtins.")
+
+
 def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
     """Compare what the child says one case did with what the case expects."""
     raised = report.get("raised")
     if isinstance(raised, list):
         wanted = case.get("raises")
+        error = str(report.get("error") or "raised an exception")
         if wanted and wanted in raised:
             return True, ""
-        return False, str(report.get("error") or "raised an exception")
+        if wanted:
+            reason = f"expected {_shown(wanted)} to be raised, got {error}"
+            first = raised[0] if raised and isinstance(raised[0], str) else None
+            if first is None or first.rpartition(".")[2] == wanted.rpartition(".")[2]:
+                where = f"it is {first}" if first else "it has no importable path"
+                reason += f" (a different class that only shares the name: {where})"
+            return False, reason
+        return False, error
     if "error" in report:
         return False, str(report["error"])
     if "raises" in case:
-        return False, f"expected {case['raises']} to be raised, but it returned normally"
+        return False, f"expected {_shown(case['raises'])} to be raised, but it returned normally"
     expected = json.dumps(case["expected"])
     if "unjsonable" in report:
         return False, (f"expected {_clip(expected, 200)}, got a value that is not "
@@ -473,6 +518,7 @@ def run_tests(
     function: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_mb: int = 512,
+    cpu_s: float | None = None,
 ) -> TestRunResult:
     """Run candidate code against tests in a sandboxed child process.
 
@@ -488,7 +534,9 @@ def run_tests(
             ``from solution import ...``. A string holding a JSON list is read as cases.
         function: The function the ``args`` cases call (a dotted name is allowed).
         timeout_s: Wall-clock limit for the whole run, in seconds.
-        memory_mb: Address-space limit for the child, in MB.
+        memory_mb: Address-space limit for each process of the child, in MB.
+        cpu_s: CPU seconds each process may use (``RLIMIT_CPU``); by default one second more
+            than ``timeout_s``, rounded up.
 
     Returns:
         A `TestRunResult` dict: ``{"ok", "passed", "failures", "error", "stdout",
@@ -507,10 +555,34 @@ def run_tests(
     cases, source, problem = _check_spec(tests, function, timeout_s)
     if problem:
         return _result(error=f"bad test specification: {problem}")
+    if cpu_s is not None and (not _is_number(cpu_s) or not 0 < cpu_s <= MAX_TIMEOUT_S):
+        return _result(error=f"cpu_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    status = isolation.sandbox_status()
+    if not status.ready:
+        return _result(error=status.detail)
     seconds = float(timeout_s)
+    cpu = math.ceil(cpu_s) if cpu_s is not None else math.ceil(seconds) + 1
+    return _run_child(code, cases, source, function, seconds, memory_mb, cpu)
+
+
+def _run_child(
+    code: str,
+    cases: list[dict[str, Any]] | None,
+    source: str | None,
+    function: str | None,
+    seconds: float,
+    memory_mb: int,
+    cpu: int,
+) -> TestRunResult:
+    mode = isolation.requested_mode()
     nonce = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="rubric_sandbox_")
     read_fd, write_fd = os.pipe()
+    status_read, status_write = os.pipe()
+    seccomp_fd = isolation.seccomp_fd() if mode == isolation.BWRAP else None
+    # Under bwrap the work dir is the sandbox's own tmpfs, so no host directory is made.
+    workdir = tempfile.mkdtemp(prefix="rubric_sandbox_") if mode != isolation.BWRAP else None
+    if mode == isolation.UNSAFE_PROCESS:
+        _warn_unsafe_once()
     spec = {
         "nonce": nonce,
         "fd": write_fd,
@@ -520,26 +592,40 @@ def run_tests(
         "function": function,
         "memory_mb": memory_mb,
         "file_limit": FILE_LIMIT_BYTES,
+        "disk_limit": WORK_DIR_LIMIT_BYTES,
+        "task_limit": TASK_LIMIT,
+        "mode": mode,
     }
-    limits = _limits(seconds, memory_mb)
+    limits = _limits(cpu, memory_mb, mode)
+    if mode == isolation.BWRAP:
+        launch = isolation.launch(
+            work_bytes=WORK_DIR_LIMIT_BYTES, seccomp_fd=seccomp_fd, status_fd=status_write
+        )
+        argv = [*launch.argv, "-I", "-S", "-B"]
+        pass_fds = tuple(fd for fd in (write_fd, status_write, seccomp_fd) if fd is not None)
+    else:
+        argv = [sys.executable, "-I", "-B"]
+        pass_fds = (write_fd,)
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-B", "-c", _HARNESS],
+                    [*argv, "-c", _HARNESS],
                     stdin=subprocess.PIPE,
                     stdout=out,
                     stderr=err,
-                    cwd=workdir,
+                    cwd=workdir or "/",
                     env=dict(_CHILD_ENV),
-                    pass_fds=(write_fd,),
+                    pass_fds=pass_fds,
                     start_new_session=True,
                     preexec_fn=lambda: _apply_limits(limits),
                 )
             except OSError as exc:
-                return _result(error=f"could not start the sandbox: {exc}")
+                return _result(error=f"could not start the sandbox: {exc}", sandbox=mode)
             finally:
-                os.close(write_fd)
+                for fd in (write_fd, status_write, seccomp_fd):
+                    if fd is not None:
+                        os.close(fd)
             deadline = time.monotonic() + seconds
             try:
                 assert proc.stdin is not None
@@ -552,6 +638,7 @@ def run_tests(
                 timed_out = not _wait_exit(proc.pid, deadline)
             _kill_group(proc.pid)
             returncode = proc.wait()
+            _wait_sandbox_gone(status_read)
             stdout = _read_stream(out, tail=False)
             stderr = _read_stream(err, tail=True)
         events = _parse_events(raw, nonce)
@@ -560,11 +647,52 @@ def run_tests(
             if timed_out:
                 run_error = f"timed out after {_fmt_seconds(seconds)} s"
             else:
-                run_error = _exit_reason(returncode, stderr, memory_mb)
-        return _assemble(events, run_error, stdout, stderr, cases)
+                run_error = _exit_reason(returncode, stderr, memory_mb, mode)
+        result = _assemble(events, run_error, stdout, stderr, cases)
+        result["sandbox"] = mode
+        return result
     finally:
         os.close(read_fd)
-        _remove_tree(workdir)
+        os.close(status_read)
+        if workdir is not None:
+            _remove_tree(workdir)
+
+
+_warned_unsafe = False
+
+
+def _warn_unsafe_once() -> None:
+    global _warned_unsafe
+    if not _warned_unsafe:
+        _warned_unsafe = True
+        _log.warning("%s", isolation.sandbox_status().detail)
+
+
+def _wait_sandbox_gone(status_fd: int, limit_s: float = 5.0) -> None:
+    """Block until the sandbox's first process (its PID namespace's init) has exited.
+
+    Killing bubblewrap ends the sandbox through ``--die-with-parent``, asynchronously; the PID
+    namespace's init exits only once every process in it is gone, so waiting for it means
+    nothing the candidate started outlives this call.
+    """
+    os.set_blocking(status_fd, False)
+    try:
+        data = os.read(status_fd, _STATUS_READ_BYTES)
+    except (BlockingIOError, OSError):
+        return
+    match = re.search(rb'"child-pid":\s*(\d+)', data)
+    if match is None:
+        return
+    pid = int(match.group(1))
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                if stat.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                    return  # exited; only waiting to be reaped by its parent
+        except OSError:
+            return
+        time.sleep(0.002)
 
 
 def extract_python_code(text: str) -> str:
@@ -651,12 +779,14 @@ run_python_tests: StructuredTool = StructuredTool.from_function(
     func=_run_python_tests,
     name="run_python_tests",
     description=(
-        "Run the candidate's Python code against test cases in a sandbox (no network, no "
-        "subprocesses, time and memory limits) and report which tests pass. Use it to verify "
+        "Run the candidate's Python code against test cases in a sandbox (standard library "
+        "only, no network, no files but its own, time and memory limits) and report which tests "
+        "pass. Use it to verify "
         "claims about code behaviour instead of guessing."
     ),
     args_schema=_RunPythonTestsArgs,
     handle_validation_error=_validation_handler("run_python_tests"),
+    metadata={RUNS_CODE: True},
 )
 """Tool: run candidate code against tests the grader writes (args: code, tests, function,
 timeout_s)."""
@@ -720,4 +850,5 @@ def python_tests_tool(
         description=description,
         args_schema=_CodeArgs,
         handle_validation_error=_validation_handler(name),
+        metadata={RUNS_CODE: True},
     )
