@@ -514,3 +514,17 @@ def test_signals_are_named_from_bwrap_exit_codes() -> None:
     reason = sandbox._exit_reason(128 + signal.SIGXCPU, "", 128, "bwrap")
     assert reason == "CPU time limit exceeded (killed by signal SIGXCPU)"
     assert sandbox._exit_reason(3, "", 128, "bwrap").startswith("process exited with code 3")
+
+
+def test_app_directories_inside_mounted_trees_are_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A project or database that lives under /usr (a container's /usr/src/app, say) must not
+    # show through the read-only /usr mount. /usr/share/doc stands in for it here.
+    project = Path("/usr/share/doc")
+    assert any(project.iterdir())
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("RUBRIC_STUDIO_DB", str(project / "rubric_studio.sqlite3"))
+    result = _probe(f"import os\nreturn [os.listdir({str(project)!r}), os.listdir('/usr/bin')[:1]]")
+    listing = json.loads(_failure(result).split("got ", 1)[1])
+    assert listing[0] == [] and listing[1], result

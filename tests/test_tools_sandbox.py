@@ -316,12 +316,12 @@ ONE_CASE = [{"name": "probe", "call": "probe()", "expected": True}]
         ),
         pytest.param(
             "import os\nwhile True:\n    os.fork()\n", 5,
-            "process/thread limit reached (32 tasks)", None, id="fork_bomb_at_import",
+            "process/thread limit reached (16 tasks)", None, id="fork_bomb_at_import",
         ),
         pytest.param(
             "import threading, time\ndef probe():\n    for _ in range(200):\n"
             "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n",
-            5, None, "process/thread limit reached (32 tasks): can't start new thread",
+            5, None, "process/thread limit reached (16 tasks): can't start new thread",
             id="thread_bomb",
         ),
         pytest.param(

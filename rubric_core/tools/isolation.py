@@ -198,6 +198,27 @@ def _hidden_package_dirs() -> list[str]:
     return found
 
 
+def _hidden_app_dirs(mounted: list[str]) -> list[str]:
+    """App directories that happen to sit inside a mounted tree (a project in /usr/src/app, a
+    venv or database under /usr/local): hidden behind an empty read-only tmpfs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    project = os.path.dirname(os.path.dirname(here))  # the directory holding rubric_core/
+    wanted = [os.getcwd(), project, sys.prefix, os.path.expanduser("~")]
+    if db := os.environ.get("RUBRIC_STUDIO_DB", "").strip():
+        wanted.append(os.path.dirname(os.path.abspath(os.path.expanduser(db))))
+    bases = (sys.base_prefix, sys.base_exec_prefix)
+    needed = [base_python(), *(os.path.realpath(p) for p in bases)]
+    hidden: list[str] = []
+    for path in wanted:
+        real = os.path.realpath(path)
+        inside = any(real == m or real.startswith(m.rstrip("/") + "/") for m in mounted)
+        # Never hide something the interpreter itself lives in (or an ancestor of it).
+        covers_needed = any(n == real or n.startswith(real.rstrip("/") + "/") for n in needed)
+        if inside and not covers_needed and os.path.isdir(real) and real not in hidden:
+            hidden.append(real)
+    return hidden
+
+
 def seccomp_supported() -> bool:
     """Whether `seccomp_program` has syscall numbers for this CPU architecture."""
     return sys.platform == "linux" and platform.machine() in _ARCHES
@@ -279,7 +300,8 @@ def _bwrap_argv(
             argv += ["--ro-bind", path, path]
     for path in roots:
         argv += ["--ro-bind", lent.get(path, path), path]
-    for path in _hidden_package_dirs():
+    system = ["/usr", *(os.path.realpath("/" + n) for n in ("bin", "sbin", "lib", "lib64"))]
+    for path in _hidden_package_dirs() + _hidden_app_dirs([*system, *roots]):
         argv += ["--tmpfs", path, "--remount-ro", path]
     argv += [
         "--proc", "/proc", "--dev", "/dev",

@@ -90,7 +90,7 @@ FILE_LIMIT_BYTES = 1024 * 1024
 WORK_DIR_LIMIT_BYTES = 32 * 1024 * 1024
 """Total bytes the candidate may keep in its work dir (the sandbox's tmpfs size)."""
 
-TASK_LIMIT = 32
+TASK_LIMIT = 16
 """Processes plus threads the sandbox may hold at once (RLIMIT_NPROC inside its namespace).
 In ``unsafe-process`` mode it is headroom over the user's own tasks, and root is exempt."""
 
