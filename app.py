@@ -11,6 +11,7 @@ import os
 import streamlit as st
 
 from rubric_core import app_support as sup
+from rubric_core import redact
 from rubric_core.store import Store, StoreError
 
 st.set_page_config(page_title="Rubric Studio", page_icon="✅", layout="wide")
@@ -31,6 +32,9 @@ def _open_store(path: str) -> tuple[Store | None, str | None]:
 
 
 secrets = sup.safe_mapping(st.secrets)
+# Whatever is shown, logged or stored is scrubbed of these (rubric_core.redact).
+redact.install_log_redaction()
+redact.register_secrets(secrets)
 state = st.session_state
 # Re-assigning keeps page widgets' values while another page is shown (Streamlit drops the
 # state of widgets that were not drawn in a run).
@@ -52,6 +56,14 @@ with st.sidebar:
         help="For local servers such as Ollama or vLLM; used by openai-compatible:<model> and "
         "openai:<model>. Leave empty for api.openai.com.",
     )
+    if not sup.base_url_trusted(state["base_url"], secrets):
+        st.text_input(
+            "API key for this base URL (optional)", key="session_api_key", type="password",
+            help="Sent only to the base URL above and kept in this browser session's memory: "
+            "never stored, exported or logged. The server's own keys are never sent to a base "
+            "URL typed here.",
+        )
+        redact.register_secret(state.get("session_api_key"))
     for role, key, label in (("worker", "worker_model", "Worker model"),
                              ("grader", "grader_model", "Grader model")):
         choices = sup.model_options(role, env=os.environ, secrets=secrets,
@@ -61,7 +73,8 @@ with st.sidebar:
             format_func=lambda v, c=choices: sup.model_label(c, v),
             help="Pick one, or type any provider:model string (e.g. anthropic:claude-haiku-4-5).",
         )
-        problem = sup.model_problem(state[key], base_url=state["base_url"], secrets=secrets)
+        problem = sup.model_problem(state[key], base_url=state["base_url"], secrets=secrets,
+                                    session_key=state.get("session_api_key"))
         if problem:
             st.warning(f"{label}: {problem}", icon=":material/warning:")
     st.number_input(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from rubric_core import app_support as sup
-from rubric_core.export import evaluations_frame, runs_frame
+from rubric_core.export import export_rows
 from rubric_core.store import RUN_STATUSES
 
 state = st.session_state
@@ -119,7 +119,7 @@ with compare_tab:
         st.info("This run has no graded iterations yet.")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
-    csv_data, json_data = sup.export_bytes(evaluations_frame(evaluations, run=record))
+    csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)]))
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", csv_data, f"run-{run_id[:8]}.csv", "text/csv",
                        key="download_run_csv", on_click="ignore", icon=":material/download:")
@@ -130,7 +130,7 @@ with export_tab:
     if st.button(f"Prepare export of {total} run(s)", key="prepare_export"):
         state["export_filters"] = filters
     if state.get("export_filters") == filters:
-        all_csv, all_json = sup.export_bytes(runs_frame(sup.filtered_pairs(store, filters)))
+        all_csv, all_json = sup.export_bytes(export_rows(sup.filtered_pairs(store, filters)))
         c3, c4 = st.columns(2)
         c3.download_button("Download all as CSV", all_csv, "rubric-runs.csv", "text/csv",
                            key="download_all_csv", on_click="ignore")

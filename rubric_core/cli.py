@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rubric_core.models import ModelConfigError
+from rubric_core.redact import install_log_redaction, redact
 from rubric_core.rubric import RubricError
-from rubric_core.store import DB_ENV_VAR
+from rubric_core.store import DB_ENV_VAR, StoreError
 
 if TYPE_CHECKING:
     from rubric_core.runner import RunEvent, RunSpec
@@ -35,17 +36,43 @@ class UsageError(Exception):
     """Bad command-line input, reported without a traceback."""
 
 
+MAX_TEXT_FILE_BYTES = 1024 * 1024
+"""The largest ``@FILE`` (or ``@-`` input) read for a prompt, rubric or system prompt."""
+
+
 def _text_arg(value: str, what: str) -> str:
-    """``TEXT`` or ``@FILE`` (``@-`` reads standard input)."""
+    """``TEXT`` or ``@FILE`` (``@-`` reads standard input), at most `MAX_TEXT_FILE_BYTES`."""
     if not value.startswith("@"):
         return value
     path = value[1:]
     try:
         if path == "-":
-            return sys.stdin.read()
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+            data = sys.stdin.buffer.read(MAX_TEXT_FILE_BYTES + 1)
+        else:
+            if Path(path).is_dir():
+                raise UsageError(f"{what} file {path!r} is a directory")
+            with open(path, "rb") as handle:  # bounded: /dev/zero or a huge file stop here
+                data = handle.read(MAX_TEXT_FILE_BYTES + 1)
+        if len(data) > MAX_TEXT_FILE_BYTES:
+            raise UsageError(f"{what} file {path!r} is over {MAX_TEXT_FILE_BYTES // 1024} KB: "
+                             "give a smaller file")
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} file {path!r} is not UTF-8 text: {exc}") from exc
+    except OSError as exc:
         raise UsageError(f"cannot read {what} file {path!r}: {exc}") from exc
+
+
+def _check_output(path: str) -> None:
+    """Refuse an output path that cannot be written, before any token is spent."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"--csv {path!r} is a directory: give a file path")
+    if not parent.is_dir():
+        raise UsageError(f"--csv {path!r}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"--csv {path!r} is not writable")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,18 +133,21 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
+    lines: list[str] = []
     if event["type"] == "worker_message" and not quiet:
-        out.write(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
+        lines.append(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
     elif event["type"] == "evaluation_started":
-        out.write(f"\ngrading iteration {event['iteration'] + 1} …\n")
+        lines.append(f"\ngrading iteration {event['iteration'] + 1} …\n")
     elif event["type"] == "evaluation_finished":
         ev = event["evaluation"]
         flag = " (unverified)" if ev.get("unverified") else ""
-        out.write(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
+        lines.append(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
         for c in ev["criteria"]:
             mark = "PASS" if c["passed"] else "FAIL"
             gap = "" if c["passed"] else f" — {c.get('gap', '')}"
-            out.write(f"  [{mark}] {c['name']}{gap}\n")
+            lines.append(f"  [{mark}] {c['name']}{gap}\n")
+    if lines:
+        out.write(redact("".join(lines)))
     out.flush()
 
 
@@ -136,6 +166,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     spec = _spec(args)
     spec.validate()
+    if args.csv:
+        _check_output(args.csv)
     if args.resume and not (args.db and args.thread):
         raise UsageError("--resume needs --db PATH and --thread ID")
     run_id: str | None = None
@@ -149,12 +181,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             record = store.latest_run_for_thread(thread_id) if args.resume else None
             if record is None:
                 record = store.create_run(
-                    title=run_title(spec.prompt, args.example), prompt=spec.prompt,
-                    rubric=spec.rubric,
+                    title=redact(run_title(spec.prompt, args.example)),
+                    prompt=redact(spec.prompt), rubric=redact(spec.rubric),
                     worker_model=str(spec.worker), grader_model=str(spec.grader),
                     max_iterations=spec.max_iterations, thread_id=thread_id,
-                    worker_system_prompt=spec.worker_system_prompt or "",
-                    grader_system_prompt=spec.grader_system_prompt or "",
+                    worker_system_prompt=redact(spec.worker_system_prompt or ""),
+                    grader_system_prompt=redact(spec.grader_system_prompt or ""),
                     grader_tools=[t.name for t in spec.grader_tools],
                 )
             events = record_events(
@@ -173,22 +205,22 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
               f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
     if final.get("error"):
-        out.write(f"error: {final['error']}\n")
+        out.write(f"error: {redact(final['error'])}\n")
     if run_id is not None:
         out.write(f"recorded as run {run_id[:8]} in {args.db} (the app's Review page lists it "
                   f"when {DB_ENV_VAR} points at that file)\n")
     if status in NEXT_STEPS:
         out.write(f"next: {NEXT_STEPS[status]}\n")
     if args.csv:
-        from rubric_core.export import evaluations_frame, to_csv
+        from rubric_core.export import export_rows, write_csv
 
-        # Keys are RunRecord field names, which evaluations_frame maps to its run_* columns.
+        # Keys are RunRecord field names, which export_rows maps to its run_* columns.
         run_info = {"run_id": run_id or final.get("thread_id"), "title": spec.prompt[:80],
                     "worker_model": str(args.model or "demo"),
                     "grader_model": str(args.grader or "rules"), "status": status}
-        frame = evaluations_frame(final.get("evaluations", []), run=run_info)
-        Path(args.csv).write_text(to_csv(frame), encoding="utf-8")
-        out.write(f"wrote {len(frame)} rows to {args.csv}\n")
+        with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+            count = write_csv(export_rows([(run_info, final.get("evaluations", []))]), handle)
+        out.write(f"wrote {count} rows to {args.csv}\n")
     return 0 if status == "satisfied" else 1
 
 
@@ -196,6 +228,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit status."""
     out = out or sys.stdout
     args = _parser().parse_args(argv)
+    install_log_redaction()
     try:
         if args.command == "examples":
             from rubric_core.examples import list_examples
@@ -204,8 +237,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                 out.write(f"{ex.name:16} {ex.title}\n")
             return 0
         return _run(args, out)
-    except (UsageError, ModelConfigError, RubricError, ValueError, OSError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
+    except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
+        sys.stderr.write(f"error: {redact(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

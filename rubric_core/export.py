@@ -27,11 +27,18 @@ explanation       str       The grader's summary of the pass (the error for ``gr
 duration_s        float     Wall-clock seconds of the pass.
 input_tokens      Int64     Grader input tokens, where the provider reports usage.
 output_tokens     Int64     Grader output tokens, where the provider reports usage.
-answer            str       The text that was graded (repeated on each criterion's row).
+answer            str       The text that was graded, on the first row of its iteration only
+                            (empty on the iteration's other criterion rows, so a long answer
+                            is written once per pass, not once per criterion).
 ================  ========  ==================================================================
 
-Spreadsheet safety (CSV only): a text cell that starts with ``=``, ``+``, ``-``, ``@``, a tab
-or a carriage return could be run as a formula by Excel, LibreOffice or Google Sheets, so
+Every text cell is scrubbed of secrets first (`rubric_core.redact`). `write_csv` and
+`write_json` stream rows to a file as they are produced (memory stays flat in the number of
+rows); the DataFrame functions are for display and analysis.
+
+Spreadsheet safety (CSV only): a text cell that starts with ``=``, ``+``, ``-``, ``@``, their
+full-width forms ``＝ ＋ － ＠`` (which spreadsheets fold to ASCII), a tab or a carriage return
+could be run as a formula by Excel, LibreOffice or Google Sheets, so
 :func:`to_csv` prefixes it with a single quote ``'``. Text that already starts with ``'`` gets
 one too, so the escape is unambiguous: :func:`restore_cell` (or :func:`restore_frame`) removes
 exactly one leading quote and gives back the original text. Numeric and boolean columns are
@@ -40,13 +47,16 @@ never touched. :func:`to_json` writes raw values: JSON is not opened by spreadsh
 
 from __future__ import annotations
 
+import csv
 import difflib
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import pandas as pd
 
+from rubric_core.redact import redact
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import RunRecord, Store
 
@@ -60,7 +70,7 @@ EXPORT_COLUMNS: tuple[str, ...] = (
 )
 """Export columns in their documented, stable order (see the module docstring)."""
 
-FORMULA_PREFIXES: tuple[str, ...] = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_PREFIXES: tuple[str, ...] = ("=", "+", "-", "@", "＝", "＋", "－", "＠", "\t", "\r")
 """Leading characters that make a spreadsheet treat a cell as a formula."""
 
 ESCAPE = "'"
@@ -74,34 +84,112 @@ _DTYPES: dict[str, str] = {
     "duration_s": "float64", "input_tokens": "Int64", "output_tokens": "Int64",
 }
 _ESCAPED_PREFIXES = (*FORMULA_PREFIXES, ESCAPE)
+_RUNS_PER_READ = 100  # runs whose evaluations are read from the store at a time
 _TOKENS = re.compile(r"\s+|\S+")
 
 RunLike = RunRecord | Mapping[str, Any]
 """A run from the index, or a mapping with the same field names."""
 
 
+def _text(value: Any) -> Any:
+    return redact(value) if isinstance(value, str) else value
+
+
 def _run_columns(run: RunLike | None) -> tuple[Any, ...]:
     if run is None:
         return (None, None, None, None, None)
     get = run.get if isinstance(run, Mapping) else lambda key: getattr(run, key, None)
-    return (get("run_id"), get("title"), get("worker_model"), get("grader_model"), get("status"))
+    return tuple(_text(get(key)) for key in
+                 ("run_id", "title", "worker_model", "grader_model", "status"))
 
 
 def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Iterator[tuple]:
     head = _run_columns(run)
     for ev in evaluations:
-        start = (*head, ev.get("grading_run_id"), ev.get("iteration"))
-        tail = (
+        start = (*head, _text(ev.get("grading_run_id")), ev.get("iteration"))
+        middle = (
             ev.get("result"), ev.get("status"), bool(ev.get("unverified", False)),
-            ev.get("explanation"), ev.get("duration_s"), ev.get("input_tokens"),
-            ev.get("output_tokens"), ev.get("answer"),
+            _text(ev.get("explanation")), ev.get("duration_s"), ev.get("input_tokens"),
+            ev.get("output_tokens"),
         )
+        answer = _text(ev.get("answer"))
         criteria = ev.get("criteria") or []
         if not criteria:
-            yield (*start, None, None, None, None, *tail)
+            yield (*start, None, None, None, None, *middle, answer)
         for index, c in enumerate(criteria):
             passed = c.get("passed")
-            yield (*start, index, c.get("name"), passed, None if passed else c.get("gap"), *tail)
+            gap = None if passed else _text(c.get("gap"))
+            yield (*start, index, _text(c.get("name")), passed, gap, *middle,
+                   answer if index == 0 else None)
+
+
+def _pairs(
+    source: Store | Iterable[tuple[RunLike, Sequence[RubricEvaluation]]],
+) -> Iterator[tuple[RunLike, Sequence[RubricEvaluation]]]:
+    """(run, evaluations) in run-creation order; a Store is read one run at a time."""
+    if isinstance(source, Store):
+        runs = source.list_runs(limit=None)[::-1]
+        for start in range(0, len(runs), _RUNS_PER_READ):
+            chunk = runs[start : start + _RUNS_PER_READ]
+            by_run = source.evaluations_for_runs(r.run_id for r in chunk)
+            for record in chunk:
+                yield record, by_run[record.run_id]
+    else:
+        yield from sorted(source, key=lambda pair: _run_columns_created(pair[0]))
+
+
+def export_rows(
+    source: Store | Iterable[tuple[RunLike, Sequence[RubricEvaluation]]],
+) -> Iterator[tuple]:
+    """Rows in :data:`EXPORT_COLUMNS` order for many runs, produced lazily.
+
+    Args:
+        source: A :class:`~rubric_core.store.Store` (every run in it), or ``(run,
+            evaluations)`` pairs.
+    """
+    for run, evaluations in _pairs(source):
+        yield from _rows(evaluations, run)
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_ESCAPED_PREFIXES):
+        return ESCAPE + value
+    return value
+
+
+def write_csv(rows: Iterable[Sequence[Any]], out: TextIO,
+              columns: Sequence[str] = EXPORT_COLUMNS) -> int:
+    """Stream rows to ``out`` as formula-safe CSV (header first, CRLF line ends).
+
+    Open a file with ``newline=""``. Produces the same text as :func:`to_csv` of the same rows.
+
+    Returns:
+        The number of data rows written.
+    """
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(columns)
+    count = 0
+    for row in rows:
+        writer.writerow([_csv_cell(value) for value in row])
+        count += 1
+    return count
+
+
+def write_json(rows: Iterable[Sequence[Any]], out: TextIO,
+               columns: Sequence[str] = EXPORT_COLUMNS) -> int:
+    """Stream rows to ``out`` as a JSON array of objects (raw values, like :func:`to_json`).
+
+    Returns:
+        The number of rows written.
+    """
+    out.write("[")
+    count = 0
+    for row in rows:
+        out.write(("," if count else "") + json.dumps(dict(zip(columns, row, strict=True)),
+                                                      ensure_ascii=False))
+        count += 1
+    out.write("]")
+    return count
 
 
 def _frame(rows: Iterable[tuple]) -> pd.DataFrame:
@@ -136,18 +224,7 @@ def runs_frame(
     Returns:
         A DataFrame with :data:`EXPORT_COLUMNS`.
     """
-    if isinstance(source, Store):
-        runs = source.list_runs(limit=None)[::-1]
-        by_run = source.evaluations_for_runs(r.run_id for r in runs)
-        pairs: list[tuple[RunLike, Sequence[RubricEvaluation]]] = [
-            (r, by_run[r.run_id]) for r in runs
-        ]
-    else:
-        pairs = sorted(source, key=lambda pair: _run_columns_created(pair[0]))
-    rows: list[tuple] = []
-    for run, evaluations in pairs:
-        rows.extend(_rows(evaluations, run))
-    return _frame(rows)
+    return _frame(export_rows(source))
 
 
 def _run_columns_created(run: RunLike) -> str:

@@ -33,6 +33,7 @@ from rubric_core.grader import (
     grade_steps,
     latest_attempt,
 )
+from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
 from rubric_core.types import (
     REVISION_SOURCE,
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked again next pass."
+
+
+MAX_ITERATIONS = 50
+"""The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
 
 def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
@@ -122,7 +127,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             LangChain providers, ``"rules"`` and ``"hybrid:<model>"`` name offline graders.
         system_prompt: Replaces the built-in grader instructions.
         tools: Evidence tools the grader may call before its verdict (never given to the agent).
-        max_iterations: Grader passes per grading run, at least 1.
+        max_iterations: Grader passes per grading run, from 1 to `MAX_ITERATIONS` (50).
         on_evaluation: Called with each `RubricEvaluation`; exceptions are logged and
             suppressed, except a LangGraph interrupt, which propagates.
         max_retries: Retries of a grader call after a transient error (timeout, rate limit,
@@ -150,8 +155,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
             msg = f"max_iterations must be an int, got {type(max_iterations).__name__}"
             raise TypeError(msg)
-        if max_iterations < 1:
-            msg = f"max_iterations must be at least 1, got {max_iterations}"
+        if not 1 <= max_iterations <= MAX_ITERATIONS:
+            msg = (f"max_iterations must be between 1 and {MAX_ITERATIONS}, got "
+                   f"{max_iterations}: a loop that needs more passes needs a better rubric")
             raise ValueError(msg)
         if on_evaluation is not None and not callable(on_evaluation):
             msg = "on_evaluation must be callable"
@@ -275,7 +281,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
                     f"{explanation} (Unverified: the grader left out {len(outcome.missing)} "
                     "criteria even after a correction.)"
                 )
-        return {
+        # Redacted before it is stored anywhere: a provider error body may echo the request's
+        # Authorization header, and this dict lands in checkpoints, events and exports.
+        evaluation: RubricEvaluation = {
             "grading_run_id": state.get("_current_grading_run_id") or "",
             "iteration": iteration,
             "result": result,
@@ -288,6 +296,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             "output_tokens": tokens[1],
             "answer": latest_attempt(state["messages"]).answer,
         }
+        return redact_data(evaluation)
 
     def _prepare(self, state: RubricState, runtime: Runtime[Any]) -> tuple[list[str], Any]:
         rubric = state.get("rubric") or ""

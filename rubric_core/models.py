@@ -80,6 +80,7 @@ def resolve_model(
     api_key: str | None = None,
     timeout_s: float | None = 120.0,
     token_delay_s: float = 0.0,
+    env_keys: bool = True,
     **kwargs: Any,
 ) -> BaseChatModel:
     """Turn a model string into a chat model.
@@ -90,6 +91,9 @@ def resolve_model(
         api_key: Overrides the key from the environment (never stored by Rubric Studio).
         timeout_s: Per-request timeout for network models.
         token_delay_s: Delay between streamed chunks of the demo worker (for a visible stream).
+        env_keys: Whether an OpenAI-compatible ``base_url`` may receive ``OPENAI_API_KEY`` from
+            the environment. Pass False for a base URL that did not come from the operator
+            (one typed into the app): then only ``api_key`` is sent there.
         **kwargs: Passed to the provider's chat model.
 
     Raises:
@@ -112,7 +116,7 @@ def resolve_model(
 
         inner = resolve_model(
             spec.removeprefix("hybrid:"), base_url=base_url, api_key=api_key,
-            timeout_s=timeout_s, **kwargs,
+            timeout_s=timeout_s, env_keys=env_keys, **kwargs,
         )
         return HybridGrader(llm=inner)
     provider, sep, model_id = spec.partition(":")
@@ -124,6 +128,8 @@ def resolve_model(
         raise ModelConfigError(msg)
     base_url = base_url or os.environ.get(BASE_URL_ENV) or None
     if provider == "openai-compatible" or (provider == "openai" and base_url):
+        if env_keys and api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY") or None
         return _openai_compatible(model_id, base_url, api_key, timeout_s, **kwargs)
     return _init_provider(provider, model_id, api_key, timeout_s, **kwargs)
 
@@ -140,7 +146,8 @@ def _openai_compatible(
         raise ModelConfigError(msg)
     from langchain_openai import ChatOpenAI
 
-    key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+    # Never None: ChatOpenAI would read OPENAI_API_KEY itself and send it to this URL.
+    key = api_key or "not-needed"
     # Our grader retries transport errors itself; the client's own retries would multiply them.
     kwargs.setdefault("max_retries", 0)
     # Under stream_events both models stream, and ChatOpenAI asks a non-OpenAI base URL for

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.examples import get_example
+from rubric_core.redact import redact, redact_data
 from rubric_core.store import StoreError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def record_events(
     def add(evaluation: RubricEvaluation) -> None:
         key = _eval_key(evaluation)
         if key not in seen:
-            store.add_evaluation(run_id, evaluation)
+            store.add_evaluation(run_id, redact_data(evaluation))
             seen.add(key)
 
     try:
@@ -76,7 +77,7 @@ def record_events(
                 for evaluation in event["evaluations"]:
                     add(evaluation)
                 store.finish_run(
-                    run_id, event["status"], error=event["error"],
+                    run_id, event["status"], error=redact(event["error"] or "") or None,
                     duration_s=round(prior_duration_s + event["duration_s"], 3),
                 )
                 finished = True
@@ -84,7 +85,7 @@ def record_events(
     except Exception as exc:
         if not finished:
             finished = True
-            _finish_quietly(store, run_id, "error", f"{type(exc).__name__}: {exc}",
+            _finish_quietly(store, run_id, "error", redact(f"{type(exc).__name__}: {exc}"),
                             prior_duration_s + time.perf_counter() - started)
         raise
     finally:

@@ -23,9 +23,10 @@ from langgraph.stream import CustomTransformer
 from typing_extensions import TypedDict
 
 from rubric_core.grader import message_text
-from rubric_core.middleware import RubricMiddleware
+from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
 from rubric_core.models import resolve_model
-from rubric_core.rubric import validate_rubric
+from rubric_core.redact import redact, redact_data
+from rubric_core.rubric import parse_criteria, validate_rubric
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
@@ -119,6 +120,10 @@ class RunSpec:
             msg = "The rubric is empty: write at least one criterion, one per line."
             raise ValueError(msg)
         validate_rubric(self.rubric)
+        if not parse_criteria(self.rubric):
+            msg = ("The rubric has no criteria (only bullets or blank lines): write at least one "
+                   "criterion, one per line.")
+            raise ValueError(msg)
         if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
             msg = "max_iterations must be a whole number"
             raise ValueError(msg)
@@ -127,8 +132,8 @@ class RunSpec:
             raise ValueError(msg)
 
 
-MAX_ITERATIONS_CAP = 50
-"""The highest iteration cap the runner accepts."""
+MAX_ITERATIONS_CAP = MAX_ITERATIONS
+"""The highest iteration cap the runner accepts (the middleware's ceiling)."""
 
 
 def _model(spec: str | BaseChatModel, run: RunSpec) -> BaseChatModel:
@@ -249,7 +254,7 @@ def run_rubric(
                     yield {"type": "evaluation_finished", "evaluation": item["evaluation"]}
         status = ""
     except Exception as exc:
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
     values = agent.get_state(config).values or {}
     if not status:
         status = values.get("_rubric_status") or "interrupted"
@@ -263,8 +268,8 @@ def _finished(
         "type": "run_finished",
         "thread_id": thread_id,
         "status": status,
-        "answer": _last_answer(values),
-        "evaluations": _run_evaluations(values),
+        "answer": redact(_last_answer(values)),
+        "evaluations": redact_data(_run_evaluations(values)),
         "duration_s": round(time.perf_counter() - started, 3),
         "error": error,
     }

@@ -312,13 +312,16 @@ class Store:
             if self._saver is None:
                 from langgraph.checkpoint.sqlite import SqliteSaver
 
+                from rubric_core.redact import RedactingSerializer
+
                 try:
                     conn = sqlite3.connect(
                         self._path, timeout=_TIMEOUT_S, check_same_thread=False
                     )
                 except sqlite3.Error as exc:
                     raise self._error(exc) from exc
-                saver = SqliteSaver(conn)
+                # Checkpoints never hold a secret (an echoed key in an error, say).
+                saver = SqliteSaver(conn, serde=RedactingSerializer())
                 try:
                     saver.setup()
                 except sqlite3.Error as exc:

@@ -182,6 +182,25 @@ def test_author_warns_in_unsafe_process_mode(
     assert "without kernel isolation" in _texts(at.warning)
 
 
+def test_a_typed_base_url_asks_for_a_session_key_instead_of_the_stored_one(
+    monkeypatch: pytest.MonkeyPatch, db_path: Path
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-stored-" + "x" * 16)
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    at.run()
+    assert not [w for w in at.sidebar.text_input if w.key == "session_api_key"]
+    at.text_input(key="base_url").set_value("http://127.0.0.1:9/v1").run()
+    [field] = [w for w in at.sidebar.text_input if w.key == "session_api_key"]
+    assert field.proto.type == field.proto.PASSWORD
+    assert "never stored" in field.help
+    # The operator's own base URL gets the stored key, so no field is asked for.
+    monkeypatch.setenv("RUBRIC_STUDIO_BASE_URL", "http://127.0.0.1:9/v1/")
+    at.run()
+    assert not [w for w in at.sidebar.text_input if w.key == "session_api_key"]
+
+
 def test_rubric_library_save_and_load(app: AppTest) -> None:
     load_example(app, "haiku")
     app.text_input(key="rubric_name").input("poems").run()

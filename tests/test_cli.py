@@ -114,7 +114,8 @@ def test_subprocess_run_over_http_satisfied_exits_0_and_writes_csv(
     assert list(rows["passed"]) == ["True", "False", "True", "True"]
     assert list(rows["gap"]) == ["", "fix c2", "", ""]
     assert list(rows["result"]) == ["needs_revision"] * 2 + ["satisfied"] * 2
-    assert list(rows["answer"]) == ["draft one"] * 2 + ["draft two"] * 2
+    # the answer is written once per iteration, on its first criterion row
+    assert list(rows["answer"]) == ["draft one", "", "draft two", ""]
     assert set(rows["run_status"]) == {"satisfied"}
     assert set(rows["worker_model"]) == {"openai-compatible:worker"}
     assert rows["input_tokens"].str.isdigit().all()  # usage travelled over the stream
@@ -174,7 +175,7 @@ def test_csv_in_process_matches_the_evaluations(
     assert code == 1 and f"wrote 2 rows to {csv}" in out
     rows = pd.read_csv(csv, dtype=str, keep_default_na=False)
     assert len(rows) == 2 and list(rows["gap"]) == ["fix c1", "fix c2"]
-    assert set(rows["answer"]) == {"'=SUM(A1:A2)"}  # formula-safe
+    assert list(rows["answer"]) == ["'=SUM(A1:A2)", ""]  # formula-safe, once per iteration
     assert set(rows["run_status"]) == {"max_iterations_reached"}
 
 
@@ -331,3 +332,57 @@ def test_subprocess_bundled_example_runs_offline_and_is_satisfied(name: str) -> 
 def test_unknown_example_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_main(["run", "--example", "no-such-example"], capsys)
     assert code == 2 and "no-such-example" in err
+
+
+# --------------------------------------------------------------------------- bad input, early
+
+
+@pytest.mark.parametrize(
+    ("extra", "rubric", "message"),
+    [
+        pytest.param([], "-\n*\n-", "The rubric has no criteria", id="bullets_only_rubric"),
+        pytest.param(["--csv", "/no/such/dir/out.csv"], RUBRIC, "does not exist",
+                     id="csv_in_a_missing_directory"),
+        pytest.param(["--csv", "/"], RUBRIC, "is a directory", id="csv_is_a_directory"),
+        pytest.param(["--prompt", "@/dev/zero"], RUBRIC, "is over 1024 KB", id="prompt_dev_zero"),
+        pytest.param([], "@/dev/zero", "is over 1024 KB", id="rubric_dev_zero"),
+        pytest.param(["--max-iterations", str(10**9)], RUBRIC, "between 1 and 50",
+                     id="huge_cap"),
+    ],
+)
+def test_bad_input_exits_2_before_any_model_call(
+    scripted: Any, capsys: pytest.CaptureFixture[str], extra: list[str], rubric: str,
+    message: str,
+) -> None:
+    s = scripted(["draft"], [PASS])
+    argv = [*s.argv("--prompt", "p", f"--rubric={rubric}"), *extra]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and out == ""
+    assert s.server.requests == []  # nothing was spent
+
+
+def test_a_huge_rubric_file_is_refused_by_size(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    big = tmp_path / "rubric.md"
+    big.write_text("- c\n" * 400_000, encoding="utf-8")
+    code, _, err = run_main(["run", "--prompt", "p", "--rubric", f"@{big}"], capsys)
+    assert code == 2 and "is over 1024 KB" in err
+
+
+def test_non_utf8_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "prompt.txt"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    code, _, err = run_main(["run", "--prompt", f"@{bad}", "--rubric", RUBRIC], capsys)
+    assert code == 2 and "is not UTF-8 text" in err
+
+
+def test_an_unusable_database_exits_2_with_the_store_message(tmp_path: Path) -> None:
+    db = tmp_path / "notes.txt"
+    db.write_text("my notes, not a database\n" * 50)
+    before = db.read_bytes()
+    proc = cli("run", "--example", "haiku", "--db", str(db))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -14,6 +14,7 @@ from rubric_core.export import (
     EXPORT_COLUMNS,
     criteria_changes,
     evaluations_frame,
+    export_rows,
     heatmap_frame,
     iteration_diff,
     neutralize_frame,
@@ -22,6 +23,8 @@ from rubric_core.export import (
     runs_frame,
     to_csv,
     to_json,
+    write_csv,
+    write_json,
 )
 from rubric_core.store import RunRecord, Store
 
@@ -205,6 +208,10 @@ def test_heatmap_picks_one_grading_run() -> None:
         pytest.param("\t=1", "'\t=1", id="tab"),
         pytest.param("\r=1", "'\r=1", id="carriage_return"),
         pytest.param("=", "'=", id="equals_only"),
+        pytest.param("＝1+1", "'＝1+1", id="fullwidth_equals"),
+        pytest.param("＋1", "'＋1", id="fullwidth_plus"),
+        pytest.param("－1", "'－1", id="fullwidth_minus"),
+        pytest.param("＠SUM(1)", "'＠SUM(1)", id="fullwidth_at"),
         pytest.param("'quoted", "''quoted", id="leading_quote_escaped_too"),
         pytest.param("a=b", "a=b", id="equals_inside"),
         pytest.param(" =1", " =1", id="leading_space"),
@@ -373,3 +380,70 @@ def test_criteria_changes() -> None:
 def test_criteria_changes_with_grader_error() -> None:
     empty = {"fixed": [], "regressed": [], "still_failing": [], "still_passing": []}
     assert criteria_changes(_grader_error(0), _ev(1, {"a": True})) == empty
+
+
+# --------------------------------------------------------------------------- streaming export
+
+
+def _evaluations() -> list[RubricEvaluation]:
+    return [_ev(0, {"c1": True, "c2": False}, answer="=first draft", explanation="＋x"),
+            _ev(1, {"c1": True, "c2": True}, answer="second\ndraft")]
+
+
+def test_the_answer_is_written_once_per_iteration() -> None:
+    frame = evaluations_frame(_evaluations())
+    answers = [a if isinstance(a, str) else None for a in frame["answer"]]
+    assert answers == ["=first draft", None, "second\ndraft", None]
+    error = evaluations_frame([_ev(0, {}, result="grader_error", answer="a")])
+    assert error["answer"].tolist() == ["a"]  # the lone row of a pass with no criteria
+
+
+def test_write_csv_streams_the_same_text_as_to_csv() -> None:
+    run = {"run_id": "r1", "title": "@title", "worker_model": "w", "grader_model": "g",
+           "status": "satisfied"}
+    out = io.StringIO()
+    count = write_csv(export_rows([(run, _evaluations())]), out)
+    assert count == 4
+    assert out.getvalue() == to_csv(evaluations_frame(_evaluations(), run=run))
+    back = restore_frame(pd.read_csv(io.StringIO(out.getvalue()), dtype=str,
+                                     keep_default_na=False))
+    assert back["answer"].tolist() == ["=first draft", "", "second\ndraft", ""]
+    assert back["run_title"].tolist() == ["@title"] * 4
+
+
+def test_write_json_streams_records() -> None:
+    out = io.StringIO()
+    assert write_json(export_rows([({"run_id": "r"}, _evaluations())]), out) == 4
+    records = json.loads(out.getvalue())
+    assert [r["criterion"] for r in records] == ["c1", "c2", "c1", "c2"]
+    assert records[0]["answer"] == "=first draft" and records[1]["answer"] is None
+    assert json.loads(to_json(evaluations_frame(_evaluations())))[0]["answer"] == "=first draft"
+
+
+def test_exported_cells_are_scrubbed_of_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPORT_TEST_API_KEY", "configured-secret-value")
+    ev = _ev(0, {"c1": False}, explanation="echo: Bearer abcdefgh123456",
+             answer="my key is configured-secret-value")
+    ev["criteria"][0]["gap"] = "sk-" + "q" * 24
+    out = io.StringIO()
+    write_csv(export_rows([({"run_id": "r"}, [ev])]), out)
+    text = out.getvalue()
+    assert "configured-secret-value" not in text and "abcdefgh123456" not in text
+    assert "q" * 24 not in text and text.count("[redacted]") == 3
+
+
+def test_export_rows_from_a_store_reads_runs_in_creation_order(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite3").open()
+    try:
+        ids = []
+        for n in range(3):
+            record = store.create_run(title=f"t{n}", prompt="p", rubric="- c1",
+                                      worker_model="demo", grader_model="rules",
+                                      max_iterations=3)
+            store.add_evaluation(record.run_id, _ev(0, {"c1": True}, answer=f"a{n}"))
+            ids.append(record.run_id)
+        rows = list(export_rows(store))
+    finally:
+        store.close()
+    assert [row[0] for row in rows] == ids
+    assert [row[-1] for row in rows] == ["a0", "a1", "a2"]

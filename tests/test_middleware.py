@@ -76,6 +76,8 @@ def state(agent: Any, thread: str = "t") -> dict[str, Any]:
         pytest.param({"model": "x:y", "max_iterations": True}, TypeError, id="bool_cap"),
         pytest.param({"model": "x:y", "max_iterations": 2.0}, TypeError, id="float_cap"),
         pytest.param({"model": "x:y", "max_iterations": 0}, ValueError, id="zero_cap"),
+        pytest.param({"model": "x:y", "max_iterations": 10**9}, ValueError, id="cap_over_ceiling"),
+        pytest.param({"model": "x:y", "max_iterations": 51}, ValueError, id="cap_just_over"),
         pytest.param({"model": "x:y", "on_evaluation": 3}, TypeError, id="bad_callback"),
         pytest.param({"model": "x:y", "max_retries": -1}, ValueError, id="negative_retries"),
         pytest.param({"model": "x:y", "tools": [42]}, TypeError, id="bad_tool"),
@@ -555,3 +557,9 @@ def test_works_inside_create_deep_agent() -> None:
 def test_grader_response_schema_is_exported() -> None:
     schema = GraderResponse.model_json_schema()
     assert set(schema["properties"]) == {"result", "explanation", "criteria"}
+
+
+def test_the_iteration_ceiling_itself_is_accepted() -> None:
+    from rubric_core.middleware import MAX_ITERATIONS
+
+    assert RubricMiddleware(model="x:y", max_iterations=MAX_ITERATIONS).max_iterations == 50

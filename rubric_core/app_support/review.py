@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rubric_core.app_support._common import HISTORY_PAGE_SIZE, UiMessage
-from rubric_core.export import criteria_changes, heatmap_frame, iteration_diff, to_csv, to_json
+from rubric_core.export import (
+    criteria_changes,
+    heatmap_frame,
+    iteration_diff,
+    to_csv,
+    to_json,
+    write_csv,
+    write_json,
+)
 from rubric_core.store import RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -151,9 +160,16 @@ def changes_summary(before: RubricEvaluation, after: RubricEvaluation) -> list[U
     return out
 
 
-def export_bytes(frame: pd.DataFrame) -> tuple[bytes, bytes]:
-    """CSV (formula-safe, UTF-8) and JSON bytes of an export frame."""
-    return to_csv(frame).encode("utf-8"), to_json(frame).encode("utf-8")
+def export_bytes(rows: Iterable[Sequence[Any]] | pd.DataFrame) -> tuple[bytes, bytes]:
+    """CSV (formula-safe, UTF-8) and JSON bytes of export rows (`rubric_core.export`'s
+    ``export_rows`` / ``_rows``), written as a stream; a frame is accepted too."""
+    if isinstance(rows, pd.DataFrame):
+        return to_csv(rows).encode("utf-8"), to_json(rows).encode("utf-8")
+    materialised = rows if isinstance(rows, list) else list(rows)
+    csv_out, json_out = io.StringIO(), io.StringIO()
+    write_csv(materialised, csv_out)
+    write_json(materialised, json_out)
+    return csv_out.getvalue().encode("utf-8"), json_out.getvalue().encode("utf-8")
 
 
 def filtered_pairs(

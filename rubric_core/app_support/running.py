@@ -16,6 +16,7 @@ from rubric_core.app_support._common import FORM_DEFAULTS, LLM_GRADER_HINT, UiMe
 from rubric_core.app_support.authoring import build_tools, default_tool_names, lint_for_ui
 from rubric_core.app_support.settings import build_model, check_max_iterations, model_problem
 from rubric_core.examples import list_examples
+from rubric_core.redact import redact
 from rubric_core.runner import RunSpec
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ class RunForm:
     tool_names: list[str] = field(default_factory=list)
     example_name: str | None = None
     base_url: str = ""
+    session_key: str | None = field(default=None, repr=False)
+    """A key typed into the app for ``base_url`` (memory only: never stored or shown)."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -57,6 +60,7 @@ class RunForm:
             tool_names=list(state.get("grader_tools") or []),
             example_name=state.get("example_name") or None,
             base_url=text("base_url").strip(),
+            session_key=text("session_api_key").strip() or None,
         )
 
 
@@ -75,7 +79,8 @@ def check_form(form: RunForm, *, secrets: Mapping[str, Any]) -> list[UiMessage]:
     if problem:
         out.append(UiMessage("error", problem))
     for role, model in (("Worker", form.worker_model), ("Grader", form.grader_model)):
-        reason = model_problem(model, base_url=form.base_url, secrets=secrets)
+        reason = model_problem(model, base_url=form.base_url, secrets=secrets,
+                               session_key=form.session_key)
         if reason:
             out.append(UiMessage("error", f"{role} model: {reason} Choose another model in the "
                                           "sidebar."))
@@ -97,8 +102,9 @@ def build_run_spec(form: RunForm, *, secrets: Mapping[str, Any], token_delay_s: 
         prompt=form.prompt,
         rubric=form.rubric,
         worker=build_model(form.worker_model, base_url=form.base_url, secrets=secrets,
-                           token_delay_s=token_delay_s),
-        grader=build_model(form.grader_model, base_url=form.base_url, secrets=secrets),
+                           token_delay_s=token_delay_s, session_key=form.session_key),
+        grader=build_model(form.grader_model, base_url=form.base_url, secrets=secrets,
+                           session_key=form.session_key),
         worker_system_prompt=form.worker_system_prompt.strip() or None,
         grader_system_prompt=form.grader_system_prompt.strip() or None,
         grader_tools=build_tools(form.tool_names, form.example_name),
@@ -118,11 +124,11 @@ def run_title(form: RunForm) -> str:
 def start_run(store: Store, form: RunForm) -> RunRecord:
     """Add the run to the index before any token is spent (no credentials are stored)."""
     return store.create_run(
-        title=run_title(form), prompt=form.prompt, rubric=form.rubric,
+        title=redact(run_title(form)), prompt=redact(form.prompt), rubric=redact(form.rubric),
         worker_model=form.worker_model, grader_model=form.grader_model,
         max_iterations=int(form.max_iterations),
-        worker_system_prompt=form.worker_system_prompt,
-        grader_system_prompt=form.grader_system_prompt, grader_tools=form.tool_names,
+        worker_system_prompt=redact(form.worker_system_prompt),
+        grader_system_prompt=redact(form.grader_system_prompt), grader_tools=form.tool_names,
     )
 
 
@@ -300,7 +306,7 @@ def resume_form(record: RunRecord, current: RunForm) -> RunForm:
     form = RunForm(
         prompt=record.prompt, rubric=record.rubric, worker_model=record.worker_model,
         grader_model=record.grader_model, max_iterations=record.max_iterations,
-        base_url=current.base_url,
+        base_url=current.base_url, session_key=current.session_key,
     )
     for example in list_examples():
         if example.prompt == record.prompt and example.rubric == record.rubric:

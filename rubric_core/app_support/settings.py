@@ -195,24 +195,53 @@ def api_key_for(model: str, secrets: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _same_url(a: str, b: str) -> bool:
+    return a.strip().rstrip("/").lower() == b.strip().rstrip("/").lower()
+
+
+def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
+    """Whether stored keys may go to ``base_url``: it is empty (the provider's own endpoint) or
+    the one the operator configured (``base_url`` in secrets or ``$RUBRIC_STUDIO_BASE_URL``)."""
+    if not base_url or not base_url.strip():
+        return True
+    configured = base_url_default(os.environ, secrets)
+    return bool(configured) and _same_url(base_url, configured)
+
+
 def build_model(
-    model: str, *, base_url: str | None, secrets: Mapping[str, Any], token_delay_s: float = 0.0
+    model: str,
+    *,
+    base_url: str | None,
+    secrets: Mapping[str, Any],
+    token_delay_s: float = 0.0,
+    session_key: str | None = None,
 ) -> BaseChatModel:
-    """Resolve a model string with its own key from secrets (never stored).
+    """Resolve a model string with its key (never stored).
+
+    A key from the environment or secrets goes only to the endpoint it was configured for:
+    the provider's default, or the operator's base URL. A base URL typed into the app gets
+    ``session_key`` (typed into the app for this session) or no key at all.
 
     Raises:
         ModelConfigError: Unknown provider, missing package or key, malformed string.
     """
-    return resolve_model(
-        model, base_url=base_url or None, api_key=api_key_for(model, secrets),
-        token_delay_s=token_delay_s,
-    )
+    provider = model.strip().removeprefix("hybrid:").partition(":")[0]
+    if provider not in ("openai", "openai-compatible") or base_url_trusted(base_url, secrets):
+        key = session_key if session_key and provider in ("openai", "openai-compatible") else (
+            api_key_for(model, secrets))
+        return resolve_model(model, base_url=base_url or None, api_key=key,
+                             token_delay_s=token_delay_s)
+    return resolve_model(model, base_url=base_url, api_key=session_key or None,
+                         token_delay_s=token_delay_s, env_keys=False)
 
 
-def model_problem(model: str, *, base_url: str | None, secrets: Mapping[str, Any]) -> str | None:
+def model_problem(
+    model: str, *, base_url: str | None, secrets: Mapping[str, Any],
+    session_key: str | None = None,
+) -> str | None:
     """Why a model string cannot be used (the ``ModelConfigError`` message), or None."""
     try:
-        build_model(model, base_url=base_url, secrets=secrets)
+        build_model(model, base_url=base_url, secrets=secrets, session_key=session_key)
     except ModelConfigError as exc:
         return str(exc)
     return None

@@ -1,0 +1,208 @@
+"""Secrets: scrubbed from everything stored, exported, logged or printed; keys sent only to the
+endpoint they were configured for. Through the real CLI and real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rubric_core import redact
+from rubric_core.app_support import build_model
+from rubric_core.redact import REDACTED, redact_data
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_KEY = "sk-envkey-" + "A1b2C3d4E5f6G7h8"
+
+
+# --------------------------------------------------------------------------- the scrubber
+
+
+@pytest.mark.parametrize(
+    ("text", "gone"),
+    [
+        pytest.param("Authorization: Bearer abc.DEF-123_456", "abc.DEF-123_456", id="bearer"),
+        pytest.param("key sk-proj-ABCDEFGHIJKLMNOP1234 leaked", "sk-proj-ABCDEFGHIJKLMNOP1234",
+                     id="openai"),
+        pytest.param("sk-ant-api03-ABCDEFGHIJKLMNOP", "sk-ant-api03-ABCDEFGHIJKLMNOP",
+                     id="anthropic"),
+        pytest.param("gsk_ABCDEFGHIJKLMNOPQRST", "gsk_ABCDEFGHIJKLMNOPQRST", id="groq"),
+        pytest.param("AIza" + "B" * 35, "AIza" + "B" * 35, id="google"),
+        pytest.param('{"api_key": "hunter2hunter2"}', "hunter2hunter2", id="json_assignment"),
+        pytest.param("api-key=supersecret99", "supersecret99", id="query_assignment"),
+    ],
+)
+def test_key_shaped_tokens_are_redacted(text: str, gone: str) -> None:
+    cleaned = redact.redact(text)
+    assert gone not in cleaned and REDACTED in cleaned
+
+
+def test_configured_values_are_redacted_wherever_they_appear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "plainvalue-no-shape")
+    monkeypatch.setenv("SHORT_KEY", "abc")  # too short to be treated as a secret
+    redact.register_secret("registered-secret-value")
+    text = "x plainvalue-no-shape y registered-secret-value z abc"
+    assert redact.redact(text) == f"x {REDACTED} y {REDACTED} z abc"
+
+
+def test_ordinary_text_is_unchanged() -> None:
+    text = "The poem has three lines; sk-1 is a label; Bearer of news; api_key: short"
+    assert redact.redact(text) == text
+
+
+def test_redact_data_walks_structures_and_keeps_keys() -> None:
+    data = {"explanation": "Bearer abcdefgh12", "criteria": [{"gap": ("sk-" + "x" * 20,)}],
+            "n": 3, "Bearer abcdefgh12": None}
+    out = redact_data(data)
+    assert out["explanation"] == f"Bearer {REDACTED}"
+    assert out["criteria"][0]["gap"] == (REDACTED,)
+    assert out["n"] == 3 and "Bearer abcdefgh12" in out
+
+
+def test_log_records_are_redacted_for_every_logger(caplog: pytest.LogCaptureFixture) -> None:
+    redact.install_log_redaction()
+    secret = "sk-logsecret-" + "Z" * 16
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("some.provider.sdk").warning("request failed with key %s", secret)
+        try:
+            raise RuntimeError(f"echo Authorization: Bearer {secret}")
+        except RuntimeError:
+            logging.getLogger("another").exception("boom")
+    text = caplog.text
+    assert secret not in text and REDACTED in text
+
+
+# --------------------------------------------------------------------------- loopback servers
+
+
+class _Recorder(ThreadingHTTPServer):
+    """Records each request's Authorization header, then answers 401 echoing it back (as some
+    providers' error bodies do)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.authorizations: list[str] = []
+        super().__init__(("127.0.0.1", 0), _EchoHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _EchoHandler(BaseHTTPRequestHandler):
+    server: _Recorder
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        auth = self.headers.get("Authorization") or ""
+        self.server.authorizations.append(auth)
+        body = json.dumps({"error": {"message": f"Invalid credentials in header "
+                                                f"'Authorization: {auth}'",
+                                     "type": "invalid_request_error", "code": "bad_auth"}})
+        data = body.encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def recorder() -> Iterator[_Recorder]:
+    server = _Recorder()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _cli(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUBRIC_STUDIO"))}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "rubric_core", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=120, check=False)
+
+
+def _stored_bytes(tmp_path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+
+
+@pytest.mark.parametrize(
+    ("models", "where"),
+    [
+        pytest.param(["--model", "openai-compatible:m"], "error", id="worker_error"),
+        pytest.param(["--model", "demo", "--grader", "openai-compatible:m"], "verdict",
+                     id="grader_error_explanation"),
+    ],
+)
+def test_an_echoed_key_is_scrubbed_from_output_database_and_export(
+    recorder: _Recorder, tmp_path: Path, models: list[str], where: str
+) -> None:
+    db, csv = tmp_path / "runs.sqlite3", tmp_path / "out.csv"
+    proc = _cli(["run", "--prompt", "Say hi", "--rubric", "- says hi", *models,
+                 "--base-url", recorder.url, "--db", str(db), "--csv", str(csv),
+                 "--max-iterations", "1"],
+                {"OPENAI_API_KEY": ENV_KEY}, tmp_path)
+    # The operator's own --base-url gets the operator's key, and the server echoed it back.
+    assert recorder.authorizations and all(ENV_KEY in a for a in recorder.authorizations)
+    assert proc.returncode == 1, proc.stderr
+    said = proc.stdout + proc.stderr
+    assert ENV_KEY not in said and f"Bearer {REDACTED}" in said, said
+    assert any(line.startswith(where) and REDACTED in line for line in said.splitlines())
+    assert ENV_KEY.encode() not in _stored_bytes(tmp_path)  # db, -wal and the CSV
+    assert REDACTED in csv.read_text(encoding="utf-8") or where == "error"
+
+
+# --------------------------------------------------------------------------- key routing
+
+
+def _call(model: Any) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - the recorder always answers 401
+        model.invoke("hi")
+
+
+@pytest.mark.parametrize(
+    ("configured", "session_key", "expected"),
+    [
+        pytest.param(None, None, "Bearer not-needed", id="typed_url_gets_no_stored_key"),
+        pytest.param(None, "sk-session-typed-0001", "Bearer sk-session-typed-0001",
+                     id="typed_url_gets_the_session_key"),
+        pytest.param("env", None, f"Bearer {ENV_KEY}", id="operator_url_gets_the_env_key"),
+        pytest.param("secrets", None, "Bearer sk-from-secrets-0001",
+                     id="operator_url_in_secrets_gets_the_secrets_key"),
+    ],
+)
+def test_stored_keys_go_only_to_the_endpoint_they_were_configured_for(
+    recorder: _Recorder, monkeypatch: pytest.MonkeyPatch,
+    configured: str | None, session_key: str | None, expected: str,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    secrets: dict[str, Any] = {}
+    if configured == "env":
+        monkeypatch.setenv("RUBRIC_STUDIO_BASE_URL", recorder.url + "/")
+    elif configured == "secrets":
+        secrets = {"base_url": recorder.url, "OPENAI_API_KEY": "sk-from-secrets-0001"}
+    for spec in ("openai-compatible:m", "openai:m", "hybrid:openai-compatible:m"):
+        model = build_model(spec, base_url=recorder.url, secrets=secrets,
+                            session_key=session_key)
+        inner = getattr(model, "llm", model)
+        _call(inner)
+    assert recorder.authorizations == [expected] * 3
