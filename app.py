@@ -11,10 +11,15 @@ import os
 import streamlit as st
 
 from rubric_core import app_support as sup
-from rubric_core import redact
+from rubric_core import host_check, redact
 from rubric_core.store import Store, StoreError
 
 st.set_page_config(page_title="Rubric Studio", page_icon="✅", layout="wide")
+# Served without serve.py, the app would answer any Host name (DNS rebinding). AppTest sends no
+# request headers; a real server always does.
+if st.context.headers and not host_check.installed():
+    st.error(host_check.NOT_INSTALLED, icon=":material/gpp_bad:")
+    st.stop()
 
 
 @st.cache_resource(show_spinner=False)

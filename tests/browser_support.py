@@ -1,4 +1,4 @@
-"""Start the real app with `streamlit run` and drive Debian's headless Chromium against it."""
+"""Start the real app (`streamlit run serve.py`) and drive Debian's headless Chromium against it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,13 +44,25 @@ def free_port() -> int:
 
 
 @contextmanager
-def streamlit_server(db_path: Path, log_path: Path) -> Iterator[str]:
-    """Run `streamlit run app.py` on a free loopback port; yields its URL."""
+def streamlit_server(
+    db_path: Path, log_path: Path, extra_env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """Run `streamlit run serve.py` (the README's command) on a free loopback port.
+
+    Args:
+        db_path: The database the app uses.
+        log_path: Where the server's output goes.
+        extra_env: More environment for the server (e.g. RUBRIC_STUDIO_ALLOWED_HOSTS).
+
+    Yields:
+        The app's URL, once its health check answers.
+    """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(RUBRIC_STUDIO_DB=str(db_path), PYTHONUNBUFFERED="1")
+    env.pop("RUBRIC_STUDIO_ALLOWED_HOSTS", None)  # the caller's extra_env alone decides
+    env.update(RUBRIC_STUDIO_DB=str(db_path), PYTHONUNBUFFERED="1", **(extra_env or {}))
     cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
+        sys.executable, "-m", "streamlit", "run", "serve.py",
         "--server.address", "127.0.0.1", "--server.port", str(port),
         "--server.headless", "true", "--browser.gatherUsageStats", "false",
     ]

@@ -1,6 +1,6 @@
 """The real app in a real headless Chromium: load the haiku example, run it, review, export.
 
-Starts ``streamlit run app.py`` on a free loopback port with a temporary database and drives
+Starts ``streamlit run serve.py`` on a free loopback port with a temporary database and drives
 Debian's Chromium through Playwright. Screenshots of each step are saved under
 ``artifacts/browser/`` (kept as test artifacts). A missing Chromium fails the test: see
 ``browser_support.chromium_path``.
