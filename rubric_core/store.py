@@ -14,9 +14,14 @@ be shared between threads. Our own tables therefore use one short-lived connecti
 operation; the saver holds one long-lived connection opened with ``check_same_thread=False``
 and serialises access with its own lock. A ``Store`` may be cached and shared across threads.
 
-Safety: a file that is not SQLite, is corrupted, or belongs to another application with
-clashing table names is refused with :class:`StoreError` and never written to. API keys are
-never stored: :meth:`Store.create_run` accepts explicit fields only.
+Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
+carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
+application_id, which are upgraded in place) — at a schema this version reads, and it passes
+SQLite's ``quick_check``. These checks run before any connection that can write (ours or the
+``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
+other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
+:class:`StoreError` and left byte-for-byte untouched. API keys are never stored:
+:meth:`Store.create_run` accepts explicit fields only.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import sqlite3
 import threading
 import urllib.parse
@@ -52,6 +58,14 @@ Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
 APP_ID = "rubric-studio"
 """Value of ``meta.app`` that marks a file as ours."""
 
+APPLICATION_ID = 0x52625374
+"""SQLite ``PRAGMA application_id`` of our files: the ASCII bytes ``RbSt`` (1382175604).
+
+Written into the file header (offset 68, big-endian) when a file is created or upgraded, so
+that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner before opening
+it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
+"""
+
 RUN_STATUSES: frozenset[str] = frozenset(
     {
         "running", "satisfied", "needs_revision", "failed", "grader_error",
@@ -61,6 +75,9 @@ RUN_STATUSES: frozenset[str] = frozenset(
 """Every status a run may have in the index."""
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
+_HEADER_SIZE = 100  # the database header, before the first page's b-tree
+_APPLICATION_ID_AT = 68
+_SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
 _TIMEOUT_S = 10.0
 _CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
 
@@ -92,20 +109,9 @@ _SCHEMA = (
         version INTEGER NOT NULL, text TEXT NOT NULL, created_at TEXT NOT NULL,
         PRIMARY KEY (name, version))""",
 )
-_OUR_NAMES = frozenset(
-    {
-        "meta", "runs", "evaluations", "rubrics", "rubric_versions", "rs_runs_created",
-        "rs_runs_status", "rs_runs_worker", "rs_runs_grader", "rs_runs_thread",
-    }
-)
 # Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
 _ADDED_RUN_COLUMNS = {
     "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
-}
-# LangGraph's tables may pre-exist (a checkpoint file adopted as is) if their columns fit.
-_SAVER_COLUMNS = {
-    "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint", "metadata"},
-    "writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel"},
 }
 
 
@@ -276,9 +282,9 @@ class Store:
             The store itself.
 
         Raises:
-            StoreError: The path is not writable, the file is not a (healthy) SQLite
-                database, it belongs to another application with clashing tables, or it was
-                written by a newer schema. The file is left untouched in every case.
+            StoreError: The path is not writable, or the file is not SQLite, fails
+                ``quick_check``, belongs to another application, was written by a newer schema,
+                or holds an interrupted transaction. The file is left untouched in every case.
         """
         with self._lock:
             if not self._opened:
@@ -731,26 +737,34 @@ class Store:
     def _unwritable(self, reason: str) -> StoreError:
         return StoreError(
             f"Cannot use {self._path} as the Rubric Studio database: {reason}. Set {DB_ENV_VAR} "
-            "to a file path in a directory you can write to "
+            "(or pass --db) to a file path in a directory you can write to "
             f"(for example {DB_ENV_VAR}=~/rubric_studio.sqlite3) and start again."
         )
 
     def _not_ours(self, reason: str) -> StoreError:
         return StoreError(
             f"{self._path} is not a Rubric Studio database ({reason}). The file was left "
-            f"untouched: move it aside or choose another path with {DB_ENV_VAR}."
+            f"untouched: move it aside or choose another file with {DB_ENV_VAR} or --db."
         )
 
-    def _foreign(self, detail: str) -> StoreError:
+    def _damaged(self, reason: str) -> StoreError:
         return StoreError(
-            f"{self._path} is a SQLite database of another application: {detail}. The file "
-            f"was left untouched: move it aside or choose another path with {DB_ENV_VAR}."
+            f"{self._path} {reason}. The file was left untouched: restore it from a backup or "
+            f"choose another file with {DB_ENV_VAR} or --db."
         )
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
         if "not a database" in text or "malformed" in text:
-            return self._not_ours(text)
+            return self._damaged(f"cannot be read by SQLite ({text})")
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK:
+            return StoreError(
+                f"{self._path} has an unfinished transaction in {self._path.name}-journal, left "
+                "by a program that stopped while writing it, and SQLite can only roll it back "
+                "by writing to the file. The file was left untouched: if you trust the file, "
+                f"roll the transaction back with `sqlite3 {shlex.quote(str(self._path))} 'PRAGMA "
+                f"quick_check'` and start again, or choose another file with {DB_ENV_VAR} or --db."
+            )
         if "readonly" in text or "unable to open" in text:
             return self._unwritable(text)
         if "locked" in text or "busy" in text:
@@ -764,6 +778,9 @@ class Store:
         path = self._path
         if path.is_dir():
             raise self._unwritable("it is a directory, not a file")
+        if path.exists() and not path.is_file():
+            # A FIFO or device would block or lie on read; only regular files hold databases.
+            raise self._unwritable("it is not a regular file")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -777,61 +794,106 @@ class Store:
             raise self._unwritable(f"the directory {path.parent} is not writable")
 
     def _inspect_existing(self) -> None:
-        """Refuse files that are not ours to write, reading them only."""
+        """Refuse a file that is not ours to write, before any connection can write to it.
+
+        Reads only, and creates no side files: the header with plain file reads (SQLite magic,
+        application_id), then a read-only connection for our ``meta`` table and ``quick_check``.
+        An empty or absent file passes: it becomes ours.
+        """
         path = self._path
-        if not path.exists() or path.stat().st_size == 0:
-            return
-        with path.open("rb") as fh:
-            if fh.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
-                raise self._not_ours("file is not a database")
-        uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=_TIMEOUT_S)
+            with path.open("rb") as fh:
+                header = fh.read(_HEADER_SIZE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._unwritable(f"the file cannot be read ({exc.strerror or exc})") from exc
+        if not header:
+            return
+        # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
+        if not _journal_pending(path):
+            if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
+                raise self._not_ours("it is not a SQLite database at all")
+            at = _APPLICATION_ID_AT
+            self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
+        try:
+            conn = sqlite3.connect(
+                _read_only_uri(path), uri=True, timeout=_TIMEOUT_S, isolation_level=None
+            )
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         try:
-            objects = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
-            if "meta" in objects:
-                self._check_meta(conn)
-                return
-            clash = sorted(objects & _OUR_NAMES)
-            for table, needed in _SAVER_COLUMNS.items():
-                if table in objects:
-                    cols = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-                    if not needed <= cols:
-                        clash.append(table)
+            self._identify(conn)
+            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         finally:
             conn.close()
-        if clash:
-            names = ", ".join(repr(c) for c in sorted(clash))
-            raise self._foreign(f"its {names} clash with Rubric Studio's tables")
+        if problem != "ok":
+            first = " ".join(str(problem).replace("*** in database main ***", "").split())
+            raise self._damaged(f"failed SQLite's integrity check (quick_check: {first[:200]})")
 
-    def _check_meta(self, conn: sqlite3.Connection) -> None:
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.OperationalError:
-            meta = {}
+    def _check_application_id(self, app_id: int) -> None:
+        if app_id not in (0, APPLICATION_ID):
+            raise self._not_ours(
+                f"it belongs to another application: its SQLite application_id is "
+                f"{app_id & 0xFFFFFFFF:#010x}, Rubric Studio's is {APPLICATION_ID:#010x}"
+            )
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        """Raise unless the non-empty database on ``conn`` is ours at a schema we can read."""
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        self._check_application_id(app_id)
+        tables = sorted(
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+        if "meta" not in tables:
+            if app_id == APPLICATION_ID:
+                raise self._damaged("carries Rubric Studio's application_id but has no meta table")
+            shown = ", ".join(repr(t) for t in tables[:5]) + (", …" if len(tables) > 5 else "")
+            raise self._not_ours(
+                "it belongs to another application: it has no Rubric Studio meta table and "
+                f"its tables are {shown or 'none'}"
+            )
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(meta)")}
+        meta = (
+            dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if {"key", "value"} <= columns
+            else {}
+        )
         if meta.get("app") != APP_ID:
-            raise self._foreign("its 'meta' table was not made by Rubric Studio")
-        version = int(meta.get("schema_version", 0))
+            raise self._not_ours(
+                "it belongs to another application: its 'meta' table was not made by "
+                "Rubric Studio"
+            )
+        raw = meta.get("schema_version", "0")
+        try:
+            version = int(raw)
+        except (TypeError, ValueError):
+            raise self._damaged(f"has an unreadable schema_version {raw!r}") from None
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self._path} was written by a newer Rubric Studio (schema {version}; this "
-                f"version reads up to {SCHEMA_VERSION}). Upgrade Rubric Studio or choose "
-                f"another path with {DB_ENV_VAR}."
+                f"version reads up to {SCHEMA_VERSION}). The file was left untouched: upgrade "
+                f"Rubric Studio or choose another file with {DB_ENV_VAR} or --db."
             )
 
     def _create_schema(self) -> None:
+        """Create or upgrade our tables and mark the file as ours, in one transaction."""
         try:
             conn = sqlite3.connect(self._path, timeout=_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         try:
-            # WAL lets the app read while a run writes; it is a property of the file.
-            conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("BEGIN IMMEDIATE")
+            # Again under the write lock, as the file may have changed since it was inspected.
+            # A new database stays 0 bytes on disk until the first commit.
+            if self._path.stat().st_size:
+                self._identify(conn)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             for statement in _SCHEMA:
                 conn.execute(statement)
             # Upgrade a version 1 file: add the columns it lacks (existing rows get NULL).
@@ -848,9 +910,37 @@ class Store:
                 (str(SCHEMA_VERSION),),
             )
             conn.execute("COMMIT")
+            # WAL lets the app read while a run writes; it is a property of the file. Switched
+            # after the first commit, so an interrupted creation rolls back to an empty file.
+            conn.execute("PRAGMA journal_mode = WAL")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise self._error(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
         finally:
             conn.close()
+
+
+def _read_only_uri(path: Path) -> str:
+    """A URI that opens ``path`` read-only without creating ``-wal``/``-shm`` files beside it.
+
+    ``mode=ro`` alone creates them for a WAL database; ``immutable=1`` does not, but it reads
+    the file alone, without locks. So ``immutable=1`` is used only when no WAL exists (no
+    connection has the file open in WAL mode and none left a WAL behind) and no journal holds a
+    transaction; otherwise ``mode=ro`` reads through the side files that are already there.
+    """
+    real = path.resolve()  # SQLite names side files after the symlink's target
+    in_use = real.with_name(real.name + "-wal").exists() or _journal_pending(real)
+    query = "mode=ro" if in_use else "mode=ro&immutable=1"
+    return f"file:{urllib.parse.quote(str(real))}?{query}"
+
+
+def _journal_pending(path: Path) -> bool:
+    """Whether a rollback journal beside ``path`` may hold a transaction (live or interrupted)."""
+    real = path.resolve()
+    journal = real.with_name(real.name + "-journal")
+    return journal.is_file() and journal.stat().st_size > 0

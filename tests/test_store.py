@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -13,6 +12,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from rubric_core.store import (
+    APPLICATION_ID,
     DB_ENV_VAR,
     SCHEMA_VERSION,
     RunRecord,
@@ -163,9 +163,11 @@ def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert store.get_run(new.run_id) == new
     conn = sqlite3.connect(path)
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    (application_id,) = conn.execute("PRAGMA application_id").fetchone()
     conn.close()
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["created_at"] == "2026-01-01T00:00:00+00:00"
+    assert application_id == APPLICATION_ID
 
 
 def test_create_run_with_explicit_thread(store: Store) -> None:
@@ -446,7 +448,7 @@ def test_load_missing_rubric(store: Store) -> None:
         store.load_rubric("r", 9)
 
 
-# -- refusing paths and files -------------------------------------------------------------------
+# -- refusing paths (refused file contents: tests/test_store_integrity.py) ----------------------
 
 
 def test_unwritable_path_parent_is_a_file(tmp_path: Path) -> None:
@@ -474,78 +476,3 @@ def test_directory_path_is_refused(tmp_path: Path) -> None:
 def test_memory_path_is_refused() -> None:
     with pytest.raises(ValueError, match="file path"):
         Store(":memory:")
-
-
-def _assert_refused_untouched(path: Path, match: str) -> None:
-    before = path.read_bytes()
-    siblings = set(path.parent.iterdir())
-    with pytest.raises(StoreError, match=match) as info:
-        Store(path).open()
-    assert path.read_bytes() == before
-    assert set(path.parent.iterdir()) == siblings
-    assert "move it aside" in str(info.value)
-
-
-def test_random_bytes_file_is_refused_untouched(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
-    path.write_bytes(os.urandom(8192))
-    _assert_refused_untouched(path, r"is not a Rubric Studio database \(file is not a database\)")
-
-
-def test_corrupted_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE t (x TEXT)")
-    conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,) for _ in range(500)])
-    conn.commit()
-    conn.close()
-    data = bytearray(path.read_bytes())
-    data[100:4096] = os.urandom(3996)  # keep the header, destroy the schema page
-    path.write_bytes(bytes(data))
-    _assert_refused_untouched(path, "is not a Rubric Studio database")
-
-
-def test_foreign_db_with_conflicting_table_is_refused_untouched(tmp_path: Path) -> None:
-    path = tmp_path / "other.sqlite3"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT)")
-    conn.execute("INSERT INTO runs (name) VALUES ('theirs')")
-    conn.commit()
-    conn.close()
-    _assert_refused_untouched(path, "another application.*'runs'")
-
-
-def test_foreign_db_with_foreign_meta_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "other.sqlite3"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE meta (k TEXT, v TEXT)")
-    conn.commit()
-    conn.close()
-    _assert_refused_untouched(path, "'meta' table was not made by Rubric Studio")
-
-
-def test_foreign_db_without_conflicts_is_shared(tmp_path: Path) -> None:
-    path = tmp_path / "other.sqlite3"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE notes (body TEXT)")
-    conn.execute("INSERT INTO notes VALUES ('keep me')")
-    conn.commit()
-    conn.close()
-    with Store(path) as store:
-        run = _new_run(store)
-        assert store.get_run(run.run_id) == run
-    conn = sqlite3.connect(path)
-    assert conn.execute("SELECT body FROM notes").fetchall() == [("keep me",)]
-    conn.close()
-
-
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
-    with Store(path):
-        pass
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    conn.commit()
-    conn.close()
-    with pytest.raises(StoreError, match="newer Rubric Studio"):
-        Store(path).open()
