@@ -68,6 +68,8 @@ class RubricEvaluation(TypedDict):
     """Grader output tokens over the pass, where the provider reports usage."""
     answer: str
     """The text that was graded (the agent's latest answer)."""
+    unknown_criteria: NotRequired[list[str]]
+    """Verdict names that match no rubric criterion (`grader.criterion_key`); never counted."""
 
 
 class EvaluationStartEvent(TypedDict):

@@ -317,6 +317,7 @@ class FakeOpenAI:
     Attributes:
         base_url: What to pass as ``base_url`` to ChatOpenAI or the openai client.
         requests: The JSON bodies of every chat completions request received, in order.
+        request_times: `time.monotonic()` at the arrival of each of those requests.
         default: The reply (or ``responder(body) -> reply``) used when the queue is empty.
     """
 
@@ -328,6 +329,7 @@ class FakeOpenAI:
         """
         self.default: Reply | Responder | None = default
         self.requests: list[dict[str, Any]] = []
+        self.request_times: list[float] = []
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -379,6 +381,7 @@ class FakeOpenAI:
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             self.requests.append(body)
+            self.request_times.append(time.monotonic())
             if self._queue:
                 return self._queue.popleft()
             default = self.default

@@ -8,6 +8,9 @@ broken bodies), usage reporting, and token streaming through the runner.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +22,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from openai_server import FakeOpenAI, Reply, drop, error, malformed, slow, text, verdict
 
 from rubric_core import RubricMiddleware
+from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, grade_steps
+from rubric_core.models import BASE_URL_ENV
 from rubric_core.runner import RunSpec, build_agent, run_rubric
 
 RUBRIC = "- c1\n- c2"
@@ -142,11 +147,17 @@ def test_transient_grader_failures_are_retried(
 @pytest.mark.parametrize(
     ("reply", "explanation"),
     [
-        pytest.param(error(500, "grader is down"), ["Error code: 500", "grader is down"],
-                     id="500_forever"),
-        pytest.param(malformed(), ["GraderOutputError", "not valid JSON", "3 attempt(s)"],
+        pytest.param(error(500, "grader is down"),
+                     ["Error code: 500", "grader is down", "grader model 'grader-model'",
+                      "HTTP 500", "retryable error", "2 retries made"], id="500_forever"),
+        pytest.param(malformed(),
+                     ["GraderOutputError", "not valid JSON", "3 attempt(s)",
+                      "grader model 'grader-model'", "2 retries made",
+                      # the body that could not be parsed is kept
+                      'as received (up to 4,000 characters):\n{"id": "chatcmpl-broken"'],
                      id="not_json_forever"),
-        pytest.param(slow(5, PASS), ["Timeout"], id="timeout_forever"),
+        pytest.param(slow(5, PASS), ["Timeout", "grader model 'grader-model'", "2 retries made"],
+                     id="timeout_forever"),
     ],
 )
 def test_grader_that_keeps_failing_ends_in_grader_error_with_thread_intact(
@@ -180,6 +191,8 @@ def test_client_error_is_not_retried(worker: FakeOpenAI, grader: FakeOpenAI) -> 
     assert ev["result"] == "grader_error"
     assert "Error code: 400" in ev["explanation"]
     assert "does not support tools" in ev["explanation"]
+    assert "(grader model 'grader-model', HTTP 400, not retryable, 0 retries made)" in (
+        ev["explanation"])
     assert len(grader.requests) == 1
 
 
@@ -284,3 +297,147 @@ def test_worker_dropping_connections_ends_run_in_error_and_recovers_on_resume() 
         final = list(run_rubric(spec, checkpointer=saver, thread_id="d", resume=True))[-1]
     assert final["status"] == "satisfied"
     assert [e["result"] for e in final["evaluations"]] == ["needs_revision", "satisfied"]
+
+
+# --------------------------------------------------------------------------- grader trust
+
+
+LINES_RUBRIC = "- The answer has exactly 3 lines\n- The tone is friendly"
+LINES_CRITERIA = ("The answer has exactly 3 lines", "The tone is friendly")
+SIX_LINES = "\n".join(f"hello friend, line {i}" for i in range(1, 7))
+THREE_LINES = "hello friend\nhow are you\nsee you soon"
+
+
+def json_text(result: str, names: tuple[str, ...], failing: tuple[str, ...] = ()) -> Reply:
+    """A verdict written as plain text, as some models answer instead of calling the tool."""
+    items = [{"name": n, "passed": n not in failing, **({"gap": f"fix {n}"} if n in failing
+                                                        else {})} for n in names]
+    return text(json.dumps({"result": result, "explanation": f"{result}.", "criteria": items}))
+
+
+def hybrid_agent(worker: FakeOpenAI, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch,
+                 **kwargs: Any) -> Any:
+    """The `hybrid:<model>` grader exactly as the app and the CLI name it."""
+    monkeypatch.setenv(BASE_URL_ENV, grader.base_url)
+    kwargs.setdefault("retry_backoff_s", 0)
+    mw = RubricMiddleware(model="hybrid:openai-compatible:grader-model", **kwargs)
+    return create_agent(model=chat(worker, "worker-model"), middleware=[mw],
+                        checkpointer=InMemorySaver())
+
+
+def ask_lines() -> dict[str, Any]:
+    return {"messages": [HumanMessage("greet me")], "rubric": LINES_RUBRIC}
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        pytest.param([json_text("satisfied", LINES_CRITERIA)], id="plain_text_json"),
+        pytest.param([verdict("satisfied", (), LINES_CRITERIA)], id="tool_call"),
+        pytest.param([error(429, "slow down"), json_text("satisfied", LINES_CRITERIA)],
+                     id="after_a_retry"),
+        pytest.param([text("Looks friendly and fine to me."),
+                      json_text("satisfied", LINES_CRITERIA)], id="after_a_correction"),
+    ],
+)
+def test_hybrid_rule_results_are_final_over_http(
+    worker: FakeOpenAI, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch,
+    replies: list[Reply],
+) -> None:
+    worker.enqueue(text(SIX_LINES), text(THREE_LINES))
+    grader.enqueue(*replies, json_text("satisfied", LINES_CRITERIA))
+    agent = hybrid_agent(worker, grader, monkeypatch, max_iterations=2)
+    agent.invoke(ask_lines(), CFG)
+    vals = values(agent)
+    first, second = vals["_rubric_evaluations"]
+    assert first["result"] == "needs_revision"  # the LLM said satisfied; the rule says 6 lines
+    assert first["criteria"] == [
+        {"name": "The answer has exactly 3 lines", "passed": False,
+         "gap": "the answer has 6 lines, needs exactly 3"},
+        {"name": "The tone is friendly", "passed": True},
+    ]
+    assert second["result"] == "satisfied" and vals["_rubric_status"] == "satisfied"
+    # The LLM was shown the rule result as evidence it may not contradict.
+    assert any("[FAIL] 1. The answer has exactly 3 lines" in str(m.get("content"))
+               for m in grader.requests[0]["messages"])
+
+
+def test_hybrid_llm_that_keeps_failing_is_a_grader_error_naming_it(
+    worker: FakeOpenAI, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker.enqueue(text(SIX_LINES))
+    grader.default = error(500, "grader is down")
+    agent = hybrid_agent(worker, grader, monkeypatch, max_retries=1)
+    agent.invoke(ask_lines(), CFG)
+    (ev,) = values(agent)["_rubric_evaluations"]
+    assert ev["result"] == "grader_error" and ev["criteria"] == []
+    assert ("(grader model 'hybrid:grader-model', HTTP 500, retryable error, 1 retry made)"
+            in ev["explanation"])
+
+
+def test_invented_criterion_names_are_not_matched_by_position(
+    worker: FakeOpenAI, grader: FakeOpenAI
+) -> None:
+    invented = verdict("satisfied", (), ("Is polite", "Is short"))  # same count as the rubric
+    worker.enqueue(text("draft 1"))
+    grader.enqueue(invented, invented)
+    agent = agent_for(worker, grader, max_iterations=1)
+    agent.invoke(ask(), CFG)
+    (ev,) = values(agent)["_rubric_evaluations"]
+    assert ev["result"] == "needs_revision" and ev["unverified"] is True
+    assert [c["passed"] for c in ev["criteria"]] == [False, False]
+    assert ev["status"] == "max_iterations_reached"
+    correction = grader.requests[1]["messages"][-1]["content"]
+    assert "not in the rubric (ignored): 'Is polite'; 'Is short'" in correction
+
+
+def test_invented_failing_criterion_does_not_force_a_revision(
+    worker: FakeOpenAI, grader: FakeOpenAI
+) -> None:
+    worker.enqueue(text("draft 1"))
+    grader.enqueue(verdict("needs_revision", ("Is witty",), ("c1", "c2", "Is witty")))
+    agent = agent_for(worker, grader)
+    agent.invoke(ask(), CFG)
+    vals = values(agent)
+    (ev,) = vals["_rubric_evaluations"]
+    assert ev["result"] == "satisfied" and vals["_rubric_status"] == "satisfied"
+    assert "Result set to 'satisfied'" in ev["explanation"]
+    assert len(worker.requests) == 1 and len(grader.requests) == 1
+
+
+def test_unknown_criteria_are_recorded_on_the_grading_outcome(grader: FakeOpenAI) -> None:
+    grader.enqueue(verdict("needs_revision", ("Is witty",), ("c1", "c2", "Is witty")))
+    messages = build_grader_messages([HumanMessage("q"), AIMessage("a")], ["c1", "c2"])
+    outcome = drive_sync(grade_steps(messages, ["c1", "c2"], []),
+                         bind_grader(chat(grader, "grader-model"), []))
+    assert outcome.unknown_criteria == ["Is witty"]
+    assert outcome.response.result == "satisfied" and outcome.missing == []
+
+
+def test_unparseable_reply_is_kept_capped_on_the_evaluation(
+    worker: FakeOpenAI, grader: FakeOpenAI
+) -> None:
+    rambling = "I would say it is mostly fine. " + "really " * 2_000 + "FINAL WORD"
+    worker.enqueue(text("draft 1"))
+    grader.enqueue(text("I think it is fine."), text(rambling))
+    agent = agent_for(worker, grader)
+    agent.invoke(ask(), CFG)
+    (ev,) = values(agent)["_rubric_evaluations"]
+    assert ev["result"] == "grader_error"
+    head, _, kept = ev["explanation"].partition(
+        "Grader reply as received (up to 4,000 characters):\n")
+    assert head.startswith("GraderOutputError: grader returned an unusable verdict twice")
+    assert "(grader model 'grader-model', 0 retries made)" in head
+    assert kept.startswith("I would say it is mostly fine.") and kept.endswith("FINAL WORD")
+    assert len(kept) <= 4_000 and "characters omitted" in kept
+
+
+def test_retry_after_http_date_is_waited_for(worker: FakeOpenAI, grader: FakeOpenAI) -> None:
+    worker.enqueue(text("draft 1"))
+    when = email.utils.formatdate(time.time() + 3, usegmt=True)  # whole seconds: 2 to 3 s ahead
+    grader.enqueue(error(429, "slow down", headers={"Retry-After": when}), PASS)
+    agent = agent_for(worker, grader)  # retry_backoff_s=0: only the header can make it wait
+    agent.invoke(ask(), CFG)
+    assert values(agent)["_rubric_status"] == "satisfied"
+    first, second = grader.request_times
+    assert 1.0 <= second - first <= 10.0

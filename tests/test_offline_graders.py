@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, SUMMARY
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -146,6 +148,8 @@ class TinyLLM(BaseChatModel):
                   **kwargs: Any) -> ChatResult:
         self.calls.append(list(messages))
         reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
         if callable(reply):
             reply = reply(messages)
         return ChatResult(generations=[ChatGeneration(message=reply)])
@@ -252,3 +256,92 @@ def test_hybrid_async_path_merges_the_same_way() -> None:
     args = reply.tool_calls[0]["args"]
     assert args["result"] == "needs_revision"
     assert [c["passed"] for c in args["criteria"]] == [True, False, True]
+
+
+# ----------------------------------------------------------------------- hybrid: rules are final
+
+
+LINES_CRITERIA = ["The answer has exactly 3 lines", "The tone is friendly"]
+SIX_LINES = "\n".join(f"hello friend, line {i}" for i in range(1, 7))
+
+
+def text_verdict(result: str, items: list[dict[str, Any]]) -> AIMessage:
+    return AIMessage("Here is my verdict:\n" + json.dumps(
+        {"result": result, "explanation": "LLM says so.", "criteria": items}))
+
+
+def all_pass(criteria: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"name": c, "passed": True} for c in criteria]
+
+
+def run_hybrid(llm: TinyLLM, criteria: Sequence[str], answer: str) -> Any:
+    messages = build_grader_messages([HumanMessage("req"), AIMessage(answer)], criteria)
+    grader = HybridGrader(llm=llm)
+    return drive_sync(grade_steps(messages, list(criteria), [], backoff_s=0),
+                      bind_grader(grader, []), sleep=lambda s: None)
+
+
+def test_hybrid_merges_a_verdict_written_as_json_text() -> None:
+    llm = TinyLLM(replies=[text_verdict("satisfied", all_pass(LINES_CRITERIA))])
+    args = grade(HybridGrader(llm=llm), LINES_CRITERIA, SIX_LINES)  # one GraderResponse call
+    assert args["result"] == "needs_revision"
+    assert args["criteria"][0] == {"name": "The answer has exactly 3 lines", "passed": False,
+                                   "gap": "the answer has 6 lines, needs exactly 3"}
+    assert args["criteria"][1] == {"name": "The tone is friendly", "passed": True}
+    assert "Rule checks replaced" in args["explanation"]
+
+
+def test_hybrid_text_verdict_keeps_its_text_and_runs_through_the_pass() -> None:
+    llm = TinyLLM(replies=[text_verdict("satisfied", all_pass(LINES_CRITERIA))])
+    messages = build_grader_messages([HumanMessage("r"), AIMessage(SIX_LINES)], LINES_CRITERIA)
+    reply = HybridGrader(llm=llm).bind_tools([GraderResponse]).invoke(messages)
+    assert isinstance(reply, AIMessage) and str(reply.content).startswith("Here is my verdict")
+    outcome = run_hybrid(TinyLLM(replies=[text_verdict("satisfied", all_pass(LINES_CRITERIA))]),
+                         LINES_CRITERIA, SIX_LINES)
+    assert outcome.response.result == "needs_revision"
+    assert [c["passed"] for c in outcome.criteria] == [False, True]
+
+
+def test_hybrid_rules_stay_final_after_a_correction() -> None:
+    llm = TinyLLM(replies=[AIMessage("Looks great to me!"),
+                           text_verdict("satisfied", all_pass(LINES_CRITERIA))])
+    outcome = run_hybrid(llm, LINES_CRITERIA, SIX_LINES)
+    assert len(llm.calls) == 2 and "must call the GraderResponse" in str(llm.calls[1][-1].content)
+    assert outcome.response.result == "needs_revision"
+    assert outcome.criteria[0]["passed"] is False
+
+
+def test_hybrid_rules_stay_final_after_a_transient_error() -> None:
+    llm = TinyLLM(replies=[TimeoutError("slow"), text_verdict("satisfied",
+                                                              all_pass(LINES_CRITERIA))])
+    outcome = run_hybrid(llm, LINES_CRITERIA, SIX_LINES)
+    assert outcome.retries == 1 and outcome.response.result == "needs_revision"
+
+
+def test_hybrid_llm_error_is_a_failure_not_a_verdict() -> None:
+    llm = TinyLLM(replies=[ValueError("bad key")])
+    with pytest.raises(ValueError, match="bad key"):
+        run_hybrid(llm, LINES_CRITERIA, SIX_LINES)
+
+
+def test_hybrid_does_not_match_llm_answers_by_position() -> None:
+    # Same count as the rubric, wrong names: nothing is taken for the LLM's own criterion.
+    llm = TinyLLM(replies=[verdict_call("satisfied", all_pass(["Is polite", "Is brief"])),
+                           verdict_call("satisfied", all_pass(["Is polite", "Is brief"]), "v2")])
+    outcome = run_hybrid(llm, LINES_CRITERIA, "a\nb\nc")
+    assert outcome.missing == ["The tone is friendly"]
+    assert outcome.unknown_criteria == ["Is polite", "Is brief"]
+    assert outcome.criteria == [{"name": "The answer has exactly 3 lines", "passed": True}]
+
+
+def test_hybrid_passes_invented_criteria_on_for_the_pass_to_ignore() -> None:
+    items = [*all_pass(LINES_CRITERIA), {"name": "Is witty", "passed": False, "gap": "joke"}]
+    llm = TinyLLM(replies=[verdict_call("needs_revision", items)])
+    outcome = run_hybrid(llm, LINES_CRITERIA, "hi\nthere\nfriend")
+    assert outcome.response.result == "satisfied"
+    assert outcome.unknown_criteria == ["Is witty"]
+
+
+def test_hybrid_grader_label_names_its_llm() -> None:
+    assert HybridGrader(llm=TinyLLM()).grader_label == "hybrid:TinyLLM"
+    assert RulesGrader().grader_label == "rules"

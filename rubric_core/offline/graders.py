@@ -8,7 +8,9 @@ phrasings are listed in `rubric_core.offline.rules`.
 
 `HybridGrader` sends the criteria the rules cannot check to an LLM, with the rule results as
 evidence it may not contradict (`RULE_EVIDENCE_PROMPT`); its docstring says exactly what it sends
-and how the two verdicts are merged.
+and how the two verdicts are merged. The rule results are final whichever way the LLM answers:
+it reads the LLM's verdict with `rubric_core.grader.verdict_args`, the grading pass's own
+reading, so a verdict given as JSON text is merged just like a tool call.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
-from rubric_core.grader import message_text, parse_grader_payload
+from rubric_core.grader import (
+    VERDICT_TOOL,
+    assign_answers,
+    message_text,
+    model_label,
+    parse_grader_payload,
+    verdict_args,
+)
 from rubric_core.offline.rules import check_criterion
-from rubric_core.rubric import normalize_name
-from rubric_core.types import CriterionVerdict, GraderResponse
+from rubric_core.types import CriterionVerdict, GradedCriterion, GraderResponse
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import (
@@ -91,58 +99,71 @@ def _find_payload(messages: Sequence[BaseMessage]) -> tuple[int, GraderPayload |
     return -1, None
 
 
-def _verdict_message(args: dict[str, Any]) -> AIMessage:
-    call = {"name": GraderResponse.__name__, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}",
+def _verdict_call(args: dict[str, Any]) -> dict[str, Any]:
+    return {"name": VERDICT_TOOL, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}",
             "type": "tool_call"}
-    return AIMessage(content="", tool_calls=[call])
+
+
+def _verdict_message(args: dict[str, Any]) -> AIMessage:
+    return AIMessage(content="", tool_calls=[_verdict_call(args)])
 
 
 def _tool_list(tools: Sequence[Any]) -> list[BaseTool]:
-    return [t for t in tools if isinstance(t, BaseTool) and t.name != GraderResponse.__name__]
+    return [t for t in tools if isinstance(t, BaseTool) and t.name != VERDICT_TOOL]
+
+
+def _passed(item: dict[str, Any]) -> bool:
+    """An LLM item's verdict as the schema reads it; an item it rejects counts as failing."""
+    try:
+        return GradedCriterion.model_validate(item).passed
+    except ValidationError:
+        return False
 
 
 def _merge(
     reply: BaseMessage, verdicts: list[CriterionVerdict | None], criteria: list[str]
 ) -> BaseMessage:
-    """The LLM's reply with its GraderResponse call overridden by the rule verdicts."""
+    """The LLM's verdict (tool call or JSON text) with every rule criterion set by the rules."""
     if not isinstance(reply, AIMessage) or not criteria:
         return reply
-    calls = [c for c in reply.tool_calls if c["name"] == GraderResponse.__name__]
-    if not calls:
-        return reply
-    args = calls[0]["args"]
+    args = verdict_args(reply)
     graded = args.get("criteria") if isinstance(args, dict) else None
-    if not isinstance(graded, list) or not all(isinstance(g, dict) for g in graded):
-        return reply
-    keys = [normalize_name(c) for c in criteria]
-    llm_items: dict[int, dict[str, Any]] = {}
-    for pos, item in enumerate(graded):
-        key = normalize_name(str(item.get("name", "")))
-        index = keys.index(key) if key in keys else (pos if len(graded) == len(criteria) else None)
-        if index is not None:
-            llm_items.setdefault(index, item)
+    if not isinstance(args, dict) or not isinstance(graded, list) or not all(
+        isinstance(g, dict) for g in graded
+    ):
+        return reply  # no verdict, or not a verdict's shape: the grading pass rejects it as is
+    answers, unknown = assign_answers(criteria, [str(g.get("name", "")) for g in graded])
     merged: list[dict[str, Any]] = []
     overridden: list[str] = []
+    passed_on: set[int] = set()
     for i, name in enumerate(criteria):
-        rule, llm_item = verdicts[i], llm_items.get(i)
+        rule, positions = verdicts[i], answers.get(i, [])
         if rule is not None:
-            if llm_item is not None and bool(llm_item.get("passed")) != rule["passed"]:
+            if any(_passed(graded[pos]) != rule["passed"] for pos in positions):
                 overridden.append(name)
             merged.append(dict(rule))
-        elif llm_item is not None:
-            merged.append({**llm_item, "name": name})
+            continue
+        # Passed on as given (repeats too): the grading pass matches and checks them.
+        merged.extend(graded[pos] for pos in positions if pos not in passed_on)
+        passed_on.update(positions)
+    # Names matching no criterion go on as well, so the pass records them (and ignores them).
     # Criteria the LLM left out are not invented here: the grading loop's coverage check asks
     # for them again, and records the pass as unverified if they stay missing.
+    merged.extend(graded[pos] for pos in unknown)
     if args.get("result") == "failed":
         result = "failed"
     else:
-        result = "satisfied" if all(m.get("passed") for m in merged) else "needs_revision"
+        result = "satisfied" if all(_passed(m) for m in merged) else "needs_revision"
     explanation = str(args.get("explanation", "")).strip()
     if overridden:
         listed = "; ".join(repr(n) for n in overridden)
         explanation = f"{explanation} (Rule checks replaced the LLM's verdict on: {listed}.)"
     new_args = {**args, "result": result, "explanation": explanation, "criteria": merged}
-    tool_calls = [{**c, "args": new_args} if c is calls[0] else c for c in reply.tool_calls]
+    calls = [c for c in reply.tool_calls if c["name"] == VERDICT_TOOL]
+    if calls:
+        tool_calls = [{**c, "args": new_args} if c is calls[0] else c for c in reply.tool_calls]
+    else:  # a verdict written as text becomes the tool call it should have been
+        tool_calls = [*reply.tool_calls, _verdict_call(new_args)]
     return reply.model_copy(update={"tool_calls": tool_calls})
 
 
@@ -170,6 +191,11 @@ class RulesGrader(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "rules-grader"
+
+    @property
+    def grader_label(self) -> str:
+        """The name messages use for this grader (`rubric_core.grader.model_label`)."""
+        return "rules"
 
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
@@ -206,14 +232,23 @@ class HybridGrader(BaseChatModel):
        and their results stay adjacent on later rounds), `RULE_EVIDENCE_PROMPT` with one line
        per recognised criterion: ``- [PASS] 2. <criterion>`` or
        ``- [FAIL] 2. <criterion> — <gap>``;
-    4. returns an LLM reply without a ``GraderResponse`` call (evidence-tool calls, or text)
-       unchanged, so the grading loop runs the tools and calls back;
-    5. otherwise merges the ``GraderResponse`` call: criteria in rubric order, each recognised
-       criterion replaced by its rule result, the others taken from the LLM (matched by name,
-       else by position when the counts agree; ones the LLM left out stay out, so the
-       grading loop's coverage check asks again); ``result`` stays ``failed`` if the LLM said
-       so, else it is ``satisfied`` exactly when every criterion given passes. A reply whose
-       arguments are not a verdict shape is returned unchanged, for the loop's correction.
+    4. reads the LLM's verdict the way the grading pass does (`verdict_args`: the
+       ``GraderResponse`` call, else a JSON verdict in the text when no evidence tool is
+       called) and returns a reply without one (evidence-tool calls, or other text)
+       unchanged, so the grading loop runs the tools or corrects it and calls back;
+    5. otherwise merges that verdict into one ``GraderResponse`` call (a text verdict becomes
+       a tool call, its text kept): criteria in rubric order, each recognised criterion
+       replaced by its rule result, the others as the LLM gave them, matched by name only
+       (`rubric_core.grader.criterion_key`, never by position); ones the LLM left out stay
+       out, so the grading loop's coverage check asks again, and names that match no
+       criterion are passed on for the loop to record and ignore. ``result`` stays
+       ``failed`` if the LLM said so, else it is ``satisfied`` exactly when every criterion
+       given passes. A verdict whose arguments are not a verdict's shape is returned
+       unchanged, for the loop's correction.
+
+    Every call, retries and corrections included, goes through these steps, so the rule
+    results are final on every path; an LLM error propagates unchanged (the pass retries it
+    or ends as ``grader_error``; no verdict is invented).
 
     Args:
         llm: The chat model that judges the criteria the rules cannot check.
@@ -229,6 +264,11 @@ class HybridGrader(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "hybrid-grader"
+
+    @property
+    def grader_label(self) -> str:
+        """``hybrid:<LLM name>``, the name messages use for this grader."""
+        return f"hybrid:{model_label(self.llm) or type(self.llm).__name__}"
 
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
