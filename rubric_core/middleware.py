@@ -259,6 +259,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
     ) -> RubricEvaluation:
         iteration = state.get("_rubric_iterations") or 0
         unverified = False
+        unknown: list[str] = []
         tokens: tuple[int | None, int | None] = (None, None)
         if outcome is None:
             result: RubricResult = "failed"
@@ -272,6 +273,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             result = outcome.response.result
             explanation = outcome.response.explanation
             verdicts = outcome.criteria
+            unknown = list(outcome.unknown_criteria or [])
             tokens = (outcome.input_tokens, outcome.output_tokens)
             if outcome.missing and result != "failed":
                 unverified = True
@@ -296,6 +298,8 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             "output_tokens": tokens[1],
             "answer": latest_attempt(state["messages"]).answer,
         }
+        if unknown:
+            evaluation["unknown_criteria"] = unknown
         return redact_data(evaluation)
 
     def _prepare(self, state: RubricState, runtime: Runtime[Any]) -> tuple[list[str], Any]:

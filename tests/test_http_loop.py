@@ -403,6 +403,7 @@ def test_invented_failing_criterion_does_not_force_a_revision(
     assert ev["result"] == "satisfied" and vals["_rubric_status"] == "satisfied"
     assert "Result set to 'satisfied'" in ev["explanation"]
     assert len(worker.requests) == 1 and len(grader.requests) == 1
+    assert ev["unknown_criteria"] == ["Is witty"]  # recorded on the evaluation, not used
 
 
 def test_unknown_criteria_are_recorded_on_the_grading_outcome(grader: FakeOpenAI) -> None:
