@@ -26,24 +26,21 @@ import argparse
 import gc
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from rubric_core.export import (  # noqa: E402  (after the path fix above)
+from rubric_core.export import (
     criteria_changes,
     evaluations_frame,
     heatmap_frame,
     to_csv,
 )
-from rubric_core.store import Store  # noqa: E402
+from rubric_core.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_ROUNDS = 7
 """Alternating rounds per case; the median is reported."""

@@ -29,7 +29,6 @@ TARGET_MB = 100.0
 
 CHILD = r"""
 import io, json, os, resource, sys, tempfile
-sys.path.insert(0, sys.argv[2])
 from rubric_core.export import export_rows, evaluations_frame, to_csv, write_csv
 from rubric_core.app_support import export_bytes
 
@@ -75,7 +74,7 @@ WAYS = (("app download", "app"), ("cli --csv", "cli"), ("answer on every row", "
 
 
 def _measure(way: str) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", CHILD, way, str(ROOT)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, way], capture_output=True,
                           text=True, check=True, timeout=600)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

@@ -30,7 +30,6 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
@@ -150,10 +149,6 @@ def run_once(name: str, middleware_class: Callable[..., Any], passes: int) -> Ru
 
 def load_ours() -> Callable[..., Any] | str:
     """`rubric_core.RubricMiddleware`, or why it could not be imported."""
-    # Run as a script, only bench/ is on sys.path; the package lives at the repository root.
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)
     try:
         return importlib.import_module("rubric_core").RubricMiddleware
     except (ImportError, AttributeError) as exc:

@@ -19,11 +19,7 @@ import argparse
 import logging
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rubric_core.examples import FIND_DUPLICATES_TESTS
 from rubric_core.tools import isolation

@@ -1,4 +1,6 @@
-"""Command line: ``python -m rubric_core run ...`` and ``python -m rubric_core examples``.
+"""Command line: ``rubric-studio run ...``, ``rubric-studio examples``, ``rubric-studio app``.
+
+``python -m rubric_core`` is the same command.
 
 Prints each grader pass as it happens; exits 0 when the rubric is satisfied, 1 when the run
 ends otherwise, 2 for bad arguments or configuration (with a message, not a traceback).
@@ -77,7 +79,7 @@ def _check_output(path: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rubric_core", description="Run rubric-driven agent loops."
+        prog="rubric-studio", description="Run rubric-driven agent loops."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a prompt until its rubric is satisfied")
@@ -95,7 +97,39 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue an interrupted thread")
     run.add_argument("--quiet", action="store_true", help="do not print the worker's answers")
     sub.add_parser("examples", help="list the bundled examples")
+    sub.add_parser(
+        "app", help="start the Streamlit app (streamlit run serve.py)",
+        description="Start the Streamlit app from the clone it was installed from. Arguments "
+        "after 'app' go to 'streamlit run', e.g. rubric-studio app --server.port 8600.",
+    )
     return parser
+
+
+def app_root() -> Path | None:
+    """The directory holding the Streamlit app (``serve.py``, ``app.py``, ``pages/``), if any.
+
+    The app ships with the repository, not inside the package: it is found next to the
+    package (an editable install or a clone) or in the current directory.
+    """
+    package_parent = Path(__file__).resolve().parents[1]
+    for candidate in (package_parent, Path.cwd()):
+        if all((candidate / name).exists() for name in ("serve.py", "app.py", "pages")):
+            return candidate
+    return None
+
+
+def _start_app(streamlit_args: list[str]) -> int:
+    root = app_root()
+    if root is None:
+        raise UsageError(
+            "the Streamlit app (serve.py, app.py, pages/) ships with the repository, not the "
+            "package: run 'rubric-studio app' inside a clone, or install from one with "
+            "'pip install -e .'"
+        )
+    args = [a for a in streamlit_args if a != "--"]
+    os.chdir(root)  # streamlit reads .streamlit/config.toml from the working directory
+    os.execv(sys.executable, [sys.executable, "-m", "streamlit", "run", "serve.py", *args])
+    return 0  # pragma: no cover - execv does not return
 
 
 def _spec(args: argparse.Namespace) -> RunSpec:
@@ -227,6 +261,14 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit status."""
     out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
+        # Everything after 'app' belongs to 'streamlit run', so argparse must not see it.
+        try:
+            return _start_app(argv[1:])
+        except UsageError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
     args = _parser().parse_args(argv)
     install_log_redaction()
     try:
@@ -236,6 +278,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             for ex in list_examples():
                 out.write(f"{ex.name:16} {ex.title}\n")
             return 0
+        if args.command == "app":
+            return _start_app([])
         return _run(args, out)
     except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")

@@ -1,14 +1,11 @@
-"""Shared fixtures; the repository root is importable so tests use `rubric_core` directly."""
+"""Shared fixtures and sample texts. `rubric_core` is the installed package (the test command
+installs this clone with ``pip install -e .[dev]``); nothing here patches ``sys.path``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
 
 # Sample answers shared by test_offline_rules.py and test_offline_graders.py, so the phrasing
 # table and the grader verdicts are pinned against the same text.

@@ -135,7 +135,6 @@ def recorder() -> Iterator[_Recorder]:
 def _cli(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUBRIC_STUDIO"))}
     env.update(env_extra)
-    env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "rubric_core", *args], capture_output=True,
                           text=True, env=env, cwd=cwd, timeout=120, check=False)
 

@@ -1,0 +1,62 @@
+"""Constants and small types every section of the app support shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rubric_core.runner import MAX_ITERATIONS_CAP
+
+Level = Literal["error", "warning", "info", "success", "caption"]
+"""How loudly a message is shown (the name of the Streamlit call that shows it)."""
+
+TOKEN_DELAY_ENV = "RUBRIC_STUDIO_TOKEN_DELAY"
+"""Environment variable: seconds between the demo worker's streamed chunks."""
+
+DEFAULT_TOKEN_DELAY_S = 0.01
+"""Delay that makes the offline demo worker's stream visible in the browser."""
+
+MIN_ITERATIONS = 1
+"""Lowest iteration cap the sidebar accepts."""
+
+MAX_ITERATIONS = MAX_ITERATIONS_CAP
+"""Highest iteration cap the sidebar accepts (the runner's own limit)."""
+
+LLM_GRADER_HINT = "hybrid:openai:gpt-4.1-mini"
+"""Grader to suggest when the rules grader cannot check a criterion."""
+
+RESUMABLE_STATUSES: tuple[str, ...] = ("running", "interrupted")
+"""Run statuses that the Run page offers to resume (``running``: the server died mid-run)."""
+
+HISTORY_PAGE_SIZE = 50
+"""Runs per page of the history table."""
+
+FORM_DEFAULTS: dict[str, Any] = {
+    "worker_model": "demo",
+    "grader_model": "rules",
+    "base_url": "",
+    "max_iterations": 3,
+    "example_select": "haiku",
+    "example_name": None,
+    "prompt": "",
+    "worker_system_prompt": "",
+    "rubric_text": "",
+    "grader_tools": [],
+    "grader_system_prompt": "",
+    "rubric_name": "",
+    "filter_status": [],
+    "filter_model": "",
+    "filter_text": "",
+    "history_page": 1,
+}
+"""Session-state keys shared between pages, with their first values."""
+
+
+@dataclass(frozen=True)
+class UiMessage:
+    """A message for the page: what is wrong (or notable) and what to do."""
+
+    level: Level
+    """How to show it."""
+    text: str
+    """The message."""

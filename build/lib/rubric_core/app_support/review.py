@@ -1,0 +1,181 @@
+"""Review: run history, tables, heatmap, diff and export."""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from rubric_core.app_support._common import HISTORY_PAGE_SIZE, UiMessage
+from rubric_core.export import (
+    criteria_changes,
+    heatmap_frame,
+    iteration_diff,
+    to_csv,
+    to_json,
+    write_csv,
+    write_json,
+)
+from rubric_core.store import RUN_STATUSES
+
+if TYPE_CHECKING:
+    from rubric_core.store import RunRecord, Store
+    from rubric_core.types import RubricEvaluation
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The Review page's filters, as ``Store.list_runs`` takes them."""
+
+    statuses: tuple[str, ...] = ()
+    """Keep these statuses (all when empty)."""
+    model: str = ""
+    """Keep runs whose worker or grader is exactly this."""
+    text: str = ""
+    """Keep runs whose title, prompt or rubric contains this."""
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``list_runs`` / ``count_runs``."""
+        statuses = [s for s in self.statuses if s in RUN_STATUSES]
+        return {
+            "status": statuses or None,
+            "model": self.model.strip() or None,
+            "text": self.text.strip() or None,
+        }
+
+
+def page_count(total: int, page_size: int = HISTORY_PAGE_SIZE) -> int:
+    """Pages needed for ``total`` runs (at least one)."""
+    return max(1, -(-total // page_size))
+
+
+def history_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
+    """The run index as a table for the history listing."""
+    rows = [
+        {
+            "created": r.created_at[:19].replace("T", " "), "title": r.title, "status": r.status,
+            "worker": r.worker_model, "grader": r.grader_model, "iterations": r.iterations,
+            "duration_s": r.duration_s, "run_id": r.run_id,
+        }
+        for r in runs
+    ]
+    return pd.DataFrame(rows, columns=["created", "title", "status", "worker", "grader",
+                                       "iterations", "duration_s", "run_id"])
+
+
+def run_label(record: RunRecord) -> str:
+    """One line naming a run in a selectbox."""
+    title = record.title or "(untitled)"
+    return f"{record.created_at[:16].replace('T', ' ')} · {title} · {record.status} · " + (
+        record.run_id[:8]
+    )
+
+
+def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
+    """One row per iteration × criterion: the Review page's iteration table."""
+    rows: list[dict[str, Any]] = []
+    for ev in evaluations:
+        tokens = None
+        if ev.get("input_tokens") is not None or ev.get("output_tokens") is not None:
+            tokens = (ev.get("input_tokens") or 0) + (ev.get("output_tokens") or 0)
+        base = {"verdict": ev.get("result"), "explanation": ev.get("explanation", ""),
+                "duration_s": ev.get("duration_s"), "tokens": tokens}
+        criteria: list[Mapping[str, Any]] = list(ev.get("criteria") or []) or [{}]
+        for c in criteria:
+            passed = c.get("passed")
+            rows.append({
+                "iteration": int(ev.get("iteration", 0)) + 1, "criterion": c.get("name", ""),
+                "passed": passed, "gap": "" if passed else c.get("gap", ""), **base,
+            })
+    frame = pd.DataFrame(rows, columns=["iteration", "criterion", "passed", "gap", "verdict",
+                                        "explanation", "duration_s", "tokens"])
+    return frame.astype({"iteration": "int64", "passed": "boolean", "tokens": "Int64"})
+
+
+def heatmap_table(evaluations: Iterable[RubricEvaluation], rubric: str | None) -> pd.DataFrame:
+    """Criteria × iteration (1-based columns) with ``pass``/``fail``/``—`` cells."""
+    frame = heatmap_frame(evaluations, rubric=rubric)
+    frame.columns = pd.Index([f"iteration {int(c) + 1}" for c in frame.columns])
+    return frame.apply(lambda col: col.map(
+        lambda v: "pass" if v is True else "fail" if v is False else "—"
+    ))
+
+
+HEATMAP_COLORS = {"pass": "background-color: #d3f9d8; color: #2b8a3e",
+                  "fail": "background-color: #ffe3e3; color: #c92a2a",
+                  "—": "color: #868e96"}
+"""CSS per heatmap cell value (for ``DataFrame.style.map``)."""
+
+
+def heatmap_css(value: object) -> str:
+    """CSS for one heatmap cell."""
+    return HEATMAP_COLORS.get(str(value), "")
+
+
+def iteration_answers(evaluations: Iterable[RubricEvaluation]) -> dict[int, str]:
+    """The graded answer of each iteration (1-based), last grading run wins per iteration."""
+    return {int(ev.get("iteration", 0)) + 1: ev.get("answer", "") for ev in evaluations}
+
+
+def evaluation_at(evaluations: Sequence[RubricEvaluation], iteration: int) -> RubricEvaluation:
+    """The evaluation of 1-based ``iteration`` (the last one recorded for it)."""
+    for ev in reversed(evaluations):
+        if int(ev.get("iteration", 0)) + 1 == iteration:
+            return ev
+    msg = f"no evaluation for iteration {iteration}"
+    raise KeyError(msg)
+
+
+def diff_html(before: str, after: str) -> str:
+    """The word-level diff of two answers as HTML (text escaped; ``<ins>``/``<del>`` spans)."""
+    parts: list[str] = []
+    for op, text in iteration_diff(before, after):
+        escaped = html.escape(text)
+        if op == "insert":
+            parts.append(f'<ins style="background:#d3f9d8;text-decoration:none">{escaped}</ins>')
+        elif op == "delete":
+            parts.append(f'<del style="background:#ffe3e3">{escaped}</del>')
+        else:
+            parts.append(escaped)
+    body = "".join(parts)
+    return f'<div style="white-space:pre-wrap;line-height:1.5">{body}</div>'
+
+
+def changes_summary(before: RubricEvaluation, after: RubricEvaluation) -> list[UiMessage]:
+    """Criteria fixed and regressed between two evaluations, as page messages."""
+    changes = criteria_changes(before, after)
+    out: list[UiMessage] = []
+    if changes["fixed"]:
+        out.append(UiMessage("success", "Fixed: " + "; ".join(changes["fixed"])))
+    if changes["regressed"]:
+        out.append(UiMessage("error", "Regressed: " + "; ".join(changes["regressed"])))
+    if changes["still_failing"]:
+        out.append(UiMessage("warning", "Still failing: " + "; ".join(changes["still_failing"])))
+    if not out:
+        out.append(UiMessage("info", "No criterion changed between these two."))
+    return out
+
+
+def export_bytes(rows: Iterable[Sequence[Any]] | pd.DataFrame) -> tuple[bytes, bytes]:
+    """CSV (formula-safe, UTF-8) and JSON bytes of export rows (`rubric_core.export`'s
+    ``export_rows`` / ``_rows``), written as a stream; a frame is accepted too."""
+    if isinstance(rows, pd.DataFrame):
+        return to_csv(rows).encode("utf-8"), to_json(rows).encode("utf-8")
+    materialised = rows if isinstance(rows, list) else list(rows)
+    csv_out, json_out = io.StringIO(), io.StringIO()
+    write_csv(materialised, csv_out)
+    write_json(materialised, json_out)
+    return csv_out.getvalue().encode("utf-8"), json_out.getvalue().encode("utf-8")
+
+
+def filtered_pairs(
+    store: Store, filters: RunFilters
+) -> list[tuple[RunRecord, list[RubricEvaluation]]]:
+    """Every run matching the filters with its evaluations (for export), oldest first."""
+    runs = store.list_runs(limit=None, **filters.kwargs())[::-1]
+    by_run = store.evaluations_for_runs(r.run_id for r in runs)
+    return [(r, by_run[r.run_id]) for r in runs]

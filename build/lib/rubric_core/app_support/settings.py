@@ -1,0 +1,258 @@
+"""Settings and database (the sidebar): secrets, the database path, models and their keys."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from rubric_core.app_support._common import (
+    DEFAULT_TOKEN_DELAY_S,
+    FORM_DEFAULTS,
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    TOKEN_DELAY_ENV,
+)
+from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, resolve_model
+from rubric_core.store import default_db_path
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+
+def safe_mapping(source: Any) -> dict[str, Any]:
+    """A plain dict copy of a mapping that may fail to load (``st.secrets`` without a file).
+
+    Args:
+        source: A mapping, or an object whose iteration raises when it has no content.
+
+    Returns:
+        Its items, or an empty dict when reading it raised.
+    """
+    try:
+        return {str(k): source[k] for k in source}
+    except Exception:  # st.secrets raises its own error type when no secrets file exists
+        return {}
+
+
+def resolve_db_path(session_value: object, secrets: Mapping[str, Any]) -> Path:
+    """The database the app uses: session state (tests), then secrets, then the default.
+
+    Args:
+        session_value: ``st.session_state.get("db_path")``.
+        secrets: The app's secrets.
+
+    Returns:
+        The path to open.
+    """
+    for value in (session_value, secrets.get("db_path")):
+        if isinstance(value, str | Path) and str(value).strip():
+            return Path(str(value).strip()).expanduser()
+    return default_db_path()
+
+
+def store_error_message(error: str) -> str:
+    """The page text for a database that cannot be used."""
+    return (
+        f"The database cannot be used, so runs cannot be started, stored or reviewed. {error} "
+        "Authoring still works; nothing was deleted or overwritten."
+    )
+
+
+def token_delay(env_value: str | None, override: object = None) -> float:
+    """Seconds between the demo worker's chunks.
+
+    Args:
+        env_value: ``$RUBRIC_STUDIO_TOKEN_DELAY``.
+        override: ``st.session_state["token_delay_s"]`` (tests set 0).
+
+    Returns:
+        The override, else the environment value, else :data:`DEFAULT_TOKEN_DELAY_S`.
+    """
+    for value in (override, env_value):
+        if value is None or isinstance(value, bool) or value == "":
+            continue
+        try:
+            delay = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if delay >= 0:
+            return delay
+    return DEFAULT_TOKEN_DELAY_S
+
+
+def check_max_iterations(value: object) -> tuple[int, str | None]:
+    """Bring a max-iterations value into range.
+
+    Returns:
+        The value to use, and a message saying what was wrong (None when it was fine).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        return FORM_DEFAULTS["max_iterations"], (
+            f"Max iterations {value!r} is not a whole number; it was reset to "
+            f"{FORM_DEFAULTS['max_iterations']}. Choose a value from {MIN_ITERATIONS} to "
+            f"{MAX_ITERATIONS}."
+        )
+    number = int(value)
+    if MIN_ITERATIONS <= number <= MAX_ITERATIONS:
+        return number, None
+    clamped = min(max(number, MIN_ITERATIONS), MAX_ITERATIONS)
+    return clamped, (
+        f"Max iterations {number} is outside {MIN_ITERATIONS}–{MAX_ITERATIONS}; it was set to "
+        f"{clamped}. Choose a value in that range."
+    )
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One entry of a model selectbox."""
+
+    value: str
+    """The model string passed to the runner."""
+    reason: str | None = None
+    """Why it cannot be used right now; None when it can."""
+
+    @property
+    def label(self) -> str:
+        """What the selectbox shows."""
+        return self.value if self.reason is None else f"{self.value} — unavailable: {self.reason}"
+
+
+_OFFLINE_LABELS = {"demo": "demo (offline demo worker)", "rules": "rules (offline rules grader)"}
+
+
+def model_label(choices: Sequence[ModelChoice], value: str) -> str:
+    """The label for ``value`` among ``choices`` (the value itself when not listed)."""
+    for choice in choices:
+        if choice.value == value:
+            if choice.reason is None:
+                return _OFFLINE_LABELS.get(value, value)
+            return choice.label
+    return value
+
+
+def provider_env(env: Mapping[str, str], secrets: Mapping[str, Any]) -> dict[str, str]:
+    """The environment with API keys from secrets added (secrets win)."""
+    merged = dict(env)
+    merged.update({k: v for k, v in secrets.items() if isinstance(v, str) and k.endswith("_KEY")})
+    return merged
+
+
+def model_options(
+    role: Literal["worker", "grader"],
+    *,
+    env: Mapping[str, str],
+    secrets: Mapping[str, Any],
+    base_url: str | None = None,
+    current: str | None = None,
+) -> list[ModelChoice]:
+    """The models a sidebar selectbox offers; unavailable ones carry the reason.
+
+    Args:
+        role: ``worker`` lists ``demo`` first, ``grader`` lists ``rules`` and a hybrid grader.
+        env: The process environment.
+        secrets: The app's secrets (API keys there count as set).
+        base_url: The OpenAI-compatible base URL typed in the sidebar.
+        current: The selected value; added when it is not a listed one.
+
+    Returns:
+        The choices, offline models first.
+    """
+    merged = provider_env(env, secrets)
+    choices = [ModelChoice("demo" if role == "worker" else "rules")]
+    base = (base_url or merged.get(BASE_URL_ENV) or "").strip()
+    compat_reason = None if base else (
+        f"set an OpenAI-compatible base URL in the sidebar or {BASE_URL_ENV}"
+    )
+    openai = next(p for p in PROVIDERS if p.name == "openai")
+    if compat_reason is None and not openai.installed():
+        compat_reason = openai.unavailable_reason({"OPENAI_API_KEY": "x"})
+    choices.append(ModelChoice("openai-compatible:llama3.1", compat_reason))
+    for provider in PROVIDERS:
+        reason = provider.unavailable_reason(merged)
+        if provider.name == "openai" and base and provider.installed():
+            reason = None  # a local server needs no key
+        choices.append(ModelChoice(provider.example, reason))
+        if role == "grader":
+            choices.append(ModelChoice(f"hybrid:{provider.example}", reason))
+    if current and current not in {c.value for c in choices}:
+        choices.append(ModelChoice(current))
+    return choices
+
+
+def api_key_for(model: str, secrets: Mapping[str, Any]) -> str | None:
+    """The API key for a model string from secrets, or None (the environment is used then)."""
+    spec = model.removeprefix("hybrid:")
+    provider = spec.partition(":")[0]
+    if provider == "openai-compatible":
+        provider = "openai"
+    for p in PROVIDERS:
+        if p.name == provider and p.key_env:
+            value = secrets.get(p.key_env)
+            return value if isinstance(value, str) and value else None
+    return None
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.strip().rstrip("/").lower() == b.strip().rstrip("/").lower()
+
+
+def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
+    """Whether stored keys may go to ``base_url``: it is empty (the provider's own endpoint) or
+    the one the operator configured (``base_url`` in secrets or ``$RUBRIC_STUDIO_BASE_URL``)."""
+    if not base_url or not base_url.strip():
+        return True
+    configured = base_url_default(os.environ, secrets)
+    return bool(configured) and _same_url(base_url, configured)
+
+
+def build_model(
+    model: str,
+    *,
+    base_url: str | None,
+    secrets: Mapping[str, Any],
+    token_delay_s: float = 0.0,
+    session_key: str | None = None,
+) -> BaseChatModel:
+    """Resolve a model string with its key (never stored).
+
+    A key from the environment or secrets goes only to the endpoint it was configured for:
+    the provider's default, or the operator's base URL. A base URL typed into the app gets
+    ``session_key`` (typed into the app for this session) or no key at all.
+
+    Raises:
+        ModelConfigError: Unknown provider, missing package or key, malformed string.
+    """
+    provider = model.strip().removeprefix("hybrid:").partition(":")[0]
+    if provider not in ("openai", "openai-compatible") or base_url_trusted(base_url, secrets):
+        key = session_key if session_key and provider in ("openai", "openai-compatible") else (
+            api_key_for(model, secrets))
+        return resolve_model(model, base_url=base_url or None, api_key=key,
+                             token_delay_s=token_delay_s)
+    return resolve_model(model, base_url=base_url, api_key=session_key or None,
+                         token_delay_s=token_delay_s, env_keys=False)
+
+
+def model_problem(
+    model: str, *, base_url: str | None, secrets: Mapping[str, Any],
+    session_key: str | None = None,
+) -> str | None:
+    """Why a model string cannot be used (the ``ModelConfigError`` message), or None."""
+    try:
+        build_model(model, base_url=base_url, secrets=secrets, session_key=session_key)
+    except ModelConfigError as exc:
+        return str(exc)
+    return None
+
+
+def base_url_default(env: Mapping[str, str], secrets: Mapping[str, Any]) -> str:
+    """The base URL to start with: secrets' ``base_url``, else ``$RUBRIC_STUDIO_BASE_URL``."""
+    value = secrets.get("base_url") or env.get(BASE_URL_ENV) or ""
+    return str(value).strip()
+
+
+def env_token_delay() -> str | None:
+    """``$RUBRIC_STUDIO_TOKEN_DELAY`` (for :func:`token_delay`)."""
+    return os.environ.get(TOKEN_DELAY_ENV)

@@ -1,0 +1,294 @@
+"""Command line: ``rubric-studio run ...``, ``rubric-studio examples``, ``rubric-studio app``.
+
+``python -m rubric_core`` is the same command.
+
+Prints each grader pass as it happens; exits 0 when the rubric is satisfied, 1 when the run
+ends otherwise, 2 for bad arguments or configuration (with a message, not a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rubric_core.models import ModelConfigError
+from rubric_core.redact import install_log_redaction, redact
+from rubric_core.rubric import RubricError
+from rubric_core.store import DB_ENV_VAR, StoreError
+
+if TYPE_CHECKING:
+    from rubric_core.runner import RunEvent, RunSpec
+
+NEXT_STEPS = {
+    "max_iterations_reached": "raise --max-iterations, or make the criteria easier to meet",
+    "failed": "the grader could not judge this rubric: rewrite the criteria, or use an LLM "
+    "grader (e.g. --grader hybrid:openai:gpt-4.1-mini)",
+    "grader_error": "the grader itself failed: check its model name, key and server",
+    "interrupted": "run again with --resume --thread THREAD --db PATH to continue",
+    "error": "the worker failed: check its model name, key and server",
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input, reported without a traceback."""
+
+
+MAX_TEXT_FILE_BYTES = 1024 * 1024
+"""The largest ``@FILE`` (or ``@-`` input) read for a prompt, rubric or system prompt."""
+
+
+def _text_arg(value: str, what: str) -> str:
+    """``TEXT`` or ``@FILE`` (``@-`` reads standard input), at most `MAX_TEXT_FILE_BYTES`."""
+    if not value.startswith("@"):
+        return value
+    path = value[1:]
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_TEXT_FILE_BYTES + 1)
+        else:
+            if Path(path).is_dir():
+                raise UsageError(f"{what} file {path!r} is a directory")
+            with open(path, "rb") as handle:  # bounded: /dev/zero or a huge file stop here
+                data = handle.read(MAX_TEXT_FILE_BYTES + 1)
+        if len(data) > MAX_TEXT_FILE_BYTES:
+            raise UsageError(f"{what} file {path!r} is over {MAX_TEXT_FILE_BYTES // 1024} KB: "
+                             "give a smaller file")
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} file {path!r} is not UTF-8 text: {exc}") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} file {path!r}: {exc}") from exc
+
+
+def _check_output(path: str) -> None:
+    """Refuse an output path that cannot be written, before any token is spent."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"--csv {path!r} is a directory: give a file path")
+    if not parent.is_dir():
+        raise UsageError(f"--csv {path!r}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"--csv {path!r} is not writable")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rubric-studio", description="Run rubric-driven agent loops."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a prompt until its rubric is satisfied")
+    run.add_argument("--prompt", help="TEXT or @FILE")
+    run.add_argument("--rubric", help="TEXT or @FILE: one criterion per line")
+    run.add_argument("--example", help="a bundled example (see `examples`)")
+    run.add_argument("--model", default=None, help="worker model (default: demo)")
+    run.add_argument("--grader", default=None, help="grader model (default: rules)")
+    run.add_argument("--system-prompt", default=None, help="worker system prompt, TEXT or @FILE")
+    run.add_argument("--max-iterations", type=int, default=None)
+    run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
+    run.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
+    run.add_argument("--db", default=None, help="SQLite file to keep the thread in")
+    run.add_argument("--thread", default=None, help="thread id (with --db, to resume)")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted thread")
+    run.add_argument("--quiet", action="store_true", help="do not print the worker's answers")
+    sub.add_parser("examples", help="list the bundled examples")
+    sub.add_parser(
+        "app", help="start the Streamlit app (streamlit run serve.py)",
+        description="Start the Streamlit app from the clone it was installed from. Arguments "
+        "after 'app' go to 'streamlit run', e.g. rubric-studio app --server.port 8600.",
+    )
+    return parser
+
+
+def app_root() -> Path | None:
+    """The directory holding the Streamlit app (``serve.py``, ``app.py``, ``pages/``), if any.
+
+    The app ships with the repository, not inside the package: it is found next to the
+    package (an editable install or a clone) or in the current directory.
+    """
+    package_parent = Path(__file__).resolve().parents[1]
+    for candidate in (package_parent, Path.cwd()):
+        if all((candidate / name).exists() for name in ("serve.py", "app.py", "pages")):
+            return candidate
+    return None
+
+
+def _start_app(streamlit_args: list[str]) -> int:
+    root = app_root()
+    if root is None:
+        raise UsageError(
+            "the Streamlit app (serve.py, app.py, pages/) ships with the repository, not the "
+            "package: run 'rubric-studio app' inside a clone, or install from one with "
+            "'pip install -e .'"
+        )
+    args = [a for a in streamlit_args if a != "--"]
+    os.chdir(root)  # streamlit reads .streamlit/config.toml from the working directory
+    os.execv(sys.executable, [sys.executable, "-m", "streamlit", "run", "serve.py", *args])
+    return 0  # pragma: no cover - execv does not return
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    from rubric_core.runner import RunSpec
+
+    tools: list[Any] = []
+    prompt = rubric = system = None
+    max_iterations = 3
+    if args.example:
+        from rubric_core.examples import get_example
+
+        try:
+            example = get_example(args.example)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
+        prompt, rubric, system = example.prompt, example.rubric, example.worker_system_prompt
+        tools, max_iterations = example.grader_tools(), example.max_iterations
+    if args.prompt is not None:
+        prompt = _text_arg(args.prompt, "prompt")
+    if args.rubric is not None:
+        rubric = _text_arg(args.rubric, "rubric")
+    if args.system_prompt is not None:
+        system = _text_arg(args.system_prompt, "system prompt")
+    if not prompt:
+        raise UsageError("give --prompt TEXT|@FILE or --example NAME")
+    if not rubric:
+        raise UsageError("give --rubric TEXT|@FILE or --example NAME")
+    if args.max_iterations is not None:
+        max_iterations = args.max_iterations
+    return RunSpec(
+        prompt=prompt, rubric=rubric, worker=args.model or "demo", grader=args.grader or "rules",
+        worker_system_prompt=system, grader_tools=tools, max_iterations=max_iterations,
+        base_url=args.base_url,
+    )
+
+
+def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
+    lines: list[str] = []
+    if event["type"] == "worker_message" and not quiet:
+        lines.append(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
+    elif event["type"] == "evaluation_started":
+        lines.append(f"\ngrading iteration {event['iteration'] + 1} …\n")
+    elif event["type"] == "evaluation_finished":
+        ev = event["evaluation"]
+        flag = " (unverified)" if ev.get("unverified") else ""
+        lines.append(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
+        for c in ev["criteria"]:
+            mark = "PASS" if c["passed"] else "FAIL"
+            gap = "" if c["passed"] else f" — {c.get('gap', '')}"
+            lines.append(f"  [{mark}] {c['name']}{gap}\n")
+    if lines:
+        out.write(redact("".join(lines)))
+    out.flush()
+
+
+def _consume(events: Iterator[RunEvent], out: TextIO, quiet: bool) -> dict[str, Any]:
+    """Print events as they come; the ``run_finished`` event (empty if there was none)."""
+    final: dict[str, Any] = {}
+    for event in events:
+        _print_event(event, out, quiet)
+        if event["type"] == "run_finished":
+            final = dict(event)
+    return final
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.runner import run_rubric
+
+    spec = _spec(args)
+    spec.validate()
+    if args.csv:
+        _check_output(args.csv)
+    if args.resume and not (args.db and args.thread):
+        raise UsageError("--resume needs --db PATH and --thread ID")
+    run_id: str | None = None
+    if args.db:
+        from rubric_core.recording import record_events, run_title
+        from rubric_core.store import Store
+
+        store = Store(args.db)
+        try:
+            thread_id = args.thread or uuid.uuid4().hex
+            record = store.latest_run_for_thread(thread_id) if args.resume else None
+            if record is None:
+                record = store.create_run(
+                    title=redact(run_title(spec.prompt, args.example)),
+                    prompt=redact(spec.prompt), rubric=redact(spec.rubric),
+                    worker_model=str(spec.worker), grader_model=str(spec.grader),
+                    max_iterations=spec.max_iterations, thread_id=thread_id,
+                    worker_system_prompt=redact(spec.worker_system_prompt or ""),
+                    grader_system_prompt=redact(spec.grader_system_prompt or ""),
+                    grader_tools=[t.name for t in spec.grader_tools],
+                )
+            events = record_events(
+                store, record.run_id,
+                run_rubric(spec, checkpointer=store.saver(), thread_id=thread_id,
+                           resume=args.resume),
+                prior_duration_s=(record.duration_s or 0.0) if args.resume else 0.0,
+            )
+            final = _consume(events, out, args.quiet)
+            run_id = record.run_id
+        finally:
+            store.close()
+    else:
+        final = _consume(run_rubric(spec), out, args.quiet)
+    status = final.get("status", "error")
+    out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
+              f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
+    if final.get("error"):
+        out.write(f"error: {redact(final['error'])}\n")
+    if run_id is not None:
+        out.write(f"recorded as run {run_id[:8]} in {args.db} (the app's Review page lists it "
+                  f"when {DB_ENV_VAR} points at that file)\n")
+    if status in NEXT_STEPS:
+        out.write(f"next: {NEXT_STEPS[status]}\n")
+    if args.csv:
+        from rubric_core.export import export_rows, write_csv
+
+        # Keys are RunRecord field names, which export_rows maps to its run_* columns.
+        run_info = {"run_id": run_id or final.get("thread_id"), "title": spec.prompt[:80],
+                    "worker_model": str(args.model or "demo"),
+                    "grader_model": str(args.grader or "rules"), "status": status}
+        with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+            count = write_csv(export_rows([(run_info, final.get("evaluations", []))]), handle)
+        out.write(f"wrote {count} rows to {args.csv}\n")
+    return 0 if status == "satisfied" else 1
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point; returns the exit status."""
+    out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
+        # Everything after 'app' belongs to 'streamlit run', so argparse must not see it.
+        try:
+            return _start_app(argv[1:])
+        except UsageError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+    args = _parser().parse_args(argv)
+    install_log_redaction()
+    try:
+        if args.command == "examples":
+            from rubric_core.examples import list_examples
+
+            for ex in list_examples():
+                out.write(f"{ex.name:16} {ex.title}\n")
+            return 0
+        if args.command == "app":
+            return _start_app([])
+        return _run(args, out)
+    except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
+        sys.stderr.write(f"error: {redact(str(exc))}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    raise SystemExit(main())

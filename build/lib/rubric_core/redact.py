@@ -1,0 +1,188 @@
+"""Scrub secrets from every string that leaves the process or is stored.
+
+A provider's error body may echo the request's ``Authorization`` header; a model may repeat a
+key it was shown. Whatever reaches the database (checkpoints and run index), an export, a log
+line, the app or the CLI's output goes through `redact` first, which removes:
+
+- the values of configured secrets: environment variables whose names end in ``_KEY``,
+  ``_TOKEN``, ``_SECRET`` or ``_PASSWORD`` (values of 8 characters or more), and any value
+  registered with `register_secret` (the app registers its ``st.secrets`` values and keys
+  typed into the page);
+- key-shaped tokens whatever their source: ``Bearer <token>``, ``sk-…`` (OpenAI, Anthropic's
+  ``sk-ant-…``), ``gsk_…`` (Groq), ``AIza…`` (Google), ``xai-…``, and ``api_key=…`` /
+  ``"api_key": "…"`` assignments.
+
+Each is replaced by ``[redacted]`` (a ``Bearer`` keeps its scheme word, so the text still says
+what was there). Redaction is one pass of plain string replacement and one regular expression,
+linear in the text's length.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+REDACTED = "[redacted]"
+"""What a secret is replaced with."""
+
+SECRET_NAME_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+"""Environment variables with these name endings hold secrets."""
+
+MIN_SECRET_CHARS = 8
+"""Shorter values are not treated as secrets (they would match ordinary words)."""
+
+_KEY_SHAPES = re.compile(
+    r"(?P<bearer>\b[Bb]earer\s+)[A-Za-z0-9._~+/=-]{6,}"
+    r"|\b(?:sk-(?:ant-)?|gsk_|xai-)[A-Za-z0-9_-]{12,}"
+    r"|\bAIza[0-9A-Za-z_-]{30,}"
+    r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{6,}",
+    re.IGNORECASE,
+)
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+
+T = TypeVar("T")
+
+
+def register_secret(value: object) -> None:
+    """Treat ``value`` as a secret from now on (ignored unless a string of 8+ characters)."""
+    if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_CHARS:
+        with _lock:
+            _registered.add(value.strip())
+
+
+def register_secrets(values: Mapping[str, Any] | Iterable[object]) -> None:
+    """`register_secret` for every value of a mapping (nested ones included) or iterable."""
+    items = values.values() if isinstance(values, Mapping) else values
+    for value in items:
+        if isinstance(value, Mapping):
+            register_secrets(value)
+        else:
+            register_secret(value)
+
+
+def secret_values() -> list[str]:
+    """The configured secret values, longest first (so a key's prefix never masks the rest)."""
+    found = {
+        value.strip() for name, value in os.environ.items()
+        if name.upper().endswith(SECRET_NAME_SUFFIXES) and len(value.strip()) >= MIN_SECRET_CHARS
+    }
+    with _lock:
+        found |= _registered
+    return sorted(found, key=len, reverse=True)
+
+
+def _shape(match: re.Match[str]) -> str:
+    prefix = match.group("bearer") or match.group("assign") or ""
+    return prefix + REDACTED
+
+
+def redact(text: str) -> str:
+    """``text`` with configured secrets and key-shaped tokens replaced by ``[redacted]``."""
+    if not isinstance(text, str) or not text:
+        return text
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _KEY_SHAPES.sub(_shape, text)
+
+
+def redact_data(value: T) -> T:
+    """`redact` every string inside ``value`` (dicts, lists and tuples, recursively).
+
+    Returns a new structure of the same shape when anything changed; keys are kept as they are.
+    """
+    if isinstance(value, str):
+        return redact(value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {key: redact_data(item) for key, item in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [redact_data(item) for item in value]  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(redact_data(item) for item in value)  # type: ignore[return-value]
+    return value
+
+
+_factory_installed = False
+
+
+def install_log_redaction() -> None:
+    """Make every log record, from any library, carry redacted text (idempotent).
+
+    Wraps the logging record factory, so it applies to records of every logger and handler,
+    including ones configured later (Streamlit's, a provider SDK's).
+    """
+    global _factory_installed
+    with _lock:
+        if _factory_installed:
+            return
+        _factory_installed = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: let logging report it as it would
+            return record
+        cleaned = redact(message)
+        if cleaned != message or record.args:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+def _scrub_stored(value: Any) -> Any:
+    """`redact_data` that also reaches into chat messages and exceptions (for checkpoints)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, BaseException):
+        return redact(repr(value))  # LangGraph stores a failed task's error as its repr
+    if isinstance(value, dict):
+        return {key: _scrub_stored(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub_stored(item) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_scrub_stored(item) for item in value)
+    content = getattr(value, "content", None)
+    copy = getattr(value, "model_copy", None)
+    if content is not None and callable(copy) and isinstance(content, str | list):
+        cleaned = _scrub_stored(content)
+        if cleaned != content:
+            return copy(update={"content": cleaned})
+    return value
+
+
+class RedactingSerializer:
+    """A LangGraph checkpoint serializer that scrubs secrets before delegating.
+
+    Wraps any ``SerializerProtocol`` (LangGraph's ``JsonPlusSerializer`` by default), so that
+    checkpoints and pending writes (a failed task's error included) never hold a secret.
+    """
+
+    def __init__(self, inner: Any | None = None) -> None:
+        if inner is None:
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            inner = JsonPlusSerializer()
+        self._inner = inner
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        """Serialize ``obj`` with its secrets redacted."""
+        result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj))
+        return result
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        """Deserialize as the wrapped serializer does."""
+        return self._inner.loads_typed(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -1,0 +1,275 @@
+"""Run one rubric loop and yield typed events as they happen; shared by the app and the CLI.
+
+`run_rubric` builds ``create_agent(model=worker, middleware=[RubricMiddleware(...)])``, runs it
+with LangGraph's ``stream_events(version="v3")`` and turns what streams out — worker tokens and
+the middleware's custom ``rubric_evaluation_*`` events — into the events below. Closing the
+generator (a Stop button, Ctrl-C) aborts the graph; the thread's checkpoints stay, and
+``run_rubric(..., resume=True)`` continues the same grading run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.stream import CustomTransformer
+from typing_extensions import TypedDict
+
+from rubric_core.grader import message_text
+from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
+from rubric_core.models import resolve_model
+from rubric_core.redact import redact, redact_data
+from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+
+class WorkerStarted(TypedDict):
+    """The worker began an answer (iteration = the grader pass that will judge it)."""
+
+    type: Literal["worker_started"]
+    iteration: int
+
+
+class WorkerToken(TypedDict):
+    """A streamed piece of the worker's answer."""
+
+    type: Literal["worker_token"]
+    iteration: int
+    text: str
+
+
+class WorkerMessage(TypedDict):
+    """The worker's complete message."""
+
+    type: Literal["worker_message"]
+    iteration: int
+    text: str
+
+
+class EvaluationStarted(TypedDict):
+    """A grader pass began."""
+
+    type: Literal["evaluation_started"]
+    grading_run_id: str
+    iteration: int
+
+
+class EvaluationFinished(TypedDict):
+    """A grader pass ended; `evaluation["status"]` says whether the loop goes on."""
+
+    type: Literal["evaluation_finished"]
+    evaluation: RubricEvaluation
+
+
+class RunFinished(TypedDict):
+    """The run ended: terminal status, or `interrupted`/`error` with the reason."""
+
+    type: Literal["run_finished"]
+    thread_id: str
+    status: str
+    answer: str
+    evaluations: list[RubricEvaluation]
+    duration_s: float
+    error: str | None
+
+
+RunEvent = WorkerStarted | WorkerToken | WorkerMessage | EvaluationStarted | EvaluationFinished | (
+    RunFinished
+)
+
+
+@dataclass
+class RunSpec:
+    """Everything one rubric run needs. Model fields take a model string or a chat model."""
+
+    prompt: str
+    rubric: str
+    worker: str | BaseChatModel = "demo"
+    grader: str | BaseChatModel = "rules"
+    worker_system_prompt: str | None = None
+    grader_system_prompt: str | None = None
+    grader_tools: Sequence[BaseTool] = field(default_factory=list)
+    max_iterations: int = 3
+    base_url: str | None = None
+    api_key: str | None = None
+    token_delay_s: float = 0.0
+    max_retries: int = 2
+
+    def validate(self) -> None:
+        """Reject a spec that cannot run, before any model is built or called.
+
+        Raises:
+            ValueError: Empty prompt or rubric, rubric too large, bad iteration cap.
+        """
+        if not self.prompt or not self.prompt.strip():
+            msg = "The prompt is empty: say what the worker should do."
+            raise ValueError(msg)
+        if not self.rubric or not self.rubric.strip():
+            msg = "The rubric is empty: write at least one criterion, one per line."
+            raise ValueError(msg)
+        validate_rubric(self.rubric)
+        if not parse_criteria(self.rubric):
+            msg = ("The rubric has no criteria (only bullets or blank lines): write at least one "
+                   "criterion, one per line.")
+            raise ValueError(msg)
+        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
+            msg = "max_iterations must be a whole number"
+            raise ValueError(msg)
+        if not 1 <= self.max_iterations <= MAX_ITERATIONS_CAP:
+            msg = f"max_iterations must be between 1 and {MAX_ITERATIONS_CAP}"
+            raise ValueError(msg)
+
+
+MAX_ITERATIONS_CAP = MAX_ITERATIONS
+"""The highest iteration cap the runner accepts (the middleware's ceiling)."""
+
+
+def _model(spec: str | BaseChatModel, run: RunSpec) -> BaseChatModel:
+    if isinstance(spec, str):
+        return resolve_model(
+            spec, base_url=run.base_url, api_key=run.api_key, token_delay_s=run.token_delay_s
+        )
+    return spec
+
+
+def build_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    """The agent for a run: the worker with `RubricMiddleware` around it."""
+    grader: str | BaseChatModel = run.grader
+    if isinstance(grader, str):
+        grader = _model(grader, run)
+    middleware = RubricMiddleware(
+        model=grader,
+        system_prompt=run.grader_system_prompt,
+        tools=list(run.grader_tools),
+        max_iterations=run.max_iterations,
+        max_retries=run.max_retries,
+    )
+    return create_agent(
+        model=_model(run.worker, run),
+        system_prompt=run.worker_system_prompt,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+
+
+def _run_evaluations(values: dict[str, Any]) -> list[RubricEvaluation]:
+    run_id = values.get("_current_grading_run_id")
+    return [e for e in values.get("_rubric_evaluations") or [] if e["grading_run_id"] == run_id]
+
+
+def _last_answer(values: dict[str, Any]) -> str:
+    for msg in reversed(values.get("messages") or []):
+        if isinstance(msg, AIMessage):
+            return message_text(msg)
+    return ""
+
+
+def run_rubric(
+    run: RunSpec,
+    *,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    thread_id: str | None = None,
+    resume: bool = False,
+) -> Iterator[RunEvent]:
+    """Run the rubric loop, yielding events as they happen.
+
+    Args:
+        run: What to run.
+        checkpointer: Where the thread is saved (in memory when omitted).
+        thread_id: The thread to run on (new when omitted).
+        resume: Continue an interrupted thread instead of sending the prompt again.
+
+    Yields:
+        Worker tokens and messages, evaluation start/finish, and one final `RunFinished`.
+
+    Raises:
+        ValueError: The spec is invalid (nothing is run).
+        ModelConfigError: A model string cannot be resolved (nothing is run).
+    """
+    run.validate()
+    checkpointer = checkpointer or InMemorySaver()
+    thread_id = thread_id or uuid.uuid4().hex
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}, "recursion_limit": 10_000}
+    agent = build_agent(run, checkpointer)
+    started = time.perf_counter()
+
+    payload: dict[str, Any] | None = {
+        "messages": [HumanMessage(run.prompt)],
+        "rubric": run.rubric,
+    }
+    iteration = 0
+    if resume:
+        snapshot = agent.get_state(config)
+        values = snapshot.values or {}
+        if values.get("messages"):
+            iteration = values.get("_rubric_iterations") or 0
+            if snapshot.next or snapshot.tasks:
+                # Finish the step that was cut off. `next` can be empty while a finished node's
+                # writes wait uncommitted (get_state shows them applied); new input would
+                # discard them, losing the answer or verdict they hold.
+                payload = None
+            elif values.get("_rubric_status") in TERMINAL_STATUSES:
+                yield _finished(thread_id, values, started, values["_rubric_status"], None)
+                return
+            else:
+                payload = {"messages": [], "rubric": run.rubric}
+
+    status, error = "interrupted", None
+    with warnings.catch_warnings():
+        # The v3 event protocol is marked beta; we rely on it knowingly (see README).
+        warnings.filterwarnings("ignore", message=".*v3 streaming protocol.*")
+        stream = agent.stream_events(
+            payload, config, version="v3", transformers=[CustomTransformer]
+        )
+    try:
+        with stream:
+            for name, item in stream.interleave("messages", "custom"):
+                if name == "messages":
+                    if item.node != "model":
+                        continue
+                    yield {"type": "worker_started", "iteration": iteration}
+                    parts: list[str] = []
+                    for delta in item.text:
+                        parts.append(delta)
+                        yield {"type": "worker_token", "iteration": iteration, "text": delta}
+                    yield {"type": "worker_message", "iteration": iteration,
+                           "text": "".join(parts)}
+                elif isinstance(item, dict) and item.get("type") == "rubric_evaluation_start":
+                    yield {"type": "evaluation_started", "iteration": item["iteration"],
+                           "grading_run_id": item["grading_run_id"]}
+                elif isinstance(item, dict) and item.get("type") == "rubric_evaluation_end":
+                    iteration = item["iteration"] + 1
+                    yield {"type": "evaluation_finished", "evaluation": item["evaluation"]}
+        status = ""
+    except Exception as exc:
+        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+    values = agent.get_state(config).values or {}
+    if not status:
+        status = values.get("_rubric_status") or "interrupted"
+    yield _finished(thread_id, values, started, status, error)
+
+
+def _finished(
+    thread_id: str, values: dict[str, Any], started: float, status: str, error: str | None
+) -> RunFinished:
+    return {
+        "type": "run_finished",
+        "thread_id": thread_id,
+        "status": status,
+        "answer": redact(_last_answer(values)),
+        "evaluations": redact_data(_run_evaluations(values)),
+        "duration_s": round(time.perf_counter() - started, 3),
+        "error": error,
+    }

@@ -1,0 +1,946 @@
+"""One SQLite file: LangGraph checkpoints, the run index and the rubric library.
+
+This is the only module that knows which database Rubric Studio talks to. The file holds:
+
+- LangGraph's checkpoint tables (``checkpoints``, ``writes``), written by the ``SqliteSaver``
+  that :meth:`Store.saver` returns, keyed by each run's ``thread_id``;
+- ``runs`` and ``evaluations``: a small index of runs and their grader passes, so that history,
+  filters and exports never have to decode checkpoints;
+- ``rubrics`` and ``rubric_versions``: saved rubrics, every version kept;
+- ``meta``: which application owns the file and its schema version.
+
+Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
+be shared between threads. Our own tables therefore use one short-lived connection per
+operation; the saver holds one long-lived connection opened with ``check_same_thread=False``
+and serialises access with its own lock. A ``Store`` may be cached and shared across threads.
+
+Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
+carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
+application_id, which are upgraded in place) — at a schema this version reads, and it passes
+SQLite's ``quick_check``. These checks run before any connection that can write (ours or the
+``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
+other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
+:class:`StoreError` and left byte-for-byte untouched. API keys are never stored:
+:meth:`Store.create_run` accepts explicit fields only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sqlite3
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from rubric_core.types import RubricEvaluation
+
+DB_ENV_VAR = "RUBRIC_STUDIO_DB"
+"""Environment variable naming the database file."""
+
+SCHEMA_VERSION = 2
+"""Version of our own tables; stored in ``meta`` and checked on open.
+
+Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
+``grader_tools`` columns; a version 1 file is upgraded in place on open.
+"""
+
+APP_ID = "rubric-studio"
+"""Value of ``meta.app`` that marks a file as ours."""
+
+APPLICATION_ID = 0x52625374
+"""SQLite ``PRAGMA application_id`` of our files: the ASCII bytes ``RbSt`` (1382175604).
+
+Written into the file header (offset 68, big-endian) when a file is created or upgraded, so
+that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner before opening
+it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
+"""
+
+RUN_STATUSES: frozenset[str] = frozenset(
+    {
+        "running", "satisfied", "needs_revision", "failed", "grader_error",
+        "max_iterations_reached", "interrupted", "error",
+    }
+)
+"""Every status a run may have in the index."""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_HEADER_SIZE = 100  # the database header, before the first page's b-tree
+_APPLICATION_ID_AT = 68
+_SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
+_TIMEOUT_S = 10.0
+_CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, title TEXT NOT NULL,
+        prompt TEXT NOT NULL, rubric TEXT NOT NULL, worker_model TEXT NOT NULL,
+        grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
+        iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
+        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT)""",
+    "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_grader ON runs (grader_model, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_thread ON runs (thread_id)",
+    """CREATE TABLE IF NOT EXISTS evaluations (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, grading_run_id TEXT NOT NULL, iteration INTEGER NOT NULL,
+        result TEXT NOT NULL, status TEXT NOT NULL, explanation TEXT NOT NULL,
+        criteria_json TEXT NOT NULL, answer TEXT NOT NULL, duration_s REAL,
+        input_tokens INTEGER, output_tokens INTEGER, unverified INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS rubrics (
+        name TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rubric_versions (
+        name TEXT NOT NULL REFERENCES rubrics (name) ON DELETE CASCADE,
+        version INTEGER NOT NULL, text TEXT NOT NULL, created_at TEXT NOT NULL,
+        PRIMARY KEY (name, version))""",
+)
+# Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
+_ADDED_RUN_COLUMNS = {
+    "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
+}
+
+
+class StoreError(Exception):
+    """A database problem, with a message that says what is wrong and what to do."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One row of the run index."""
+
+    run_id: str
+    """Unique id of the run (uuid4 hex)."""
+    thread_id: str
+    """LangGraph thread whose checkpoints hold the run's state."""
+    title: str
+    """Short human label."""
+    prompt: str
+    """What the worker was asked."""
+    rubric: str
+    """The rubric text the run was graded against."""
+    worker_model: str
+    """``provider:model`` of the worker agent."""
+    grader_model: str
+    """``provider:model`` of the grader."""
+    max_iterations: int
+    """Cap on grader passes."""
+    status: str
+    """One of :data:`RUN_STATUSES`."""
+    created_at: str
+    """ISO 8601 UTC timestamp of creation."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last change."""
+    duration_s: float | None
+    """Wall-clock seconds of the whole run, once finished."""
+    iterations: int
+    """Evaluations recorded so far."""
+    input_tokens: int | None
+    """Grader input tokens summed over evaluations (None when never reported)."""
+    output_tokens: int | None
+    """Grader output tokens summed over evaluations (None when never reported)."""
+    error: str | None
+    """Error message for runs that ended in ``error``."""
+    worker_system_prompt: str | None = None
+    """The worker's system prompt (``""`` for none); None for runs stored before it was kept."""
+    grader_system_prompt: str | None = None
+    """A custom grader prompt (``""`` for the built-in one); None when not recorded."""
+    grader_tools: tuple[str, ...] | None = None
+    """Names of the evidence tools the grader was given; None when not recorded."""
+
+
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
+_RUN_COLUMNS = ", ".join(_RUN_FIELDS)
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    """A run index row (columns in ``_RUN_COLUMNS`` order) as a record."""
+    values = dict(zip(_RUN_FIELDS, row, strict=True))
+    if values["grader_tools"] is not None:
+        values["grader_tools"] = tuple(json.loads(values["grader_tools"]))
+    return RunRecord(**values)
+
+
+def _row(record: RunRecord) -> tuple[Any, ...]:
+    """A record as the values of a run index row (the inverse of `_record`)."""
+    values = dataclasses.asdict(record)
+    if values["grader_tools"] is not None:
+        values["grader_tools"] = json.dumps(list(values["grader_tools"]), ensure_ascii=False)
+    return tuple(values[name] for name in _RUN_FIELDS)
+
+
+def default_db_path() -> Path:
+    """Where the database lives unless a caller says otherwise.
+
+    Returns:
+        ``$RUBRIC_STUDIO_DB`` when set, else ``rubric-studio/rubric_studio.sqlite3`` under
+        ``$XDG_DATA_HOME`` (default ``~/.local/share``). Directories are created by
+        :meth:`Store.open`, not here.
+    """
+    configured = os.environ.get(DB_ENV_VAR, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    # The XDG spec says relative values are invalid and must be ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "rubric-studio" / "rubric_studio.sqlite3"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _fold(value: object) -> str | None:
+    return value.casefold() if isinstance(value, str) else None
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        msg = f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}"
+        raise ValueError(msg)
+
+
+def _row_to_evaluation(row: sqlite3.Row) -> RubricEvaluation:
+    return cast(
+        "RubricEvaluation",
+        {
+            "grading_run_id": row["grading_run_id"],
+            "iteration": row["iteration"],
+            "result": row["result"],
+            "explanation": row["explanation"],
+            "criteria": json.loads(row["criteria_json"]),
+            "status": row["status"],
+            "unverified": bool(row["unverified"]),
+            "duration_s": row["duration_s"],
+            "input_tokens": row["input_tokens"],
+            "output_tokens": row["output_tokens"],
+            "answer": row["answer"],
+        },
+    )
+
+
+class Store:
+    """The Rubric Studio database: run index, rubric library and LangGraph checkpoints.
+
+    Nothing touches the disk until :meth:`open` (or the first operation, which opens lazily).
+    Use it as a context manager to close the saver's connection when done::
+
+        with Store(default_db_path()) as store:
+            run = store.create_run(title="t", prompt="p", rubric="- r", worker_model="w",
+                                   grader_model="g", max_iterations=3)
+
+    Args:
+        path: The SQLite file; created, with its parent directories, on first open.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        if str(path) in ("", ":memory:") or str(path).startswith("file:"):
+            msg = (
+                f"Store needs a file path, got {str(path)!r}: each operation opens its own "
+                "connection, so an in-memory database would be empty every time."
+            )
+            raise ValueError(msg)
+        self._path = Path(path).expanduser()
+        self._lock = threading.RLock()
+        self._opened = False
+        self._saver: SqliteSaver | None = None
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"Store({str(self._path)!r})"
+
+    def __enter__(self) -> Store:
+        return self.open()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> Store:
+        """Validate the file and create our tables if needed; safe to call repeatedly.
+
+        Returns:
+            The store itself.
+
+        Raises:
+            StoreError: The path is not writable, or the file is not SQLite, fails
+                ``quick_check``, belongs to another application, was written by a newer schema,
+                or holds an interrupted transaction. The file is left untouched in every case.
+        """
+        with self._lock:
+            if not self._opened:
+                self._prepare_location()
+                self._inspect_existing()
+                self._create_schema()
+                self._opened = True
+        return self
+
+    def close(self) -> None:
+        """Close the saver's connection, if one was made. The store can still be used."""
+        with self._lock:
+            saver, self._saver = self._saver, None
+        if saver is not None:
+            with saver.lock:  # wait for an operation in flight on another thread
+                saver.conn.close()
+
+    def saver(self) -> SqliteSaver:
+        """The LangGraph checkpointer for this file, shared by all threads.
+
+        Returns:
+            A ``SqliteSaver`` on a connection made with ``check_same_thread=False``; the saver
+            serialises access with its own lock. Created once per store, closed by
+            :meth:`close`.
+
+        Raises:
+            StoreError: The checkpoint tables cannot be created.
+        """
+        self.open()
+        with self._lock:
+            if self._saver is None:
+                from langgraph.checkpoint.sqlite import SqliteSaver
+
+                from rubric_core.redact import RedactingSerializer
+
+                try:
+                    conn = sqlite3.connect(
+                        self._path, timeout=_TIMEOUT_S, check_same_thread=False
+                    )
+                except sqlite3.Error as exc:
+                    raise self._error(exc) from exc
+                # Checkpoints never hold a secret (an echoed key in an error, say).
+                saver = SqliteSaver(conn, serde=RedactingSerializer())
+                try:
+                    saver.setup()
+                except sqlite3.Error as exc:
+                    conn.close()
+                    raise self._error(exc) from exc
+                self._saver = saver
+            return self._saver
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        title: str,
+        prompt: str,
+        rubric: str,
+        worker_model: str,
+        grader_model: str,
+        max_iterations: int,
+        thread_id: str | None = None,
+        worker_system_prompt: str = "",
+        grader_system_prompt: str = "",
+        grader_tools: Sequence[str] = (),
+    ) -> RunRecord:
+        """Add a run in status ``running``.
+
+        Only these fields are stored; credentials never reach the database.
+
+        Args:
+            title: Short human label (may be empty).
+            prompt: What the worker is asked.
+            rubric: The rubric text.
+            worker_model: ``provider:model`` of the worker.
+            grader_model: ``provider:model`` of the grader.
+            max_iterations: Cap on grader passes, at least 1.
+            thread_id: LangGraph thread id; defaults to the new run id.
+            worker_system_prompt: The worker's system prompt, if any (kept for resuming).
+            grader_system_prompt: A custom grader prompt, if any (kept for resuming).
+            grader_tools: Names of the grader's evidence tools (kept for resuming).
+
+        Returns:
+            The stored record.
+        """
+        for name, value in (("title", title), ("prompt", prompt), ("rubric", rubric),
+                            ("worker_model", worker_model), ("grader_model", grader_model),
+                            ("worker_system_prompt", worker_system_prompt),
+                            ("grader_system_prompt", grader_system_prompt),
+                            *(("grader_tools item", t) for t in grader_tools)):
+            if not isinstance(value, str):
+                msg = f"{name} must be a string, got {type(value).__name__}"
+                raise TypeError(msg)
+        if not worker_model.strip() or not grader_model.strip():
+            msg = "worker_model and grader_model must name a model, e.g. 'openai:gpt-4o-mini'"
+            raise ValueError(msg)
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or (
+            max_iterations < 1
+        ):
+            msg = f"max_iterations must be an integer >= 1, got {max_iterations!r}"
+            raise ValueError(msg)
+        run_id = uuid.uuid4().hex
+        now = _now()
+        record = RunRecord(
+            run_id=run_id, thread_id=thread_id or run_id, title=title, prompt=prompt,
+            rubric=rubric, worker_model=worker_model, grader_model=grader_model,
+            max_iterations=max_iterations, status="running", created_at=now, updated_at=now,
+            duration_s=None, iterations=0, input_tokens=None, output_tokens=None, error=None,
+            worker_system_prompt=worker_system_prompt, grader_system_prompt=grader_system_prompt,
+            grader_tools=tuple(grader_tools),
+        )
+        values = _row(record)
+        with self._connect(write=True) as conn:
+            conn.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+                values,
+            )
+        return record
+
+    def add_evaluation(self, run_id: str, evaluation: RubricEvaluation) -> int:
+        """Record one grader pass and refresh the run's totals and status.
+
+        Args:
+            run_id: The run graded.
+            evaluation: The evaluation as the middleware recorded it.
+
+        Returns:
+            The evaluation's 0-based sequence number within the run.
+
+        Raises:
+            KeyError: No such run.
+        """
+        ev = cast("dict[str, Any]", evaluation)
+        _check_status(ev["status"])
+        now = _now()
+        with self._connect(write=True) as conn:
+            self._require_run(conn, run_id)
+            (seq,) = conn.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM evaluations WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO evaluations (run_id, seq, grading_run_id, iteration, result, "
+                "status, explanation, criteria_json, answer, duration_s, input_tokens, "
+                "output_tokens, unverified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, seq, ev["grading_run_id"], ev["iteration"], ev["result"],
+                    ev["status"], ev.get("explanation", ""),
+                    json.dumps(ev.get("criteria", []), ensure_ascii=False),
+                    ev.get("answer", ""), ev.get("duration_s"), ev.get("input_tokens"),
+                    ev.get("output_tokens"), int(bool(ev.get("unverified", False))),
+                ),
+            )
+            conn.execute(
+                "UPDATE runs SET iterations = ?, status = ?, updated_at = ?, "
+                "input_tokens = (SELECT SUM(input_tokens) FROM evaluations WHERE run_id = ?), "
+                "output_tokens = (SELECT SUM(output_tokens) FROM evaluations WHERE run_id = ?) "
+                "WHERE run_id = ?",
+                (seq + 1, ev["status"], now, run_id, run_id, run_id),
+            )
+        return int(seq)
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        error: str | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        """Set a run's final status.
+
+        Args:
+            run_id: The run.
+            status: One of :data:`RUN_STATUSES`.
+            error: A message for runs that ended in ``error`` (never a credential).
+            duration_s: Wall-clock seconds of the run; kept unchanged when None.
+
+        Raises:
+            KeyError: No such run.
+        """
+        _check_status(status)
+        with self._connect(write=True) as conn:
+            self._require_run(conn, run_id)
+            conn.execute(
+                "UPDATE runs SET status = ?, error = ?, updated_at = ?, "
+                "duration_s = COALESCE(?, duration_s) WHERE run_id = ?",
+                (status, error, _now(), duration_s, run_id),
+            )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None."""
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return _record(row) if row else None
+
+    def latest_run_for_thread(self, thread_id: str) -> RunRecord | None:
+        """The most recent run on this LangGraph thread, or None."""
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE thread_id = ? "
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1", (thread_id,)
+            ).fetchone()
+        return _record(row) if row else None
+
+    def list_runs(
+        self,
+        *,
+        status: str | Collection[str] | None = None,
+        model: str | None = None,
+        text: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Runs from the index, most recent first; checkpoints are never read.
+
+        Args:
+            status: Keep runs in this status (or any of these statuses).
+            model: Keep runs whose worker or grader model is exactly this.
+            text: Keep runs whose title, prompt or rubric contains this, ignoring case.
+            limit: At most this many runs; None for all.
+            offset: Skip this many runs first (for paging).
+
+        Returns:
+            The matching runs.
+        """
+        where, params = self._filters(status, model, text)
+        if (limit is not None and limit < 0) or offset < 0:
+            msg = "limit and offset must not be negative"
+            raise ValueError(msg)
+        sql = (
+            f"SELECT {_RUN_COLUMNS} FROM runs{where} "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
+        )
+        with self._connect() as conn:
+            rows = conn.execute(sql, [*params, -1 if limit is None else limit, offset])
+            return [_record(row) for row in rows]
+
+    def count_runs(
+        self,
+        *,
+        status: str | Collection[str] | None = None,
+        model: str | None = None,
+        text: str | None = None,
+    ) -> int:
+        """How many runs :meth:`list_runs` would find without a limit (same filters)."""
+        where, params = self._filters(status, model, text)
+        with self._connect() as conn:
+            (count,) = conn.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()
+        return int(count)
+
+    def evaluations(self, run_id: str) -> list[RubricEvaluation]:
+        """A run's evaluations in the order they were recorded (empty for unknown runs)."""
+        return self.evaluations_for_runs([run_id])[run_id]
+
+    def evaluations_for_runs(self, run_ids: Iterable[str]) -> dict[str, list[RubricEvaluation]]:
+        """Evaluations of many runs in a few queries.
+
+        Args:
+            run_ids: The runs wanted.
+
+        Returns:
+            Every requested id, in the order given, mapped to its evaluations in record order.
+        """
+        out: dict[str, list[RubricEvaluation]] = {rid: [] for rid in run_ids}
+        ids = list(out)
+        with self._connect() as conn:
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                rows = conn.execute(
+                    f"SELECT * FROM evaluations WHERE run_id IN ({', '.join('?' * len(chunk))}) "
+                    "ORDER BY run_id, seq",
+                    chunk,
+                )
+                for row in rows:
+                    out[row["run_id"]].append(_row_to_evaluation(row))
+        return out
+
+    def delete_run(self, run_id: str) -> bool:
+        """Delete a run's index rows and, unless another run shares it, its thread's checkpoints.
+
+        Returns:
+            True when the run existed.
+        """
+        with self._connect(write=True) as conn:
+            row = conn.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                return False
+            thread_id = row["thread_id"]
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            shared = conn.execute(
+                "SELECT 1 FROM runs WHERE thread_id = ? LIMIT 1", (thread_id,)
+            ).fetchone()
+        if shared is None:
+            try:
+                self.saver().delete_thread(thread_id)
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+        return True
+
+    # -- rubric library -------------------------------------------------------------------------
+
+    def save_rubric(self, name: str, text: str) -> int:
+        """Save a rubric under a name as a new version.
+
+        Args:
+            name: The rubric's name (surrounding whitespace is ignored).
+            text: The rubric text.
+
+        Returns:
+            The new version number (1 for a new name); when ``text`` equals the latest
+            version, that version's number and nothing is written.
+        """
+        name = name.strip() if isinstance(name, str) else ""
+        if not name:
+            msg = "a rubric needs a name: give it a short non-empty name"
+            raise ValueError(msg)
+        if not isinstance(text, str) or not text.strip():
+            msg = f"rubric {name!r} is empty: write at least one criterion before saving"
+            raise ValueError(msg)
+        now = _now()
+        with self._connect(write=True) as conn:
+            latest = conn.execute(
+                "SELECT version, text FROM rubric_versions WHERE name = ? "
+                "ORDER BY version DESC LIMIT 1",
+                (name,),
+            ).fetchone()
+            if latest is not None and latest["text"] == text:
+                return int(latest["version"])
+            version = 1 if latest is None else latest["version"] + 1
+            conn.execute(
+                "INSERT INTO rubrics (name, created_at, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
+                (name, now, now),
+            )
+            conn.execute(
+                "INSERT INTO rubric_versions (name, version, text, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (name, version, text, now),
+            )
+        return int(version)
+
+    def list_rubrics(self) -> list[dict[str, Any]]:
+        """Saved rubrics by name: ``name``, ``latest_version`` and ``updated_at`` each."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT r.name, MAX(v.version) AS latest_version, r.updated_at FROM rubrics r "
+                "JOIN rubric_versions v ON v.name = r.name GROUP BY r.name ORDER BY r.name"
+            ).fetchall()
+        return [dict(row) for row in rows]
+
+    def load_rubric(self, name: str, version: int | None = None) -> str:
+        """The text of a saved rubric.
+
+        Args:
+            name: The rubric's name.
+            version: A version number; the latest when None.
+
+        Raises:
+            KeyError: No such rubric or version.
+        """
+        sql = "SELECT text FROM rubric_versions WHERE name = ?"
+        params: list[Any] = [name.strip()]
+        if version is None:
+            sql += " ORDER BY version DESC LIMIT 1"
+        else:
+            sql += " AND version = ?"
+            params.append(version)
+        with self._connect() as conn:
+            row = conn.execute(sql, params).fetchone()
+        if row is None:
+            which = "" if version is None else f" version {version}"
+            msg = f"no saved rubric {name!r}{which}"
+            raise KeyError(msg)
+        return str(row["text"])
+
+    def rubric_versions(self, name: str) -> list[dict[str, Any]]:
+        """Every version of a rubric, oldest first: ``version``, ``text``, ``created_at``."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT version, text, created_at FROM rubric_versions WHERE name = ? "
+                "ORDER BY version",
+                (name.strip(),),
+            ).fetchall()
+        return [dict(row) for row in rows]
+
+    # -- private --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """A short-lived connection; with ``write``, one IMMEDIATE transaction around the body."""
+        self.open()
+        try:
+            conn = sqlite3.connect(self._path, timeout=_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.create_function("rs_fold", 1, _fold, deterministic=True)
+            if write:
+                # IMMEDIATE takes the write lock up front, so read-then-insert cannot race.
+                conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self._error(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            msg = f"no run with id {run_id!r}"
+            raise KeyError(msg)
+
+    @staticmethod
+    def _filters(
+        status: str | Collection[str] | None, model: str | None, text: str | None
+    ) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            for s in statuses:
+                _check_status(s)
+            clauses.append(f"status IN ({', '.join('?' * len(statuses))})" if statuses else "0")
+            params.extend(statuses)
+        if model:
+            clauses.append("(worker_model = ? OR grader_model = ?)")
+            params.extend([model, model])
+        if text:
+            # casefold in Python: SQLite's LIKE and lower() only fold ASCII.
+            clauses.append(
+                "(instr(rs_fold(title), ?) OR instr(rs_fold(prompt), ?) "
+                "OR instr(rs_fold(rubric), ?))"
+            )
+            params.extend([text.casefold()] * 3)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+    def _unwritable(self, reason: str) -> StoreError:
+        return StoreError(
+            f"Cannot use {self._path} as the Rubric Studio database: {reason}. Set {DB_ENV_VAR} "
+            "(or pass --db) to a file path in a directory you can write to "
+            f"(for example {DB_ENV_VAR}=~/rubric_studio.sqlite3) and start again."
+        )
+
+    def _not_ours(self, reason: str) -> StoreError:
+        return StoreError(
+            f"{self._path} is not a Rubric Studio database ({reason}). The file was left "
+            f"untouched: move it aside or choose another file with {DB_ENV_VAR} or --db."
+        )
+
+    def _damaged(self, reason: str) -> StoreError:
+        return StoreError(
+            f"{self._path} {reason}. The file was left untouched: restore it from a backup or "
+            f"choose another file with {DB_ENV_VAR} or --db."
+        )
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            return self._damaged(f"cannot be read by SQLite ({text})")
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK:
+            return StoreError(
+                f"{self._path} has an unfinished transaction in {self._path.name}-journal, left "
+                "by a program that stopped while writing it, and SQLite can only roll it back "
+                "by writing to the file. The file was left untouched: if you trust the file, "
+                f"roll the transaction back with `sqlite3 {shlex.quote(str(self._path))} 'PRAGMA "
+                f"quick_check'` and start again, or choose another file with {DB_ENV_VAR} or --db."
+            )
+        if "readonly" in text or "unable to open" in text:
+            return self._unwritable(text)
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"The database {self._path} stayed locked by another process for "
+                f"{_TIMEOUT_S:.0f} s ({text}). Try again, or stop the other process."
+            )
+        return StoreError(f"Database error on {self._path}: {text}")
+
+    def _prepare_location(self) -> None:
+        path = self._path
+        if path.is_dir():
+            raise self._unwritable("it is a directory, not a file")
+        if path.exists() and not path.is_file():
+            # A FIFO or device would block or lie on read; only regular files hold databases.
+            raise self._unwritable("it is not a regular file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unwritable(
+                f"its directory {path.parent} cannot be created ({exc.strerror or exc})"
+            ) from exc
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise self._unwritable("the file is not readable and writable by this user")
+        # SQLite writes its journal / WAL files next to the database.
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise self._unwritable(f"the directory {path.parent} is not writable")
+
+    def _inspect_existing(self) -> None:
+        """Refuse a file that is not ours to write, before any connection can write to it.
+
+        Reads only, and creates no side files: the header with plain file reads (SQLite magic,
+        application_id), then a read-only connection for our ``meta`` table and ``quick_check``.
+        An empty or absent file passes: it becomes ours.
+        """
+        path = self._path
+        try:
+            with path.open("rb") as fh:
+                header = fh.read(_HEADER_SIZE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._unwritable(f"the file cannot be read ({exc.strerror or exc})") from exc
+        if not header:
+            return
+        # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
+        if not _journal_pending(path):
+            if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
+                raise self._not_ours("it is not a SQLite database at all")
+            at = _APPLICATION_ID_AT
+            self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
+        try:
+            conn = sqlite3.connect(
+                _read_only_uri(path), uri=True, timeout=_TIMEOUT_S, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        try:
+            self._identify(conn)
+            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        finally:
+            conn.close()
+        if problem != "ok":
+            first = " ".join(str(problem).replace("*** in database main ***", "").split())
+            raise self._damaged(f"failed SQLite's integrity check (quick_check: {first[:200]})")
+
+    def _check_application_id(self, app_id: int) -> None:
+        if app_id not in (0, APPLICATION_ID):
+            raise self._not_ours(
+                f"it belongs to another application: its SQLite application_id is "
+                f"{app_id & 0xFFFFFFFF:#010x}, Rubric Studio's is {APPLICATION_ID:#010x}"
+            )
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        """Raise unless the non-empty database on ``conn`` is ours at a schema we can read."""
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        self._check_application_id(app_id)
+        tables = sorted(
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+        if "meta" not in tables:
+            if app_id == APPLICATION_ID:
+                raise self._damaged("carries Rubric Studio's application_id but has no meta table")
+            shown = ", ".join(repr(t) for t in tables[:5]) + (", …" if len(tables) > 5 else "")
+            raise self._not_ours(
+                "it belongs to another application: it has no Rubric Studio meta table and "
+                f"its tables are {shown or 'none'}"
+            )
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(meta)")}
+        meta = (
+            dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if {"key", "value"} <= columns
+            else {}
+        )
+        if meta.get("app") != APP_ID:
+            raise self._not_ours(
+                "it belongs to another application: its 'meta' table was not made by "
+                "Rubric Studio"
+            )
+        raw = meta.get("schema_version", "0")
+        try:
+            version = int(raw)
+        except (TypeError, ValueError):
+            raise self._damaged(f"has an unreadable schema_version {raw!r}") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self._path} was written by a newer Rubric Studio (schema {version}; this "
+                f"version reads up to {SCHEMA_VERSION}). The file was left untouched: upgrade "
+                f"Rubric Studio or choose another file with {DB_ENV_VAR} or --db."
+            )
+
+    def _create_schema(self) -> None:
+        """Create or upgrade our tables and mark the file as ours, in one transaction."""
+        try:
+            conn = sqlite3.connect(self._path, timeout=_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            # Again under the write lock, as the file may have changed since it was inspected.
+            # A new database stays 0 bytes on disk until the first commit.
+            if self._path.stat().st_size:
+                self._identify(conn)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            # Upgrade a version 1 file: add the columns it lacks (existing rows get NULL).
+            have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+            for column, sql_type in _ADDED_RUN_COLUMNS.items():
+                if column not in have:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
+            conn.executemany(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                [("app", APP_ID), ("created_at", _now())],
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+            # WAL lets the app read while a run writes; it is a property of the file. Switched
+            # after the first commit, so an interrupted creation rolls back to an empty file.
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self._error(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+
+def _read_only_uri(path: Path) -> str:
+    """A URI that opens ``path`` read-only without creating ``-wal``/``-shm`` files beside it.
+
+    ``mode=ro`` alone creates them for a WAL database; ``immutable=1`` does not, but it reads
+    the file alone, without locks. So ``immutable=1`` is used only when no WAL exists (no
+    connection has the file open in WAL mode and none left a WAL behind) and no journal holds a
+    transaction; otherwise ``mode=ro`` reads through the side files that are already there.
+    """
+    real = path.resolve()  # SQLite names side files after the symlink's target
+    in_use = real.with_name(real.name + "-wal").exists() or _journal_pending(real)
+    query = "mode=ro" if in_use else "mode=ro&immutable=1"
+    return f"file:{urllib.parse.quote(str(real))}?{query}"
+
+
+def _journal_pending(path: Path) -> bool:
+    """Whether a rollback journal beside ``path`` may hold a transaction (live or interrupted)."""
+    real = path.resolve()
+    journal = real.with_name(real.name + "-journal")
+    return journal.is_file() and journal.stat().st_size > 0

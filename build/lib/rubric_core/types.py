@@ -1,0 +1,188 @@
+"""Shared data types: grader verdicts, evaluations, events and the middleware state.
+
+Everything that travels between the middleware, the runner, the store, the exporters and the
+app is defined here, so that one import tells a reader the whole contract.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired
+
+from langchain.agents.middleware.types import AgentState, PrivateStateAttr
+from pydantic import BaseModel, Field, model_validator
+from typing_extensions import TypedDict
+
+GraderVerdict = Literal["satisfied", "needs_revision", "failed"]
+"""What a grader may answer for one pass."""
+
+RubricResult = Literal["satisfied", "needs_revision", "failed", "grader_error"]
+"""What an evaluation records: a grader verdict, or `grader_error` when the grader raised."""
+
+RubricStatus = Literal[
+    "satisfied", "needs_revision", "failed", "grader_error", "max_iterations_reached"
+]
+"""The status of a grading run after a pass (`needs_revision` while it still loops)."""
+
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"satisfied", "failed", "grader_error", "max_iterations_reached"}
+)
+"""Statuses that end a grading run; invoking the same rubric again starts a new one."""
+
+REVISION_SOURCE = "rubric_grader"
+"""`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
+
+
+class CriterionVerdict(TypedDict):
+    """One criterion's verdict inside an evaluation."""
+
+    name: str
+    """The criterion, as written in the rubric (bullets and numbering stripped)."""
+    passed: bool
+    """Whether the answer meets the criterion."""
+    gap: NotRequired[str]
+    """What is missing or wrong; present exactly when `passed` is false."""
+
+
+class RubricEvaluation(TypedDict):
+    """The record of one grader pass, appended to `_rubric_evaluations`."""
+
+    grading_run_id: str
+    """Shared by every pass of one rubric attempt."""
+    iteration: int
+    """0-based index of this pass within its grading run."""
+    result: RubricResult
+    """The grader's own verdict for this pass, or `grader_error`."""
+    explanation: str
+    """The grader's summary; for `grader_error`, the exception type and message."""
+    criteria: list[CriterionVerdict]
+    """Per-criterion verdicts in rubric order (empty for `grader_error`)."""
+    status: RubricStatus
+    """The run's status after this pass (`max_iterations_reached` when the cap ends it)."""
+    unverified: bool
+    """True when the grader left criteria unanswered even after a correction."""
+    duration_s: float
+    """Wall-clock seconds the pass took, retries and evidence tool calls included."""
+    input_tokens: int | None
+    """Grader input tokens over the pass, where the provider reports usage."""
+    output_tokens: int | None
+    """Grader output tokens over the pass, where the provider reports usage."""
+    answer: str
+    """The text that was graded (the agent's latest answer)."""
+    unknown_criteria: NotRequired[list[str]]
+    """Verdict names that match no rubric criterion (`grader.criterion_key`); never counted."""
+
+
+class EvaluationStartEvent(TypedDict):
+    """Emitted on the stream writer before a grader pass."""
+
+    type: Literal["rubric_evaluation_start"]
+    """Event tag."""
+    grading_run_id: str
+    """The grading run this pass belongs to."""
+    iteration: int
+    """0-based index of the pass within its run."""
+
+
+class EvaluationEndEvent(TypedDict):
+    """Emitted on the stream writer after a grader pass (also after a grader exception)."""
+
+    type: Literal["rubric_evaluation_end"]
+    """Event tag."""
+    grading_run_id: str
+    """The grading run this pass belongs to."""
+    iteration: int
+    """0-based index of the pass within its run."""
+    result: RubricResult
+    """The grader's verdict for this pass."""
+    explanation: str
+    """The grader's summary."""
+    criteria: list[CriterionVerdict]
+    """Per-criterion verdicts."""
+    status: RubricStatus
+    """The run's status after this pass."""
+    evaluation: RubricEvaluation
+    """The full evaluation record (timings, tokens, graded answer)."""
+
+
+class RubricState(AgentState):
+    """Agent state extended with the rubric and the middleware's bookkeeping.
+
+    Only `rubric` is part of the input/output schema; the rest is private but readable with
+    `agent.get_state(config).values` on a checkpointed thread.
+    """
+
+    rubric: NotRequired[str | None]
+    """The caller's rubric: one criterion per line or bullet."""
+    _rubric_status: NotRequired[Annotated[RubricStatus | None, PrivateStateAttr]]
+    """Status of the current grading run; `None` until its first pass ends."""
+    _rubric_iterations: NotRequired[Annotated[int, PrivateStateAttr]]
+    """Grader passes completed in the current grading run."""
+    _rubric_evaluations: NotRequired[Annotated[list[RubricEvaluation], PrivateStateAttr]]
+    """Every evaluation on this thread, in order."""
+    _current_grading_run_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
+    """The grading run in force."""
+    _active_rubric: NotRequired[Annotated[str | None, PrivateStateAttr]]
+    """The rubric text that started the current grading run."""
+
+
+class GradedCriterion(BaseModel):
+    """One criterion as the grader answers it."""
+
+    name: str = Field(description="The criterion exactly as listed in the rubric.")
+    passed: bool = Field(description="True when the answer fully meets the criterion.")
+    gap: str | None = Field(
+        default=None,
+        description=(
+            "Required when passed is false: what is missing or wrong, concrete enough for the "
+            "author to fix it without asking. Omit when passed is true."
+        ),
+    )
+
+
+class GraderResponse(BaseModel):
+    """The grader's structured verdict for one pass."""
+
+    result: GraderVerdict = Field(
+        description=(
+            "'satisfied' only when every criterion passes; 'needs_revision' when at least one "
+            "fails; 'failed' when the rubric cannot be judged against this transcript."
+        )
+    )
+    explanation: str = Field(description="One or two sentences summarising the verdict.")
+    criteria: list[GradedCriterion] = Field(
+        description="One entry for every numbered criterion, in rubric order, none left out."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GraderResponse:
+        failing = [c for c in self.criteria if not c.passed]
+        if self.result == "satisfied" and failing:
+            names = ", ".join(repr(c.name) for c in failing)
+            msg = f"result is 'satisfied' but these criteria fail: {names}"
+            raise ValueError(msg)
+        if self.result == "needs_revision" and self.criteria and not failing:
+            msg = "result is 'needs_revision' but every criterion passes"
+            raise ValueError(msg)
+        for c in failing:
+            if not (c.gap or "").strip():
+                msg = f"criterion {c.name!r} fails without a gap saying what to fix"
+                raise ValueError(msg)
+        return self
+
+
+def criteria_as_dicts(graded: list[GradedCriterion]) -> list[CriterionVerdict]:
+    """Convert pydantic criteria into the plain dicts that evaluations carry."""
+    out: list[CriterionVerdict] = []
+    for c in graded:
+        item: CriterionVerdict = {"name": c.name, "passed": c.passed}
+        if not c.passed:
+            item["gap"] = c.gap or ""
+        out.append(item)
+    return out
+
+
+def evaluation_summary(evaluation: RubricEvaluation) -> dict[str, Any]:
+    """The counts a UI line needs: passed, failed and total criteria."""
+    passed = sum(1 for c in evaluation["criteria"] if c["passed"])
+    return {"passed": passed, "failed": len(evaluation["criteria"]) - passed,
+            "total": len(evaluation["criteria"])}
