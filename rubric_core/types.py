@@ -41,6 +41,9 @@ class CriterionVerdict(TypedDict):
     """Whether the answer meets the criterion."""
     gap: NotRequired[str]
     """What is missing or wrong; present exactly when `passed` is false."""
+    agreement: NotRequired[float]
+    """With ``grader_repeats > 1``: the share of repeats whose verdict on this criterion agrees
+    with the consensus (1.0 when every repeat agreed)."""
 
 
 class RubricEvaluation(TypedDict):
@@ -70,6 +73,14 @@ class RubricEvaluation(TypedDict):
     """The text that was graded (the agent's latest answer)."""
     unknown_criteria: NotRequired[list[str]]
     """Verdict names that match no rubric criterion (`grader.criterion_key`); never counted."""
+    repeats: NotRequired[int]
+    """With ``grader_repeats > 1``: how many times this answer was graded."""
+    unstable: NotRequired[list[str]]
+    """With ``grader_repeats > 1``: criteria whose repeats did not all agree."""
+    regressed: NotRequired[list[str]]
+    """Criteria that passed on the previous pass of this grading run and fail now."""
+    stalled: NotRequired[bool]
+    """True when the answer is the previous attempt's, unchanged (whitespace aside)."""
 
 
 class EvaluationStartEvent(TypedDict):
@@ -123,6 +134,9 @@ class RubricState(AgentState):
     """The grading run in force."""
     _active_rubric: NotRequired[Annotated[str | None, PrivateStateAttr]]
     """The rubric text that started the current grading run."""
+    _rubric_best_iteration: NotRequired[Annotated[int | None, PrivateStateAttr]]
+    """0-based pass of the current grading run whose answer passed the most criteria (ties go
+    to the later pass); updated every pass."""
 
 
 class GradedCriterion(BaseModel):
