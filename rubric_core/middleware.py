@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware.types import AgentMiddleware, hook_config
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
@@ -197,6 +197,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             ``response_metadata`` holds ``rubric_best_iteration``), so the agent's final
             message is the best attempt. The transcript before it is unchanged. Off by
             default: the seed returns the last attempt.
+        prepare_messages_for_grader: Rewrites the transcript the grader sees (called with a
+            copy of the agent's messages, before the grader prompt is built from them), e.g.
+            to drop system messages or redact tool output. The agent's state is not changed.
     """
 
     state_schema = RubricState
@@ -214,10 +217,12 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         grader_repeats: int = 1,
         consensus: Consensus = "majority",
         return_best: bool = False,
+        prepare_messages_for_grader: Callable[[list[BaseMessage]], list[BaseMessage]]
+        | None = None,
     ) -> None:
         super().__init__()
         if not model:
-            msg = "model is required: a 'provider:model-id' string or a chat model instance"
+            msg = "`model` is required: a 'provider:model-id' string or a chat model instance"
             raise ValueError(msg)
         if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
             msg = f"max_iterations must be an int, got {type(max_iterations).__name__}"
@@ -249,6 +254,10 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         if not isinstance(return_best, bool):
             msg = "return_best must be True or False"
             raise TypeError(msg)
+        if prepare_messages_for_grader is not None and not callable(prepare_messages_for_grader):
+            msg = "prepare_messages_for_grader must be callable"
+            raise TypeError(msg)
+        self._prepare_messages = prepare_messages_for_grader
         self.grader_repeats = grader_repeats
         self.consensus: Consensus = consensus
         self.return_best = return_best
@@ -314,8 +323,11 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         return self._bound
 
     def _steps(self, payload: dict[str, Any]) -> Any:
+        transcript = list(payload["messages"])
+        if self._prepare_messages is not None:
+            transcript = list(self._prepare_messages(transcript))
         messages = build_grader_messages(
-            payload["messages"], payload["criteria"], system_prompt=self._system_prompt
+            transcript, payload["criteria"], system_prompt=self._system_prompt
         )
         return grade_steps(
             messages,

@@ -152,6 +152,13 @@ class GradedCriterion(BaseModel):
         ),
     )
 
+    @model_validator(mode="after")
+    def _no_gap_when_passed(self) -> GradedCriterion:
+        # A passing criterion has nothing missing: a stray gap would read as a defect.
+        if self.passed and self.gap is not None:
+            self.gap = None
+        return self
+
 
 class GraderResponse(BaseModel):
     """The grader's structured verdict for one pass."""

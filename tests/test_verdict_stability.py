@@ -222,3 +222,52 @@ def test_an_unverified_pass_is_a_verification_gap_not_a_defect() -> None:
     assert "verification gap in the grading, not a defect" in feedback
     assert "Failing criteria" not in feedback
     assert "Criteria the grader verified as passing (keep these):\n- c1\n- c2" in feedback
+
+
+# --------------------------------------------------------------------------- deepagents parity
+
+
+def test_a_missing_model_names_the_argument() -> None:
+    with pytest.raises(ValueError, match="`model` is required"):
+        RubricMiddleware(model="")
+
+
+def test_a_passing_criterion_s_stray_gap_is_dropped_when_parsed() -> None:
+    response = GraderResponse.model_validate({
+        "result": "satisfied", "explanation": "ok",
+        "criteria": [{"name": "c1", "passed": True, "gap": "nothing really"}],
+    })
+    assert response.criteria[0].gap is None
+
+
+def test_prepare_messages_for_grader_rewrites_what_the_grader_sees() -> None:
+    seen: list[int] = []
+
+    def only_last(messages: list[Any]) -> list[Any]:
+        seen.append(len(messages))
+        return [HumanMessage("SECRET-FREE request"), messages[-1]]
+
+    agent, _, grader = _make(["draft"], [ALL], prepare_messages_for_grader=only_last)
+    values = _run(agent)
+    assert seen == [2] and values["_rubric_status"] == "satisfied"
+    sent = "\n".join(str(m.content) for m in grader.calls[0])
+    assert "SECRET-FREE request" in sent and "write it" not in sent
+    assert values["messages"][0].content == "write it"  # the agent's own state is unchanged
+    with pytest.raises(TypeError):
+        RubricMiddleware(model="x:y", prepare_messages_for_grader="nope")  # type: ignore[arg-type]
+
+
+class _Boom(Exception):
+    """A non-transient grader failure."""
+
+
+def test_a_failing_coverage_correction_keeps_the_first_verdict_unverified() -> None:
+    partial = verdict("satisfied", "ok", ["c1", "c2"])  # leaves c3 out
+    agent, worker, _ = _make(["d1", "d2"], [partial, _Boom("server went away"), ALL],
+                             max_iterations=2)
+    values = _run(agent)
+    first = values["_rubric_evaluations"][0]
+    assert first["result"] == "needs_revision" and first["unverified"] is True
+    assert [c["passed"] for c in first["criteria"]] == [True, True, False]
+    assert values["_rubric_status"] == "satisfied"  # the loop went on instead of grader_error
+    assert len(worker.calls) == 2
