@@ -1,0 +1,161 @@
+"""Loop analytics and grader-vs-people agreement, computed from stored evaluations.
+
+Everything here is a pure function of evaluations (and labels), so the app, the CLI and
+exports share one definition. Per criterion, over the grading runs given (a run, an experiment,
+or every run of a rubric):
+
+- ``grading_runs``: grading runs in which the criterion was graded;
+- ``first_pass_fail_rate``: share of them whose first pass failed it;
+- ``mean_passes_to_fix``: for grading runs where it failed and later passed, the mean number of
+  passes from its first failure to its first pass after that (1 = fixed by the next pass);
+- ``oscillations``: grading runs in which it went pass → fail → pass;
+- ``feedback_efficacy``: share of its gaps (a failing verdict followed by another pass) after
+  which it passed on the very next pass; empty when it never had such a gap;
+- ``revision_tokens``: grader tokens of the passes its gaps forced, split evenly among the
+  criteria that failed on the pass before (a revision forced by three criteria counts a third
+  to each);
+- ``instability``: with ``grader_repeats > 1``, the mean share of repeats that disagreed with the
+  consensus (0 = every repeat always agreed); empty without repeats.
+
+Agreement between the grader and people is percent agreement and Cohen's κ over the verdict
+pairs (grader, person) of the labelled criteria, with n. κ = (pₒ − pₑ) / (1 − pₑ); it is
+undefined (None) when both raters gave one and the same verdict throughout (pₑ = 1), where
+percent agreement alone is meaningful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from rubric_core.rubric import normalize_name
+
+ANALYTICS_COLUMNS: tuple[str, ...] = (
+    "criterion", "grading_runs", "first_pass_fail_rate", "mean_passes_to_fix", "oscillations",
+    "feedback_efficacy", "revision_tokens", "instability",
+)
+"""Columns of `loop_analytics`, in order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """How often two raters gave the same pass/fail verdict."""
+
+    n: int
+    """Verdict pairs compared."""
+    percent: float | None
+    """Share of pairs that agree, 0–100 (None when n is 0)."""
+    kappa: float | None
+    """Cohen's κ (None when n is 0 or κ is undefined)."""
+
+
+def cohen_kappa(pairs: Iterable[tuple[bool, bool]]) -> Agreement:
+    """Percent agreement and Cohen's κ of two raters' boolean verdicts on the same items."""
+    items = [(bool(a), bool(b)) for a, b in pairs]
+    n = len(items)
+    if n == 0:
+        return Agreement(0, None, None)
+    observed = sum(1 for a, b in items if a == b) / n
+    a_yes = sum(1 for a, _ in items if a) / n
+    b_yes = sum(1 for _, b in items if b) / n
+    expected = a_yes * b_yes + (1 - a_yes) * (1 - b_yes)
+    kappa = None if expected >= 1.0 else (observed - expected) / (1 - expected)
+    return Agreement(n, round(observed * 100, 2), None if kappa is None else round(kappa, 4))
+
+
+def grading_runs(
+    evaluations: Iterable[Mapping[str, Any]],
+) -> list[list[Mapping[str, Any]]]:
+    """Evaluations grouped into grading runs (by ``grading_run_id``), each ordered by pass."""
+    runs: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for ev in evaluations:
+        runs[str(ev.get("grading_run_id") or "")].append(ev)
+    return [sorted(run, key=lambda ev: int(ev.get("iteration") or 0)) for run in runs.values()]
+
+
+@dataclasses.dataclass
+class _Tally:
+    name: str
+    runs: int = 0
+    first_fail: int = 0
+    fix_lengths: list[int] = dataclasses.field(default_factory=list)
+    oscillations: int = 0
+    gaps: int = 0
+    gaps_fixed: int = 0
+    tokens: float = 0.0
+    disagreement: list[float] = dataclasses.field(default_factory=list)
+
+
+def _tokens(ev: Mapping[str, Any]) -> int:
+    return int(ev.get("input_tokens") or 0) + int(ev.get("output_tokens") or 0)
+
+
+def loop_analytics(evaluations: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Per-criterion loop statistics (see the module docstring), one row per criterion.
+
+    Args:
+        evaluations: Evaluations of any number of runs; criteria are matched across runs by
+            `rubric.normalize_name` and shown as first written.
+
+    Returns:
+        A DataFrame with :data:`ANALYTICS_COLUMNS`, in order of first appearance.
+    """
+    tallies: dict[str, _Tally] = {}
+    for run in grading_runs(evaluations):
+        series: dict[str, list[bool | None]] = {}
+        for index, ev in enumerate(run):
+            criteria = ev.get("criteria") or []
+            for c in criteria:
+                key = normalize_name(str(c.get("name", "")))
+                tally = tallies.setdefault(key, _Tally(str(c.get("name", ""))))
+                series.setdefault(key, [None] * len(run))[index] = bool(c.get("passed"))
+                if "agreement" in c:
+                    tally.disagreement.append(1.0 - float(c["agreement"]))
+            if index + 1 < len(run):
+                failing = [normalize_name(str(c.get("name", ""))) for c in criteria
+                           if not c.get("passed")]
+                for key in failing:
+                    tallies[key].tokens += _tokens(run[index + 1]) / len(failing)
+        for key, verdicts in series.items():
+            _tally_series(tallies[key], verdicts)
+    rows = []
+    for t in tallies.values():
+        rows.append((
+            t.name, t.runs, round(t.first_fail / t.runs, 4) if t.runs else None,
+            round(sum(t.fix_lengths) / len(t.fix_lengths), 4) if t.fix_lengths else None,
+            t.oscillations, round(t.gaps_fixed / t.gaps, 4) if t.gaps else None,
+            round(t.tokens, 2),
+            round(sum(t.disagreement) / len(t.disagreement), 4) if t.disagreement else None,
+        ))
+    return pd.DataFrame.from_records(rows, columns=list(ANALYTICS_COLUMNS))
+
+
+def _tally_series(tally: _Tally, verdicts: Sequence[bool | None]) -> None:
+    graded = [(i, v) for i, v in enumerate(verdicts) if v is not None]
+    if not graded:
+        return
+    tally.runs += 1
+    if graded[0][0] == 0 and graded[0][1] is False:
+        tally.first_fail += 1
+    first_fail = next((i for i, v in graded if v is False), None)
+    if first_fail is not None:
+        fixed = next((i for i, v in graded if i > first_fail and v), None)
+        if fixed is not None:
+            tally.fix_lengths.append(fixed - first_fail)
+    seen_pass = seen_fail_after_pass = False
+    for _, v in graded:
+        if v and seen_fail_after_pass:
+            tally.oscillations += 1
+            break
+        if v:
+            seen_pass = True
+        elif seen_pass:
+            seen_fail_after_pass = True
+    for i in range(len(verdicts) - 1):
+        if verdicts[i] is False and verdicts[i + 1] is not None:
+            tally.gaps += 1
+            tally.gaps_fixed += 1 if verdicts[i + 1] else 0

@@ -1,0 +1,100 @@
+"""Loop analytics and Cohen's κ, checked against hand-computed cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rubric_core.analytics import ANALYTICS_COLUMNS, cohen_kappa, grading_runs, loop_analytics
+
+
+def _ev(run: str, iteration: int, verdicts: dict[str, bool], tokens: int = 0,
+        agreement: dict[str, float] | None = None) -> dict[str, Any]:
+    criteria = []
+    for name, passed in verdicts.items():
+        c: dict[str, Any] = {"name": name, "passed": passed}
+        if agreement and name in agreement:
+            c["agreement"] = agreement[name]
+        criteria.append(c)
+    return {"grading_run_id": run, "iteration": iteration, "criteria": criteria,
+            "input_tokens": tokens, "output_tokens": 0}
+
+
+# --------------------------------------------------------------------------- κ
+
+
+@pytest.mark.parametrize(
+    ("table", "percent", "kappa"),
+    [
+        # (yes,yes), (yes,no), (no,yes), (no,no) counts
+        pytest.param((20, 5, 10, 15), 70.0, 0.4, id="textbook_0_4"),
+        pytest.param((10, 0, 0, 10), 100.0, 1.0, id="perfect"),
+        pytest.param((0, 10, 10, 0), 0.0, -1.0, id="perfect_disagreement"),
+        pytest.param((25, 25, 25, 25), 50.0, 0.0, id="chance"),
+        pytest.param((45, 15, 25, 15), 60.0, 0.1304, id="skewed"),
+    ],
+)
+def test_cohen_kappa_matches_hand_computed_values(
+    table: tuple[int, int, int, int], percent: float, kappa: float
+) -> None:
+    yy, yn, ny, nn = table
+    pairs = [(True, True)] * yy + [(True, False)] * yn + [(False, True)] * ny
+    pairs += [(False, False)] * nn
+    result = cohen_kappa(pairs)
+    assert result.n == sum(table) and result.percent == percent
+    assert result.kappa == pytest.approx(kappa, abs=1e-4)
+
+
+def test_kappa_is_undefined_when_both_raters_never_vary() -> None:
+    result = cohen_kappa([(True, True)] * 5)
+    assert (result.n, result.percent, result.kappa) == (5, 100.0, None)
+    assert cohen_kappa([]).percent is None
+
+
+# --------------------------------------------------------------------------- loop analytics
+
+
+def test_loop_analytics_by_hand() -> None:
+    evaluations = [
+        # run A: c1 fails, fails, passes (fixed after 2 passes); c2 passes, fails, passes
+        _ev("A", 0, {"c1": False, "c2": True}, tokens=100),
+        _ev("A", 1, {"c1": False, "c2": False}, tokens=60),
+        _ev("A", 2, {"c1": True, "c2": True}, tokens=40),
+        # run B: c1 fails then passes at once; c2 always passes
+        _ev("B", 0, {"c1": False, "c2": True}, tokens=10),
+        _ev("B", 1, {"c1": True, "c2": True}, tokens=30),
+    ]
+    frame = loop_analytics(evaluations).set_index("criterion")
+    assert list(frame.reset_index().columns) == list(ANALYTICS_COLUMNS)
+    c1, c2 = frame.loc["c1"], frame.loc["c2"]
+    assert c1["grading_runs"] == 2 and c1["first_pass_fail_rate"] == 1.0
+    assert c1["mean_passes_to_fix"] == 1.5  # (2 + 1) / 2
+    assert c1["oscillations"] == 0
+    assert c1["feedback_efficacy"] == pytest.approx(2 / 3, abs=1e-4)  # 3 gaps, 2 fixed next
+    # A pass0 -> pass1 forced by c1 alone: 60; A pass1 -> pass2 by c1 and c2: 40/2 each;
+    # B pass0 -> pass1 by c1: 30
+    assert c1["revision_tokens"] == 60 + 20 + 30
+    assert c2["revision_tokens"] == 20
+    assert c2["first_pass_fail_rate"] == 0.0 and c2["oscillations"] == 1
+    assert c2["mean_passes_to_fix"] == 1.0 and c2["feedback_efficacy"] == 1.0
+    assert pd.isna(c1["instability"])  # no repeats, no figure
+
+
+def test_instability_from_repeats_and_names_matched_loosely() -> None:
+    evaluations = [
+        _ev("A", 0, {"The poem has three lines": True},
+            agreement={"The poem has three lines": 1.0}),
+        _ev("B", 0, {"the poem has  three lines": True},
+            agreement={"the poem has  three lines": 0.6}),
+    ]
+    frame = loop_analytics(evaluations)
+    assert len(frame) == 1 and frame.loc[0, "criterion"] == "The poem has three lines"
+    assert frame.loc[0, "instability"] == 0.2  # mean of 0.0 and 0.4
+    assert frame.loc[0, "grading_runs"] == 2
+
+
+def test_grading_runs_are_grouped_and_ordered() -> None:
+    runs = grading_runs([_ev("A", 1, {}), _ev("B", 0, {}), _ev("A", 0, {})])
+    assert [[e["iteration"] for e in run] for run in runs] == [[0, 1], [0]]
