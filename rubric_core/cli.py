@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue an interrupted thread")
     run.add_argument("--quiet", action="store_true", help="do not print the worker's answers")
     sub.add_parser("examples", help="list the bundled examples")
+    stats = sub.add_parser(
+        "analytics", help="per-criterion loop statistics over the runs in a database",
+        description="How often each criterion fails on the first pass, how many passes fix "
+        "it, oscillations, feedback efficacy, revision tokens and instability under repeats "
+        "(rubric_core.analytics), over every run in --db.",
+    )
+    stats.add_argument("--db", required=True, help="the SQLite database to read")
+    stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
     sub.add_parser(
         "app", help="start the Streamlit app (streamlit run serve.py)",
         description="Start the Streamlit app from the clone it was installed from. Arguments "
@@ -258,6 +266,35 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if status == "satisfied" else 1
 
 
+def _analytics(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.analytics import loop_analytics
+    from rubric_core.export import to_csv
+    from rubric_core.store import Store
+
+    if args.csv:
+        _check_output(args.csv)
+    if not Path(args.db).is_file():
+        raise UsageError(f"--db {args.db!r} does not exist")
+    store = Store(args.db)
+    try:
+        runs = store.list_runs(limit=None)
+        by_run = store.evaluations_for_runs(r.run_id for r in runs)
+    finally:
+        store.close()
+    evaluations = [ev for run in runs for ev in by_run[run.run_id]]
+    frame = loop_analytics(evaluations)
+    if frame.empty:
+        out.write(f"no graded runs in {args.db}\n")
+        return 0
+    out.write(f"{len(runs)} run(s), {len(evaluations)} grading pass(es)\n")
+    out.write(redact(frame.to_string(index=False)) + "\n")
+    if args.csv:
+        with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+            handle.write(to_csv(frame))
+        out.write(f"wrote {len(frame)} rows to {args.csv}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit status."""
     out = out or sys.stdout
@@ -280,6 +317,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return 0
         if args.command == "app":
             return _start_app([])
+        if args.command == "analytics":
+            return _analytics(args, out)
         return _run(args, out)
     except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")

@@ -386,3 +386,18 @@ def test_an_unusable_database_exits_2_with_the_store_message(tmp_path: Path) -> 
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_analytics_over_a_database_of_real_runs(tmp_path: Path) -> None:
+    db, csv = tmp_path / "runs.sqlite3", tmp_path / "stats.csv"
+    for example in ("haiku", "photosynthesis"):
+        assert cli("run", "--example", example, "--db", str(db), "--quiet").returncode == 0
+    proc = cli("analytics", "--db", str(db), "--csv", str(csv))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run(s)" in proc.stdout and "first_pass_fail_rate" in proc.stdout
+    rows = pd.read_csv(csv)
+    assert "Lines follow a 5-7-5 syllable pattern" in set(rows["criterion"])
+    fixed = rows.set_index("criterion").loc["Lines follow a 5-7-5 syllable pattern"]
+    assert fixed["first_pass_fail_rate"] == 1.0 and fixed["mean_passes_to_fix"] == 1.0
+    missing = cli("analytics", "--db", str(tmp_path / "none.sqlite3"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
