@@ -7,14 +7,19 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 
-# The browser test drives Debian's Chromium and the sandbox tests run graded code under
-# bubblewrap; install whichever is missing when we can (root and apt-get).
+# The browser test drives Debian's Chromium, the sandbox tests run graded code under bubblewrap
+# and the PostgreSQL tests start a throwaway server from Debian's postgresql package; install
+# whichever is missing when we can (root and apt-get).
 missing=()
 if [ -z "${RUBRIC_STUDIO_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   missing+=(chromium)
 fi
 if [ -z "${RUBRIC_STUDIO_BWRAP:-}" ] && ! command -v bwrap >/dev/null 2>&1; then
   missing+=(bubblewrap)
+fi
+if [ -z "${RUBRIC_STUDIO_PG_BIN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    && ! command -v initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -23,7 +28,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
     echo "Missing for the tests: ${missing[*]}. Install them (e.g. 'sudo apt-get install" \
-      "${missing[*]}'), or point RUBRIC_STUDIO_CHROMIUM / RUBRIC_STUDIO_BWRAP at them." >&2
+      "${missing[*]}'), or point RUBRIC_STUDIO_CHROMIUM / RUBRIC_STUDIO_BWRAP /" \
+      "RUBRIC_STUDIO_PG_BIN at them." >&2
   fi
 fi
 
