@@ -159,3 +159,49 @@ def _tally_series(tally: _Tally, verdicts: Sequence[bool | None]) -> None:
         if verdicts[i] is False and verdicts[i + 1] is not None:
             tally.gaps += 1
             tally.gaps_fixed += 1 if verdicts[i + 1] else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Two configurations on the same rows: what flipped and how sure to be about it."""
+
+    n: int
+    """Rows graded under both configurations."""
+    both_pass: int
+    """Rows satisfied under both."""
+    both_fail: int
+    """Rows satisfied under neither."""
+    fixed: list[str]
+    """Row ids that fail under A and pass under B (fail → pass)."""
+    broken: list[str]
+    """Row ids that pass under A and fail under B (pass → fail)."""
+    p_value: float
+    """McNemar's exact (two-sided binomial) test on the flips: the chance of flips at least
+    this lopsided if A and B were equally good. Small samples are exactly what it is for."""
+
+
+def mcnemar_exact(broken: int, fixed: int) -> float:
+    """Two-sided exact McNemar p-value for ``broken`` (A✓B✗) and ``fixed`` (A✗B✓) flips.
+
+    p = min(1, 2 · Σ_{i ≤ min(b, c)} C(b + c, i) / 2^(b + c)); 1.0 when nothing flipped.
+    """
+    from math import comb
+
+    n = broken + fixed
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(min(broken, fixed) + 1)) / 2**n
+    return min(1.0, round(2 * tail, 6))
+
+
+def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool]) -> Comparison:
+    """Compare two configurations' final verdicts (row id → satisfied) on their shared rows."""
+    shared = [row for row in a if row in b]
+    fixed = [row for row in shared if not a[row] and b[row]]
+    broken = [row for row in shared if a[row] and not b[row]]
+    return Comparison(
+        n=len(shared),
+        both_pass=sum(1 for row in shared if a[row] and b[row]),
+        both_fail=sum(1 for row in shared if not a[row] and not b[row]),
+        fixed=fixed, broken=broken, p_value=mcnemar_exact(len(broken), len(fixed)),
+    )

@@ -98,3 +98,33 @@ def test_instability_from_repeats_and_names_matched_loosely() -> None:
 def test_grading_runs_are_grouped_and_ordered() -> None:
     runs = grading_runs([_ev("A", 1, {}), _ev("B", 0, {}), _ev("A", 0, {})])
     assert [[e["iteration"] for e in run] for run in runs] == [[0, 1], [0]]
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+@pytest.mark.parametrize(
+    ("broken", "fixed", "p"),
+    [
+        pytest.param(0, 0, 1.0, id="nothing_flipped"),
+        pytest.param(1, 9, 0.021484, id="one_vs_nine"),  # 2 * (1 + 10) / 1024
+        pytest.param(0, 5, 0.0625, id="zero_vs_five"),  # 2 / 32
+        pytest.param(3, 3, 1.0, id="balanced"),
+        pytest.param(2, 8, 0.109375, id="two_vs_eight"),  # 2 * (1 + 10 + 45) / 1024
+    ],
+)
+def test_mcnemar_exact_matches_hand_computed_values(broken: int, fixed: int, p: float) -> None:
+    from rubric_core.analytics import mcnemar_exact
+
+    assert mcnemar_exact(broken, fixed) == pytest.approx(p, abs=1e-6)
+
+
+def test_compare_outcomes_counts_flips_on_shared_rows() -> None:
+    from rubric_core.analytics import compare_outcomes
+
+    a = {"r1": True, "r2": False, "r3": False, "r4": True, "only_a": True}
+    b = {"r1": True, "r2": True, "r3": False, "r4": False, "only_b": False}
+    result = compare_outcomes(a, b)
+    assert (result.n, result.both_pass, result.both_fail) == (4, 1, 1)
+    assert result.fixed == ["r2"] and result.broken == ["r4"]
+    assert result.p_value == 1.0
