@@ -5,7 +5,8 @@ This is the only module that knows which database Rubric Studio talks to. The fi
 - LangGraph's checkpoint tables (``checkpoints``, ``writes``), written by the ``SqliteSaver``
   that :meth:`Store.saver` returns, keyed by each run's ``thread_id``;
 - ``runs`` and ``evaluations``: a small index of runs and their grader passes, so that history,
-  filters and exports never have to decode checkpoints;
+  filters and exports never have to decode checkpoints; each run keeps its whole
+  ``RunSettings`` as JSON (``settings_json``) beside the columns Review filters on;
 - ``rubrics`` and ``rubric_versions``: saved rubrics, every version kept;
 - ``meta``: which application owns the file and its schema version.
 
@@ -21,7 +22,7 @@ SQLite's ``quick_check``. These checks run before any connection that can write 
 ``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
 other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
 :class:`StoreError` and left byte-for-byte untouched. API keys are never stored:
-:meth:`Store.create_run` accepts explicit fields only.
+:meth:`Store.create_run` stores a `rubric_core.settings.RunSettings`, which holds none.
 """
 
 from __future__ import annotations
