@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from rubric_core import app_support as sup
+from rubric_core import session
 from rubric_core.export import export_rows
-from rubric_core.store import RUN_STATUSES
+from rubric_core.types import RUN_STATUSES
 
 state = st.session_state
 if "store" not in state:
@@ -21,7 +22,8 @@ def show_messages(messages: list[sup.UiMessage]) -> None:
         getattr(st, message.level)(message.text)
 
 
-def side_by_side(label_a: str, ev_a: dict, label_b: str, ev_b: dict) -> None:
+def side_by_side(label_a: str, ev_a: dict, label_b: str, ev_b: dict,
+                 rubrics: tuple[str, str] | None = None) -> None:
     left, right = st.columns(2)
     for col, label, ev in ((left, label_a, ev_a), (right, label_b, ev_b)):
         with col.container(border=True):
@@ -30,7 +32,7 @@ def side_by_side(label_a: str, ev_a: dict, label_b: str, ev_b: dict) -> None:
     st.markdown("**Word-level changes** (green: added, red: removed)")
     with st.container(border=True, key="answer_diff"):
         st.html(sup.diff_html(ev_a.get("answer", ""), ev_b.get("answer", "")))
-    show_messages(sup.changes_summary(ev_a, ev_b))
+    show_messages(sup.changes_summary(ev_a, ev_b, rubrics=rubrics))
 
 
 st.header("Review", divider="gray")
@@ -38,6 +40,7 @@ if store is None:
     st.error(state.get("store_error") or "The database cannot be used.")
     st.stop()
 
+session.reconcile(store)  # runs whose process died are shown as interrupted
 st.subheader("History")
 f_status, f_model, f_text, f_page = st.columns([3, 2, 3, 1])
 statuses = f_status.multiselect("Status", sorted(RUN_STATUSES), key="filter_status")
@@ -82,7 +85,8 @@ with st.expander("Prompt, rubric and models"):
             st.text(text)
     if record.grader_tools is not None:
         st.caption("Grader tools: " + (", ".join(record.grader_tools) or "none"))
-    st.caption(f"Worker {record.worker_model} · grader {record.grader_model} · "
+    base_url = f" · base URL {record.settings.base_url}" if record.settings.base_url else ""
+    st.caption(f"Worker {record.worker_model} · grader {record.grader_model}{base_url} · "
                f"max {record.max_iterations} iterations · run id {record.run_id}")
 if record.error:
     st.error(f"Error: {record.error}")
@@ -112,7 +116,8 @@ with compare_tab:
                              format_func=lambda rid: sup.run_label(by_id[rid]))
         other_evs = store.evaluations(other) if other else []
         if evaluations and other_evs:
-            side_by_side("This run", evaluations[-1], "Other run", other_evs[-1])
+            side_by_side("This run", evaluations[-1], "Other run", other_evs[-1],
+                         rubrics=(record.rubric, by_id[other].rubric))
         else:
             st.info("Pick another graded run on this page of the history to compare with.")
     else:

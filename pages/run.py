@@ -7,9 +7,9 @@ from contextlib import closing
 import streamlit as st
 
 from rubric_core import app_support as sup
+from rubric_core import session
 from rubric_core.models import ModelConfigError
 from rubric_core.rubric import parse_criteria
-from rubric_core.runner import run_rubric
 from rubric_core.store import StoreError
 
 state = st.session_state
@@ -19,7 +19,17 @@ if "store" not in state:
     st.switch_page("app.py")
 store = state.get("store")
 secrets = sup.safe_mapping(st.secrets)
-form = sup.RunForm.from_state(state)
+form = sup.settings_from_state(state)
+key = sup.session_key(state)
+models = sup.app_models(
+    secrets, session_key=key, sidebar_base_url=form.base_url,
+    token_delay_s=sup.token_delay(sup.env_token_delay(), state.get("token_delay_s")),
+)
+
+
+def request_resume(run_id: str) -> None:
+    # Bound to the run the picker showed when it was drawn, not to whatever it lists next.
+    state["resume_request"] = run_id
 
 
 def show_result(run_id: str) -> None:
@@ -27,15 +37,17 @@ def show_result(run_id: str) -> None:
     if record is None:
         return
     evaluations = store.evaluations(run_id)
-    advice = sup.next_steps(record.status, error=record.error, grader_model=record.grader_model)
+    status = session.run_status(record)
+    advice = sup.next_steps(status, error=record.error, grader_model=record.grader_model,
+                            resumable=session.is_resumable(record))
     with st.container(key="final_status", border=True):
         getattr(st, advice.level)(advice.headline)
         for step in advice.steps:
             st.markdown(f"- {step}")
-        if evaluations and record.status != "satisfied":
+        if evaluations and status != "satisfied":
             st.caption(f"Grader's last explanation: {evaluations[-1]['explanation']}")
         cols = st.columns(4)
-        cols[0].metric("Status", record.status)
+        cols[0].metric("Status", status)
         cols[1].metric("Grader passes", record.iterations)
         cols[2].metric("Duration", f"{record.duration_s or 0:.1f} s")
         cols[3].metric("Run id", record.run_id[:8])
@@ -44,13 +56,13 @@ def show_result(run_id: str) -> None:
         st.markdown(sup.answer_markdown(evaluations[-1]["answer"]))
 
 
-def live(run_id: str, cap: int, events, prior_duration_s: float = 0.0) -> None:
-    state["last_run_id"] = run_id  # a stop reruns the page: show this run's state then
+def live(run: session.Session) -> None:
+    state["last_run_id"] = run.run_id  # a stop reruns the page: show this run's state then
+    cap = run.settings.max_iterations
     bar = st.progress(0.0, text="Starting…")
     box = st.status("Running the rubric loop…", expanded=True)
     answer, slot, pass_slot = "", None, None
-    with closing(sup.recorded_events(store, run_id, events,
-                                     prior_duration_s=prior_duration_s)) as stream:
+    with closing(run) as stream:
         for event in stream:
             kind = event["type"]
             if kind == "worker_started":
@@ -79,18 +91,26 @@ def live(run_id: str, cap: int, events, prior_duration_s: float = 0.0) -> None:
 st.header("Run", divider="gray")
 last = state.get("last_run_id")
 # A Stop reruns this page on a new thread while the old one is still closing the run.
-stopping = last if last and not sup.wait_until_inactive(last, timeout_s=5.0) else None
+stopping = last if last and not session.wait_until_inactive(last, timeout_s=5.0) else None
+wanted = state.pop("resume_request", None)
+resuming = store.get_run(wanted) if store is not None and wanted else None
+shown = resuming.settings if resuming is not None else form
+if resuming is not None:
+    st.info(f"Resuming run {resuming.run_id[:8]} · {resuming.title or '(untitled)'} with the "
+            "settings it was started with.", icon=":material/replay:")
 cols = st.columns(4)
-cols[0].metric("Worker", form.worker_model)
-cols[1].metric("Grader", form.grader_model)
-cols[2].metric("Max iterations", form.max_iterations)
-cols[3].metric("Criteria", len(parse_criteria(form.rubric)))
-with st.expander("What will run", expanded=not form.prompt.strip()):
-    st.markdown(f"**Prompt**\n\n{form.prompt or '_(empty)_'}")
-    st.markdown(f"**Rubric**\n\n{form.rubric or '_(empty)_'}")
-    st.caption(f"Grader tools: {', '.join(form.tool_names) or 'none'}")
+cols[0].metric("Worker", shown.worker_model)
+cols[1].metric("Grader", shown.grader_model)
+cols[2].metric("Max iterations", shown.max_iterations)
+cols[3].metric("Criteria", len(parse_criteria(shown.rubric)))
+with st.expander("What is being resumed" if resuming else "What will run",
+                 expanded=not shown.prompt.strip()):
+    st.markdown(f"**Prompt**\n\n{shown.prompt or '_(empty)_'}")
+    st.markdown(f"**Rubric**\n\n{shown.rubric or '_(empty)_'}")
+    st.caption(f"Grader tools: {', '.join(shown.grader_tools) or 'none'}"
+               + (f" · base URL {shown.base_url}" if shown.base_url else ""))
 
-problems = sup.check_form(form, secrets=secrets)
+problems = [] if resuming else sup.check_form(form, secrets=secrets, session_key=key)
 for problem in problems:
     getattr(st, problem.level)(problem.text)
 if store is None:
@@ -103,11 +123,17 @@ start = start_col.button("Run rubric loop", key="run_button", type="primary",
 stop_col.button("Stop", key="stop_button", icon=":material/stop:",
                 help="Stops the run; its thread is kept and can be resumed below.")
 
-resumable = [
-    r for r in (store.list_runs(status=list(sup.RESUMABLE_STATUSES), limit=20) if store else [])
-    if not sup.is_active(r.run_id)  # running in another tab, or still stopping
-]
-resume = False
+try:
+    if start and store is not None and not resuming:
+        live(session.start(store, form, models=models))
+    elif resuming is not None and store is not None:
+        live(session.resume(store, resuming.run_id, models=models))
+except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
+    st.error(f"The run could not start or be recorded: {exc}")
+
+last = state.get("last_run_id")  # set by the run above, if one was started
+# Listed after the run above has ended, so the picker shows what can be resumed now.
+resumable = session.resumable_runs(store) if store is not None else []
 if resumable:
     by_id = {r.run_id: r for r in resumable}
     res_col, res_btn = st.columns([4, 1], vertical_alignment="bottom")
@@ -115,28 +141,9 @@ if resumable:
     order = sorted(by_id, key=lambda rid: rid != last)
     picked = res_col.selectbox("Interrupted runs", order, key=f"resume_select_{last}",
                                format_func=lambda rid: sup.run_label(by_id[rid]))
-    resume = res_btn.button("Resume", key="resume_button", icon=":material/replay:")
+    res_btn.button("Resume", key="resume_button", icon=":material/replay:",
+                   on_click=request_resume, args=(picked,))
 
-delay = sup.token_delay(sup.env_token_delay(), state.get("token_delay_s"))
-try:
-    if start and store is not None:
-        spec = sup.build_run_spec(form, secrets=secrets, token_delay_s=delay)
-        record = sup.start_run(store, form)
-        live(record.run_id, spec.max_iterations,
-             run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id))
-    elif resume and store is not None:
-        record = by_id[picked]
-        rform = sup.resume_form(record, form)
-        spec = sup.build_run_spec(rform, secrets=secrets, token_delay_s=delay)
-        store.finish_run(record.run_id, "running")
-        live(record.run_id, spec.max_iterations,
-             run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                        resume=True),
-             prior_duration_s=record.duration_s or 0.0)
-except (ModelConfigError, ValueError, RuntimeError, StoreError) as exc:
-    st.error(f"The run could not start or be recorded: {exc}")
-
-last = state.get("last_run_id")  # set by the run above, if one was started
 if store is not None and last:
     st.subheader("Last run")
     if last == stopping:

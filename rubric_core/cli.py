@@ -22,7 +22,8 @@ from rubric_core.rubric import RubricError
 from rubric_core.store import DB_ENV_VAR, StoreError
 
 if TYPE_CHECKING:
-    from rubric_core.runner import RunEvent, RunSpec
+    from rubric_core.runner import RunEvent
+    from rubric_core.settings import RunSettings
 
 NEXT_STEPS = {
     "max_iterations_reached": "raise --max-iterations, or make the criteria easier to meet",
@@ -140,11 +141,12 @@ def _start_app(streamlit_args: list[str]) -> int:
     return 0  # pragma: no cover - execv does not return
 
 
-def _spec(args: argparse.Namespace) -> RunSpec:
-    from rubric_core.runner import RunSpec
+def _settings(args: argparse.Namespace) -> RunSettings:
+    """The run the arguments describe (a bundled example, then the arguments that override)."""
+    from rubric_core.settings import RunSettings
 
-    tools: list[Any] = []
     prompt = rubric = system = None
+    tools: tuple[str, ...] = ()
     max_iterations = 3
     if args.example:
         from rubric_core.examples import get_example
@@ -154,7 +156,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         except KeyError as exc:
             raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
         prompt, rubric, system = example.prompt, example.rubric, example.worker_system_prompt
-        tools, max_iterations = example.grader_tools(), example.max_iterations
+        tools = tuple(t.name for t in example.grader_tools())
+        max_iterations = example.max_iterations
     if args.prompt is not None:
         prompt = _text_arg(args.prompt, "prompt")
     if args.rubric is not None:
@@ -167,11 +170,41 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UsageError("give --rubric TEXT|@FILE or --example NAME")
     if args.max_iterations is not None:
         max_iterations = args.max_iterations
-    return RunSpec(
-        prompt=prompt, rubric=rubric, worker=args.model or "demo", grader=args.grader or "rules",
-        worker_system_prompt=system, grader_tools=tools, max_iterations=max_iterations,
-        base_url=args.base_url,
+    settings = RunSettings(
+        prompt=prompt, rubric=rubric, worker_model=args.model or "demo",
+        grader_model=args.grader or "rules", base_url=args.base_url,
+        worker_system_prompt=system or "", grader_tools=tools, max_iterations=max_iterations,
+        example_name=args.example,
     )
+    settings.validate()
+    return settings.titled()
+
+
+_RESUME_CHECKED = (
+    ("prompt", "--prompt", "prompt"), ("rubric", "--rubric", "rubric"),
+    ("system_prompt", "--system-prompt", "worker_system_prompt"),
+    ("example", "--example", "example_name"), ("model", "--model", "worker_model"),
+    ("grader", "--grader", "grader_model"), ("max_iterations", "--max-iterations",
+                                             "max_iterations"),
+)
+
+
+def _check_resume_arguments(args: argparse.Namespace, stored: RunSettings) -> None:
+    """Resume runs the stored settings: an argument that asks for other ones is an error."""
+    for name, flag, field in _RESUME_CHECKED:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name in ("prompt", "rubric", "system_prompt"):
+            value = _text_arg(value, flag.removeprefix("--").replace("-", " "))
+        have = getattr(stored, field)
+        # The store keeps texts scrubbed of secrets: compare them the same way.
+        if value != have and not (isinstance(value, str) and redact(value) == have):
+            raise UsageError(
+                f"thread {args.thread!r} was started with another {flag.removeprefix('--')}: "
+                f"--resume continues it with its stored settings, so drop {flag} (or start a "
+                "new run without --resume)"
+            )
 
 
 def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
@@ -204,45 +237,43 @@ def _consume(events: Iterator[RunEvent], out: TextIO, quiet: bool) -> dict[str, 
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from rubric_core.runner import run_rubric
+    from rubric_core import session
 
-    spec = _spec(args)
-    spec.validate()
-    if args.csv:
-        _check_output(args.csv)
     if args.resume and not (args.db and args.thread):
         raise UsageError("--resume needs --db PATH and --thread ID")
+    settings = None if args.resume else _settings(args)
+    if args.csv:
+        _check_output(args.csv)
     run_id: str | None = None
     if args.db:
-        from rubric_core.recording import record_events, run_title
         from rubric_core.store import Store
 
         store = Store(args.db)
         try:
-            thread_id = args.thread or uuid.uuid4().hex
-            record = store.latest_run_for_thread(thread_id) if args.resume else None
-            if record is None:
-                record = store.create_run(
-                    title=redact(run_title(spec.prompt, args.example)),
-                    prompt=redact(spec.prompt), rubric=redact(spec.rubric),
-                    worker_model=str(spec.worker), grader_model=str(spec.grader),
-                    max_iterations=spec.max_iterations, thread_id=thread_id,
-                    worker_system_prompt=redact(spec.worker_system_prompt or ""),
-                    grader_system_prompt=redact(spec.grader_system_prompt or ""),
-                    grader_tools=[t.name for t in spec.grader_tools],
-                )
-            events = record_events(
-                store, record.run_id,
-                run_rubric(spec, checkpointer=store.saver(), thread_id=thread_id,
-                           resume=args.resume),
-                prior_duration_s=(record.duration_s or 0.0) if args.resume else 0.0,
-            )
-            final = _consume(events, out, args.quiet)
-            run_id = record.run_id
+            if args.resume:
+                record = store.latest_run_for_thread(args.thread)
+                if record is None:
+                    raise UsageError(
+                        f"no run on thread {args.thread!r} in {args.db}: check --thread and "
+                        "--db, or start a new run without --resume"
+                    )
+                _check_resume_arguments(args, record.settings)
+                try:
+                    run = session.resume(store, record.run_id, base_url=args.base_url)
+                except (KeyError, RuntimeError) as exc:
+                    raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
+            else:
+                assert settings is not None
+                run = session.start(store, settings, thread_id=args.thread or uuid.uuid4().hex)
+            settings, run_id = run.settings, run.run_id
+            final = _consume(iter(run), out, args.quiet)
         finally:
             store.close()
     else:
-        final = _consume(run_rubric(spec), out, args.quiet)
+        from rubric_core.runner import run_rubric
+
+        assert settings is not None
+        final = _consume(run_rubric(session.build_spec(settings)), out, args.quiet)
     status = final.get("status", "error")
     out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
               f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
@@ -257,9 +288,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from rubric_core.export import export_rows, write_csv
 
         # Keys are RunRecord field names, which export_rows maps to its run_* columns.
-        run_info = {"run_id": run_id or final.get("thread_id"), "title": spec.prompt[:80],
-                    "worker_model": str(args.model or "demo"),
-                    "grader_model": str(args.grader or "rules"), "status": status}
+        run_info = {"run_id": run_id or final.get("thread_id"), "title": settings.title,
+                    "worker_model": settings.worker_model,
+                    "grader_model": settings.grader_model, "status": status}
         with open(args.csv, "w", encoding="utf-8", newline="") as handle:
             count = write_csv(export_rows([(run_info, final.get("evaluations", []))]), handle)
         out.write(f"wrote {count} rows to {args.csv}\n")

@@ -5,7 +5,8 @@ This is the only module that knows which database Rubric Studio talks to. The fi
 - LangGraph's checkpoint tables (``checkpoints``, ``writes``), written by the ``SqliteSaver``
   that :meth:`Store.saver` returns, keyed by each run's ``thread_id``;
 - ``runs`` and ``evaluations``: a small index of runs and their grader passes, so that history,
-  filters and exports never have to decode checkpoints;
+  filters and exports never have to decode checkpoints; each run keeps its whole
+  ``RunSettings`` as JSON (``settings_json``) beside the columns Review filters on;
 - ``rubrics`` and ``rubric_versions``: saved rubrics, every version kept;
 - ``meta``: which application owns the file and its schema version.
 
@@ -21,7 +22,7 @@ SQLite's ``quick_check``. These checks run before any connection that can write 
 ``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
 other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
 :class:`StoreError` and left byte-for-byte untouched. API keys are never stored:
-:meth:`Store.create_run` accepts explicit fields only.
+:meth:`Store.create_run` stores a `rubric_core.settings.RunSettings`, which holds none.
 """
 
 from __future__ import annotations
@@ -40,19 +41,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from rubric_core.settings import RunSettings
+from rubric_core.types import RUN_STATUSES, TERMINAL_STATUSES
+
 if TYPE_CHECKING:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from rubric_core.types import RubricEvaluation
 
+__all__ = [
+    "APPLICATION_ID", "APP_ID", "DB_ENV_VAR", "RUN_STATUSES", "SCHEMA_VERSION", "RunRecord",
+    "Store", "StoreError", "default_db_path",
+]
+
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database file."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
-``grader_tools`` columns; a version 1 file is upgraded in place on open.
+``grader_tools`` columns. Version 3 added ``settings_json`` (the run's whole
+`rubric_core.settings.RunSettings`) and stopped leaving a run in ``needs_revision``: upgraded
+rows in that status (runs whose process died between passes) become ``interrupted``. Older
+files are upgraded in place on open; their rows without ``settings_json`` get settings derived
+from their columns (`RunSettings.from_columns`).
 """
 
 APP_ID = "rubric-studio"
@@ -66,13 +79,6 @@ that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner be
 it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
 """
 
-RUN_STATUSES: frozenset[str] = frozenset(
-    {
-        "running", "satisfied", "needs_revision", "failed", "grader_error",
-        "max_iterations_reached", "interrupted", "error",
-    }
-)
-"""Every status a run may have in the index."""
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _HEADER_SIZE = 100  # the database header, before the first page's b-tree
@@ -89,7 +95,8 @@ _SCHEMA = (
         grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
         iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
-        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT)""",
+        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT,
+        settings_json TEXT)""",
     "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
@@ -112,6 +119,7 @@ _SCHEMA = (
 # Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
 _ADDED_RUN_COLUMNS = {
     "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
+    "settings_json": "TEXT",
 }
 
 
@@ -121,7 +129,11 @@ class StoreError(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunRecord:
-    """One row of the run index."""
+    """One row of the run index: the run's lifecycle and its settings.
+
+    :attr:`settings` is the run's description; the text fields before it are the columns
+    Review filters and sorts on, written from the settings when the run is created.
+    """
 
     run_id: str
     """Unique id of the run (uuid4 hex)."""
@@ -161,10 +173,25 @@ class RunRecord:
     """A custom grader prompt (``""`` for the built-in one); None when not recorded."""
     grader_tools: tuple[str, ...] | None = None
     """Names of the evidence tools the grader was given; None when not recorded."""
+    settings: RunSettings = None  # type: ignore[assignment]  # filled in __post_init__
+    """The run's whole description; for rows stored before schema 3 (and records built without
+    it), derived from the columns above (`RunSettings.from_columns`)."""
+
+    def __post_init__(self) -> None:
+        if self.settings is None:
+            derived = RunSettings.from_columns(
+                title=self.title, prompt=self.prompt, rubric=self.rubric,
+                worker_model=self.worker_model, grader_model=self.grader_model,
+                max_iterations=self.max_iterations,
+                worker_system_prompt=self.worker_system_prompt,
+                grader_system_prompt=self.grader_system_prompt, grader_tools=self.grader_tools,
+            )
+            object.__setattr__(self, "settings", derived)
 
 
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
-_RUN_COLUMNS = ", ".join(_RUN_FIELDS)
+_COLUMN_OF = {"settings": "settings_json"}
+_RUN_COLUMNS = ", ".join(_COLUMN_OF.get(name, name) for name in _RUN_FIELDS)
 
 
 def _record(row: Sequence[Any]) -> RunRecord:
@@ -172,14 +199,17 @@ def _record(row: Sequence[Any]) -> RunRecord:
     values = dict(zip(_RUN_FIELDS, row, strict=True))
     if values["grader_tools"] is not None:
         values["grader_tools"] = tuple(json.loads(values["grader_tools"]))
+    if values["settings"] is not None:
+        values["settings"] = RunSettings.from_json(values["settings"])
     return RunRecord(**values)
 
 
 def _row(record: RunRecord) -> tuple[Any, ...]:
     """A record as the values of a run index row (the inverse of `_record`)."""
-    values = dataclasses.asdict(record)
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     if values["grader_tools"] is not None:
         values["grader_tools"] = json.dumps(list(values["grader_tools"]), ensure_ascii=False)
+    values["settings"] = record.settings.to_json()
     return tuple(values[name] for name in _RUN_FIELDS)
 
 
@@ -339,63 +369,47 @@ class Store:
     # -- runs -----------------------------------------------------------------------------------
 
     def create_run(
-        self,
-        *,
-        title: str,
-        prompt: str,
-        rubric: str,
-        worker_model: str,
-        grader_model: str,
-        max_iterations: int,
-        thread_id: str | None = None,
-        worker_system_prompt: str = "",
-        grader_system_prompt: str = "",
-        grader_tools: Sequence[str] = (),
+        self, settings: RunSettings | None = None, /, *, thread_id: str | None = None,
+        **fields: Any,
     ) -> RunRecord:
         """Add a run in status ``running``.
 
-        Only these fields are stored; credentials never reach the database.
+        Only the settings are stored, and settings never hold a credential.
 
         Args:
-            title: Short human label (may be empty).
-            prompt: What the worker is asked.
-            rubric: The rubric text.
-            worker_model: ``provider:model`` of the worker.
-            grader_model: ``provider:model`` of the grader.
-            max_iterations: Cap on grader passes, at least 1.
+            settings: The run's description (already scrubbed of secrets by the caller:
+                `rubric_core.session.start` stores ``settings.redacted()``).
             thread_id: LangGraph thread id; defaults to the new run id.
-            worker_system_prompt: The worker's system prompt, if any (kept for resuming).
-            grader_system_prompt: A custom grader prompt, if any (kept for resuming).
-            grader_tools: Names of the grader's evidence tools (kept for resuming).
+            **fields: Instead of ``settings``: `RunSettings` fields by name (``title``,
+                ``prompt``, ``rubric``, ``worker_model``, ...), for scripts and tests.
 
         Returns:
             The stored record.
+
+        Raises:
+            TypeError: Both ``settings`` and fields, an unknown field, or a wrong type.
+            ValueError: Settings that cannot run (`RunSettings.validate`).
         """
-        for name, value in (("title", title), ("prompt", prompt), ("rubric", rubric),
-                            ("worker_model", worker_model), ("grader_model", grader_model),
-                            ("worker_system_prompt", worker_system_prompt),
-                            ("grader_system_prompt", grader_system_prompt),
-                            *(("grader_tools item", t) for t in grader_tools)):
-            if not isinstance(value, str):
-                msg = f"{name} must be a string, got {type(value).__name__}"
-                raise TypeError(msg)
-        if not worker_model.strip() or not grader_model.strip():
-            msg = "worker_model and grader_model must name a model, e.g. 'openai:gpt-4o-mini'"
-            raise ValueError(msg)
-        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or (
-            max_iterations < 1
-        ):
-            msg = f"max_iterations must be an integer >= 1, got {max_iterations!r}"
-            raise ValueError(msg)
+        if settings is None:
+            settings = RunSettings(**fields)
+        elif fields:
+            msg = f"give settings or fields, not both (got {sorted(fields)})"
+            raise TypeError(msg)
+        if not isinstance(settings, RunSettings):
+            msg = f"settings must be RunSettings, got {type(settings).__name__}"
+            raise TypeError(msg)
+        settings.validate()
         run_id = uuid.uuid4().hex
         now = _now()
         record = RunRecord(
-            run_id=run_id, thread_id=thread_id or run_id, title=title, prompt=prompt,
-            rubric=rubric, worker_model=worker_model, grader_model=grader_model,
-            max_iterations=max_iterations, status="running", created_at=now, updated_at=now,
-            duration_s=None, iterations=0, input_tokens=None, output_tokens=None, error=None,
-            worker_system_prompt=worker_system_prompt, grader_system_prompt=grader_system_prompt,
-            grader_tools=tuple(grader_tools),
+            run_id=run_id, thread_id=thread_id or run_id, title=settings.title,
+            prompt=settings.prompt, rubric=settings.rubric, worker_model=settings.worker_model,
+            grader_model=settings.grader_model, max_iterations=settings.max_iterations,
+            status="running", created_at=now, updated_at=now, duration_s=None, iterations=0,
+            input_tokens=None, output_tokens=None, error=None,
+            worker_system_prompt=settings.worker_system_prompt,
+            grader_system_prompt=settings.grader_system_prompt,
+            grader_tools=settings.grader_tools, settings=settings,
         )
         values = _row(record)
         with self._connect(write=True) as conn:
@@ -406,7 +420,7 @@ class Store:
         return record
 
     def add_evaluation(self, run_id: str, evaluation: RubricEvaluation) -> int:
-        """Record one grader pass and refresh the run's totals and status.
+        """Record one grader pass and refresh the run's totals (and status, when it ends it).
 
         Args:
             run_id: The run graded.
@@ -438,12 +452,15 @@ class Store:
                     ev.get("output_tokens"), int(bool(ev.get("unverified", False))),
                 ),
             )
+            # A pass that ends the grading run sets the run's status; one that asks for a
+            # revision leaves it as it is (``running``): a run's status is its lifecycle.
+            status = ev["status"] if ev["status"] in TERMINAL_STATUSES else None
             conn.execute(
-                "UPDATE runs SET iterations = ?, status = ?, updated_at = ?, "
+                "UPDATE runs SET iterations = ?, status = COALESCE(?, status), updated_at = ?, "
                 "input_tokens = (SELECT SUM(input_tokens) FROM evaluations WHERE run_id = ?), "
                 "output_tokens = (SELECT SUM(output_tokens) FROM evaluations WHERE run_id = ?) "
                 "WHERE run_id = ?",
-                (seq + 1, ev["status"], now, run_id, run_id, run_id),
+                (seq + 1, status, now, run_id, run_id, run_id),
             )
         return int(seq)
 
@@ -474,6 +491,33 @@ class Store:
                 "duration_s = COALESCE(?, duration_s) WHERE run_id = ?",
                 (status, error, _now(), duration_s, run_id),
             )
+
+    def touch_run(self, run_id: str, *, duration_s: float | None = None) -> None:
+        """The owner's heartbeat: refresh ``updated_at`` (and the duration so far) of a run that
+        is ``running``; any other status is left alone (the run has ended meanwhile)."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
+                "WHERE run_id = ? AND status = 'running'",
+                (_now(), duration_s, run_id),
+            )
+
+    def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
+        """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
+
+        Args:
+            updated_before: An ISO 8601 UTC timestamp, as the store writes them.
+            keep: Runs to leave alone (those this process is recording).
+
+        Returns:
+            How many runs were marked.
+        """
+        keep = list(keep)
+        sql = "UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND updated_at < ?"
+        if keep:
+            sql += f" AND run_id NOT IN ({', '.join('?' * len(keep))})"
+        with self._connect(write=True) as conn:
+            return int(conn.execute(sql, [updated_before, *keep]).rowcount)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None."""
@@ -896,11 +940,16 @@ class Store:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             for statement in _SCHEMA:
                 conn.execute(statement)
-            # Upgrade a version 1 file: add the columns it lacks (existing rows get NULL).
+            # Upgrade an older file: add the columns it lacks (existing rows get NULL).
             have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
             for column, sql_type in _ADDED_RUN_COLUMNS.items():
                 if column not in have:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
+            if "settings_json" not in have:
+                # Before schema 3 a run whose process died between passes was left in
+                # needs_revision, where nothing offered to resume it.
+                conn.execute("UPDATE runs SET status = 'interrupted' "
+                             "WHERE status = 'needs_revision'")
             conn.executemany(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
                 [("app", APP_ID), ("created_at", _now())],

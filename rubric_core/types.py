@@ -6,7 +6,7 @@ app is defined here, so that one import tells a reader the whole contract.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, get_args
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
 from pydantic import BaseModel, Field, model_validator
@@ -27,6 +27,27 @@ TERMINAL_STATUSES: frozenset[str] = frozenset(
     {"satisfied", "failed", "grader_error", "max_iterations_reached"}
 )
 """Statuses that end a grading run; invoking the same rubric again starts a new one."""
+
+RunStatus = Literal[
+    "running", "satisfied", "needs_revision", "failed", "max_iterations_reached", "grader_error",
+    "interrupted", "error",
+]
+"""The status of a run in the run index: its lifecycle, defined once for store, pages and CLI.
+
+A run starts ``running``; it ends on a terminal verdict (`TERMINAL_STATUSES`), ``interrupted``
+(stopped, or its owner died: see `rubric_core.session.STALE_AFTER_S`) or ``error`` (the worker
+or the recording raised). ``interrupted`` and ``error`` runs can be resumed
+(`RESUMABLE_STATUSES`); resuming sets ``running`` again. ``needs_revision`` is the middleware's
+status between passes; a run in the index is never left in it (files from before schema 3 that
+hold it are upgraded to ``interrupted``).
+"""
+
+RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
+"""Every status a run may have in the index."""
+
+RESUMABLE_STATUSES: frozenset[str] = frozenset({"interrupted", "error"})
+"""Statuses offered for Resume; a ``running`` run whose owner died is shown and resumed as
+``interrupted`` (`rubric_core.session.is_stale`)."""
 
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""

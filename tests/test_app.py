@@ -5,20 +5,25 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from openai_server import FakeOpenAI, text, verdict
+from openai_server import FakeOpenAI, slow, text, verdict
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from rubric_core import app_support as sup
+from rubric_core import session
 from rubric_core.examples import list_examples
 from rubric_core.export import EXPORT_COLUMNS
-from rubric_core.runner import run_rubric
+from rubric_core.settings import RunSettings
 from rubric_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,32 +236,42 @@ def test_each_example_runs_offline_to_satisfied(app: AppTest, name: str) -> None
     assert evaluations[-1]["result"] == "satisfied"
 
 
-def test_resume_continues_the_same_grading_run(app: AppTest, db_path: Path) -> None:
-    form = sup.RunForm.from_state({})
-    sup.load_example_into(state := {"example_select": "haiku"})
-    form = sup.RunForm.from_state(state)
+def _backdate(db_path: Path, run_id: str) -> None:
+    """Age a run's heartbeat past `session.STALE_AFTER_S`, as a dead owner leaves it."""
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("UPDATE runs SET updated_at = '2000-01-01T00:00:00.000000+00:00' "
+                     "WHERE run_id = ?", (run_id,))
+    conn.close()
+
+
+def _interrupted_run(db_path: Path, example: str) -> tuple[str, list[dict]]:
+    ex = next(e for e in list_examples() if e.name == example)
+    settings = RunSettings(prompt=ex.prompt, rubric=ex.rubric, example_name=ex.name,
+                           worker_system_prompt=ex.worker_system_prompt,
+                           grader_tools=tuple(t.name for t in ex.grader_tools()))
     with Store(db_path) as store:
-        record = sup.start_run(store, form)
-        spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
-        stream = sup.recorded_events(
-            store, record.run_id,
-            run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id))
+        run = session.start(store, settings)
         graded = False
-        for event in stream:
+        for event in run:
             graded = graded or event["type"] == "evaluation_finished"
             if graded and event["type"] == "worker_token":
                 break
-        stream.close()  # what a Stop or a rerun does to the page's loop
-        assert store.get_run(record.run_id).status == "interrupted"
-        first = store.evaluations(record.run_id)
+        run.close()  # what a Stop or a rerun does to the page's loop
+        assert store.get_run(run.run_id).status == "interrupted"
+        return run.run_id, store.evaluations(run.run_id)
+
+
+def test_resume_continues_the_same_grading_run(app: AppTest, db_path: Path) -> None:
+    run_id, first = _interrupted_run(db_path, "haiku")
     goto(app, "run")
-    assert app.selectbox(key="resume_select_None").value == record.run_id
+    assert app.selectbox(key="resume_select_None").value == run_id
     app.button(key="resume_button").click().run()
     assert not app.exception
     assert "Final status: satisfied" in _texts(app.success)
     with Store(db_path) as store:
-        run = store.get_run(record.run_id)
-        evaluations = store.evaluations(record.run_id)
+        run = store.get_run(run_id)
+        evaluations = store.evaluations(run_id)
     assert run.status == "satisfied"
     assert {e["grading_run_id"] for e in evaluations} == {first[0]["grading_run_id"]}
     assert evaluations[: len(first)] == first and len(evaluations) > len(first)
@@ -268,10 +283,101 @@ def test_running_record_from_a_killed_server_is_resumable(app: AppTest, db_path:
         record = store.create_run(title="killed", prompt=ex.prompt, rubric=ex.rubric,
                                   worker_model="demo", grader_model="rules", max_iterations=4)
     goto(app, "run")
+    assert not [b for b in app.button if b.key == "resume_button"]  # its owner may be alive
+    _backdate(db_path, record.run_id)
+    goto(app, "run")
     app.button(key="resume_button").click().run()
     assert "Final status: satisfied" in _texts(app.success)
     with Store(db_path) as store:
         assert store.get_run(record.run_id).status == "satisfied"
+
+
+def test_a_run_whose_process_was_killed_resumes_in_a_new_browser_session(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 10: the killed run stayed needs_revision (0.0 s) and was never offered for Resume;
+    # then Resume in a new session lacked the base URL, which was not stored with the run.
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    monkeypatch.setattr(session, "STALE_AFTER_S", 0.5)
+    with FakeOpenAI() as server:
+        server.enqueue(text("first draft"), verdict("needs_revision", ("c2",)),
+                       slow(60, text("never sent")), text("second draft"), verdict("satisfied"))
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "run", "--model", "openai-compatible:w",
+             "--grader", "openai-compatible:g", "--base-url", server.base_url, "--prompt",
+             "write it", "--rubric", "- c1\n- c2", "--db", str(db_path), "--thread", "th"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while len(server.requests) < 3:  # the revision request hangs: kill it there
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+        with Store(db_path) as store:
+            [killed] = store.list_runs()
+            assert killed.status == "running" and killed.iterations == 1
+            assert killed.settings.base_url == server.base_url
+        time.sleep(0.6)
+
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+        at.session_state["db_path"] = str(db_path)  # a new browser session: no base URL typed
+        at.run()
+        goto(at, "run")
+        assert at.selectbox(key="resume_select_None").value == killed.run_id
+        assert "interrupted" in at.selectbox(key="resume_select_None").format_func(
+            killed.run_id)
+        at.button(key="resume_button").click().run()
+        assert not at.exception, at.exception
+        assert f"Resuming run {killed.run_id[:8]}" in _texts(at.info)
+        assert [m.value for m in at.metric][:2] == ["openai-compatible:w", "openai-compatible:g"]
+        assert "needs a base URL" not in _messages(at)
+        assert "Final status: satisfied" in _texts(at.success)
+    with Store(db_path) as store:
+        run = store.get_run(killed.run_id)
+        assert run.status == "satisfied" and run.iterations == 2
+        assert [e["answer"] for e in store.evaluations(run.run_id)] == [
+            "first draft", "second draft"]
+    assert not [b for b in at.button if b.key == "resume_button"]
+
+
+def test_the_resume_picker_is_fresh_after_a_resume(app: AppTest, db_path: Path) -> None:
+    # Issue 10: after one Resume the picker still listed the finished run and the next Resume
+    # continued a different run than the one shown.
+    older, _ = _interrupted_run(db_path, "photosynthesis")
+    newer, _ = _interrupted_run(db_path, "haiku")
+    goto(app, "run")
+    picker = app.selectbox(key="resume_select_None")
+    assert picker.options == [picker.format_func(newer), picker.format_func(older)]
+    picker.set_value(older).run()
+    app.button(key="resume_button").click().run()
+    assert not app.exception
+    assert app.session_state["last_run_id"] == older
+    picker = app.selectbox(key=f"resume_select_{older}")
+    assert picker.value == newer and len(picker.options) == 1  # the finished one is gone
+    app.button(key="resume_button").click().run()
+    assert app.session_state["last_run_id"] == newer
+    with Store(db_path) as store:
+        assert {store.get_run(r).status for r in (older, newer)} == {"satisfied"}
+    assert not [b for b in app.button if b.key == "resume_button"]
+
+
+def test_resume_is_advised_only_for_runs_the_page_lists(app: AppTest, db_path: Path) -> None:
+    load_example(app, "haiku")
+    app.sidebar.text_input(key="base_url").input("http://127.0.0.1:9/v1").run()
+    app.sidebar.selectbox(key="worker_model").set_value("openai-compatible:llama3.1").run()
+    store = run_loop(app)
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run.status == "error"
+    listed = [b for b in app.button if b.key == "resume_button"]
+    assert listed and "press Resume below" in _texts(app.markdown)
+    with Store(db_path) as s:
+        s.finish_run(run.run_id, "grader_error")
+    goto(app, "run")
+    assert "Resume below" not in _texts(app.markdown)
 
 
 # --------------------------------------------------------------------------- review, export
@@ -325,6 +431,9 @@ def test_review_compares_two_runs_and_filters(app: AppTest) -> None:
     goto(app, "review")
     app.radio(key="cmp_mode").set_value("Final answers of two runs").run()
     assert not app.exception and "<ins" in _texts(app.html)
+    # Issue 10: two rubrics used to read as "No criterion changed between these two."
+    assert "graded against different rubrics" in _texts(app.info)
+    assert "No criterion changed" not in _texts(app.info)
     app.text_input(key="filter_text").input("haiku").run()
     assert "1 run(s) match" in _texts(app.caption)
     app.multiselect(key="filter_status").set_value(["failed"]).run()

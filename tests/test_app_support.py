@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +9,10 @@ import pandas as pd
 import pytest
 
 from rubric_core import app_support as sup
+from rubric_core import session
 from rubric_core.examples import get_example, list_examples
 from rubric_core.export import EXPORT_COLUMNS
-from rubric_core.runner import RunSpec, run_rubric
+from rubric_core.settings import RunSettings
 from rubric_core.store import Store
 
 
@@ -196,20 +196,19 @@ def test_lint_for_ui_levels() -> None:
 # --------------------------------------------------------------------------- running
 
 
-def _form(**changes: Any) -> sup.RunForm:
+def _form(**changes: Any) -> RunSettings:
     example = get_example("haiku")
-    form = sup.RunForm(prompt=example.prompt, rubric=example.rubric, example_name="haiku",
-                       worker_system_prompt=example.worker_system_prompt)
-    for k, v in changes.items():
-        setattr(form, k, v)
-    return form
+    return RunSettings(prompt=example.prompt, rubric=example.rubric, example_name="haiku",
+                       worker_system_prompt=example.worker_system_prompt).replace(**changes)
 
 
-def test_form_from_state_defaults() -> None:
-    form = sup.RunForm.from_state({"prompt": "p", "rubric_text": "- r", "grader_tools": ["t"]})
+def test_settings_from_state_defaults() -> None:
+    form = sup.settings_from_state({"prompt": "p", "rubric_text": "- r", "grader_tools": ["t"]})
     assert (form.prompt, form.rubric, form.worker_model, form.grader_model) == (
         "p", "- r", "demo", "rules")
-    assert form.tool_names == ["t"] and form.max_iterations == 3
+    assert form.grader_tools == ("t",) and form.max_iterations == 3 and form.base_url is None
+    assert sup.session_key({"session_api_key": " sk-typed "}) == "sk-typed"
+    assert sup.session_key({}) is None
 
 
 @pytest.mark.parametrize(
@@ -220,7 +219,7 @@ def test_form_from_state_defaults() -> None:
         pytest.param({"max_iterations": 0}, "outside", id="iterations_too_low"),
         pytest.param({"max_iterations": 99}, "outside", id="iterations_too_high"),
         pytest.param({"worker_model": "nosuch"}, "Worker model", id="bad_model_string"),
-        pytest.param({"tool_names": ["ghost"]}, "ghost", id="unknown_tool"),
+        pytest.param({"grader_tools": ("ghost",)}, "ghost", id="unknown_tool"),
     ],
 )
 def test_check_form_errors(changes: dict, needle: str) -> None:
@@ -231,70 +230,26 @@ def test_check_form_errors(changes: dict, needle: str) -> None:
 def test_check_form_clean_and_spec() -> None:
     form = _form()
     assert sup.check_form(form, secrets={}) == []
-    spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
+    spec = session.build_spec(form, sup.app_models({}, session_key=None, sidebar_base_url=None,
+                                                   token_delay_s=0))
     assert spec.max_iterations == 3 and spec.worker_system_prompt
-    assert sup.run_title(form) == get_example("haiku").title
-    assert sup.run_title(_form(example_name=None, prompt="x " * 50)).endswith("…")
 
 
-def _spec(example: str = "haiku") -> RunSpec:
-    ex = get_example(example)
-    return RunSpec(prompt=ex.prompt, rubric=ex.rubric, worker_system_prompt=ex.worker_system_prompt,
-                   grader_tools=ex.grader_tools(), max_iterations=ex.max_iterations)
+def test_app_models_keep_keys_to_their_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-" + "x" * 20)
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    typed = "sk-typed-" + "y" * 20
+    models = sup.app_models({}, session_key=typed, sidebar_base_url="http://h:1/v1",
+                            token_delay_s=0)
 
+    def key(base_url: str | None) -> str | None:
+        model = models("openai-compatible:m", "worker", base_url)
+        secret = model.openai_api_key  # type: ignore[attr-defined]
+        return secret.get_secret_value() if secret is not None else None
 
-def test_recorded_events_store_the_run(store: Store) -> None:
-    form = _form()
-    record = sup.start_run(store, form)
-    events = list(sup.recorded_events(
-        store, record.run_id,
-        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id)))
-    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "satisfied"
-    stored = store.get_run(record.run_id)
-    assert stored is not None and stored.status == "satisfied"
-    assert stored.iterations == len(events[-1]["evaluations"]) >= 2
-    assert stored.duration_s is not None
-
-
-def test_recorded_events_interrupt_then_resume(store: Store) -> None:
-    record = sup.start_run(store, _form())
-    stream = sup.recorded_events(
-        store, record.run_id,
-        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id))
-    seen_eval = False
-    for event in stream:
-        seen_eval = seen_eval or event["type"] == "evaluation_finished"
-        if seen_eval and event["type"] == "worker_token":
-            break
-    stream.close()
-    interrupted = store.get_run(record.run_id)
-    assert interrupted is not None and interrupted.status == "interrupted"
-    first_gid = store.evaluations(record.run_id)[0]["grading_run_id"]
-
-    form = sup.resume_form(interrupted, sup.RunForm())
-    assert form.example_name == "haiku"
-    spec = sup.build_run_spec(form, secrets={}, token_delay_s=0)
-    events = list(sup.recorded_events(
-        store, record.run_id,
-        run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id, resume=True),
-        prior_duration_s=interrupted.duration_s or 0))
-    assert events[-1]["status"] == "satisfied"
-    evaluations = store.evaluations(record.run_id)
-    assert {e["grading_run_id"] for e in evaluations} == {first_gid}
-    assert [e["iteration"] for e in evaluations] == list(range(len(evaluations)))
-
-
-def test_recorded_events_marks_error_on_exception(store: Store) -> None:
-    record = sup.start_run(store, _form())
-
-    def boom() -> Any:
-        yield {"type": "worker_started", "iteration": 0}
-        raise RuntimeError("worker crashed")
-
-    with pytest.raises(RuntimeError):
-        list(sup.recorded_events(store, record.run_id, boom()))
-    stored = store.get_run(record.run_id)
-    assert stored is not None and stored.status == "error" and "worker crashed" in stored.error
+    assert key("http://h:1/v1/") == typed  # the server the key was typed for
+    # Another typed server (a resumed run's) gets neither the session key nor the stored one.
+    assert key("http://other:2/v1") not in (typed, "sk-env-" + "x" * 20)
 
 
 @pytest.mark.parametrize("status", ["satisfied", "failed", "grader_error",
@@ -330,28 +285,6 @@ def test_welcome_message_only_for_an_untouched_form() -> None:
     assert welcome is not None and welcome.level == "info" and "Load example" in welcome.text
     assert sup.welcome_message("Say hi", "") is None
     assert sup.welcome_message("", "- a") is None
-
-
-def test_resume_form_restores_the_runs_own_settings(store: Store) -> None:
-    started = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["text_stats"],
-                          worker_system_prompt="sys", grader_system_prompt="be strict")
-    record = sup.start_run(store, started)
-    stored = store.get_run(record.run_id)
-    assert stored is not None
-    # Resuming from a fresh form (another tab, a restarted server) gets the run's settings back.
-    form = sup.resume_form(stored, sup.RunForm(prompt="other", base_url="http://h/v1"))
-    assert (form.worker_system_prompt, form.grader_system_prompt, form.tool_names) == (
-        "sys", "be strict", ["text_stats"])
-    assert form.base_url == "http://h/v1"  # connection settings stay the sidebar's
-
-
-def test_resume_form_for_runs_stored_without_settings(store: Store) -> None:
-    current = sup.RunForm(prompt="p", rubric="- The answer mentions x", tool_names=["t"],
-                          worker_system_prompt="sys")
-    record = dataclasses.replace(sup.start_run(store, current), worker_system_prompt=None,
-                                 grader_system_prompt=None, grader_tools=None)
-    assert sup.resume_form(record, current).worker_system_prompt == "sys"
-    assert sup.resume_form(record, sup.RunForm()).tool_names == []
 
 
 # --------------------------------------------------------------------------- review
@@ -438,23 +371,23 @@ def test_every_example_is_offered() -> None:
 
 
 def test_history_frame_and_label(store: Store) -> None:
-    record = sup.start_run(store, _form())
+    record = store.create_run(_form().titled())
     frame = sup.history_frame([record])
     assert frame.loc[0, "status"] == "running" and frame.loc[0, "run_id"] == record.run_id
     assert record.run_id[:8] in sup.run_label(record)
 
 
-def test_active_registry_blocks_a_second_recorder(store: Store) -> None:
-    record = sup.start_run(store, _form())
-    first = sup.recorded_events(
-        store, record.run_id,
-        run_rubric(_spec(), checkpointer=store.saver(), thread_id=record.thread_id))
-    next(first)
-    assert sup.is_active(record.run_id)
-    second = sup.recorded_events(store, record.run_id, iter(()))
-    with pytest.raises(RuntimeError, match="already running"):
-        next(second)
-    first.close()
-    assert not sup.is_active(record.run_id)
-    assert sup.wait_until_inactive(record.run_id, timeout_s=0.1)
-    assert store.get_run(record.run_id).status == "interrupted"
+def test_changes_summary_across_rubrics() -> None:
+    a = _ev(0, "one", {"A": False, "B": True})
+    b = _ev(0, "two", {"a": True, "C": False})
+    texts = [m.text for m in sup.changes_summary(a, b, rubrics=("- A\n- B", "- a\n- C"))]
+    assert texts[0].startswith("These runs were graded against different rubrics: 1 criterion")
+    assert "Only in the first: B." in texts[0] and "Only in the second: C." in texts[0]
+    assert "Fixed: a" in texts
+    apart = sup.changes_summary(_ev(0, "x", {"A": True}), _ev(0, "y", {"Z": True}),
+                                rubrics=("- A", "- Z"))
+    assert [m.text for m in apart] == [
+        "These runs were graded against different rubrics: no criterion is shared, so none "
+        "can be compared. Only in the first: A. Only in the second: Z."]
+    same = sup.changes_summary(a, a, rubrics=("- A\n- B", "- A\n- B"))
+    assert all("different rubrics" not in m.text for m in same)

@@ -401,3 +401,90 @@ def test_analytics_over_a_database_of_real_runs(tmp_path: Path) -> None:
     assert fixed["first_pass_fail_rate"] == 1.0 and fixed["mean_passes_to_fix"] == 1.0
     missing = cli("analytics", "--db", str(tmp_path / "none.sqlite3"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+# --------------------------------------------------------------------------- issue 10
+
+
+def test_resume_takes_the_prompt_and_settings_from_the_record(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "studio.sqlite3")
+    with Store(db) as store:  # a run stopped before its first pass
+        record = store.create_run(title="t", prompt="write it", rubric=RUBRIC,
+                                  worker_model="openai-compatible:worker",
+                                  grader_model="openai-compatible:grader", max_iterations=2,
+                                  thread_id="th")
+        store.finish_run(record.run_id, "interrupted")
+    s = scripted(["draft"], [PASS])
+    code, out, err = run_main(["run", "--db", db, "--thread", "th", "--resume",
+                               "--base-url", s.server.base_url], capsys)
+    assert code == 0, err
+    assert "status: satisfied after 1 grading pass(es)" in out
+    assert s.server.requests[0]["messages"][-1] == {"role": "user", "content": "write it"}
+
+
+def test_resume_keeps_the_stored_base_url(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "studio.sqlite3")
+    s = scripted(["draft one", "draft two"], [FAIL, PASS])
+    code, _, _ = run_main(s.argv("--prompt", "p", "--rubric", RUBRIC, "--db", db, "--thread",
+                                 "th", "--max-iterations", "2", "--quiet"), capsys)
+    assert code == 0
+    with Store(db) as store:
+        [run] = store.list_runs()
+        assert run.settings.base_url == s.server.base_url
+    code, out, _ = run_main(["run", "--db", db, "--thread", "th", "--resume"], capsys)
+    assert code == 0 and "status: satisfied after 2 grading pass(es)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        pytest.param([], "no run on thread 'nope'", id="unknown_thread"),
+        pytest.param(["--prompt", "another"], "was started with another prompt",
+                     id="other_prompt"),
+    ],
+)
+def test_resume_that_cannot_continue_exits_2(
+    scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str],
+    message: str,
+) -> None:
+    db = str(tmp_path / "studio.sqlite3")
+    with Store(db) as store:
+        store.create_run(title="t", prompt="p", rubric=RUBRIC, worker_model="demo",
+                         grader_model="rules", max_iterations=2, thread_id="th")
+    s = scripted([], [])
+    thread = "nope" if not extra else "th"
+    code, out, err = run_main(["run", "--db", db, "--thread", thread, "--resume", *extra],
+                              capsys)
+    assert code == 2 and message in err, err
+    assert out == "" and s.server.requests == []
+    with Store(db) as store:
+        assert len(store.list_runs()) == 1  # nothing new was started
+
+
+@pytest.mark.parametrize(
+    ("argv", "title"),
+    [
+        pytest.param(["--example", "haiku"], "haiku", id="example_title"),
+        pytest.param(["--prompt", "Write   a  haiku\nabout spring " + "x" * 80, "--rubric",
+                      "- The poem has three lines"], "prompt", id="prompt_start"),
+    ],
+)
+def test_csv_run_title_is_the_apps(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], title: str
+) -> None:
+    from rubric_core.examples import get_example
+    from rubric_core.settings import RunSettings, run_title
+
+    csv, db = tmp_path / "out.csv", tmp_path / "db.sqlite3"
+    run_main(["run", *argv, "--csv", str(csv), "--db", str(db), "--quiet"], capsys)
+    rows = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    expected = get_example("haiku").title if title == "haiku" else run_title(
+        RunSettings(prompt=argv[1], rubric="- r"))
+    assert set(rows["run_title"]) == {expected}
+    assert len(expected) <= 60
+    with Store(db) as store:
+        assert [r.title for r in store.list_runs()] == [expected]

@@ -4,6 +4,7 @@ console script outside the repository; ``rubric-studio app`` serves the app from
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,8 +30,12 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project built as a wheel and installed (alone) into a fresh target directory."""
     out = tmp_path_factory.mktemp("wheel")
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the clone.
+    source = out / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "artifacts", "__pycache__", ".*_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--quiet", "-w", str(out), str(ROOT)], check=True, timeout=300,
+                    "--quiet", "-w", str(out), str(source)], check=True, timeout=300,
                    cwd=out, env=_clean_env())
     [wheel] = out.glob("rubric_studio-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -11,6 +11,7 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
+from rubric_core.settings import RunSettings
 from rubric_core.store import (
     APPLICATION_ID,
     DB_ENV_VAR,
@@ -476,3 +477,45 @@ def test_directory_path_is_refused(tmp_path: Path) -> None:
 def test_memory_path_is_refused() -> None:
     with pytest.raises(ValueError, match="file path"):
         Store(":memory:")
+
+
+def test_version_2_file_is_upgraded_and_its_runs_get_settings(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('app', 'rubric-studio'), ('schema_version', '2'),
+                                ('created_at', '2026-01-01T00:00:00+00:00');
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, title TEXT NOT NULL,
+            prompt TEXT NOT NULL, rubric TEXT NOT NULL, worker_model TEXT NOT NULL,
+            grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
+            iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
+            error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT);
+        INSERT INTO runs VALUES ('killed', 'killed', 'Killed', 'p', '- a', 'demo', 'rules', 3,
+            'needs_revision', '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00', NULL, 1,
+            NULL, NULL, NULL, 'sys', '', '["text_stats"]');
+    """)
+    conn.close()
+    with Store(path) as store:
+        old = store.get_run("killed")
+        assert old is not None and old.status == "interrupted"  # was left between passes
+        assert old.settings == RunSettings(prompt="p", rubric="- a", worker_system_prompt="sys",
+                                           grader_tools=("text_stats",), title="Killed")
+        new = store.create_run(RunSettings(prompt="q", rubric="- b", base_url="http://h/v1"))
+        assert store.get_run(new.run_id) == new
+    conn = sqlite3.connect(path)
+    (stored,) = conn.execute("SELECT settings_json FROM runs WHERE run_id = ?",
+                             (new.run_id,)).fetchone()
+    (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    conn.close()
+    assert RunSettings.from_json(stored) == new.settings and version == "3"
+
+
+def test_a_revision_pass_leaves_the_run_running(store: Store) -> None:
+    run = _new_run(store)
+    store.add_evaluation(run.run_id, _evaluation(0, [True, False]))
+    assert store.get_run(run.run_id).status == "running"
+    store.add_evaluation(run.run_id, _evaluation(1, [True, True]))
+    assert store.get_run(run.run_id).status == "satisfied"

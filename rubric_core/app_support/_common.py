@@ -25,9 +25,6 @@ MAX_ITERATIONS = MAX_ITERATIONS_CAP
 LLM_GRADER_HINT = "hybrid:openai:gpt-4.1-mini"
 """Grader to suggest when the rules grader cannot check a criterion."""
 
-RESUMABLE_STATUSES: tuple[str, ...] = ("running", "interrupted")
-"""Run statuses that the Run page offers to resume (``running``: the server died mid-run)."""
-
 HISTORY_PAGE_SIZE = 50
 """Runs per page of the history table."""
 

@@ -60,27 +60,14 @@ def tool_options(example_name: str | None, selected: Iterable[str] = ()) -> list
 
 
 def build_tools(names: Iterable[str], example_name: str | None = None) -> list[BaseTool]:
-    """Fresh tool instances for the grader, by name.
+    """Fresh tool instances for the grader, by name (`rubric_core.session.build_grader_tools`).
 
     Raises:
         ValueError: A name is neither a default tool nor one of the example's.
     """
-    from rubric_core.tools import DEFAULT_TOOLS
+    from rubric_core.session import build_grader_tools
 
-    available: dict[str, BaseTool] = dict(DEFAULT_TOOLS)
-    if example_name:
-        with contextlib.suppress(KeyError):
-            available.update({t.name: t for t in get_example(example_name).grader_tools()})
-    tools: list[BaseTool] = []
-    for name in dict.fromkeys(names):
-        if name not in available:
-            msg = (
-                f"Grader tool {name!r} is not available: load the example that provides it "
-                "or remove it from the grader tools."
-            )
-            raise ValueError(msg)
-        tools.append(available[name])
-    return tools
+    return build_grader_tools(names, example_name)
 
 
 def criteria_to_text(criteria: Iterable[str]) -> str:

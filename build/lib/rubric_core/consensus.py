@@ -75,9 +75,9 @@ def combine(
     k = len(outcomes)
     votes: dict[str, list[CriterionVerdict]] = {name: [] for name in criteria}
     for outcome in outcomes:
-        for verdict in outcome.criteria:
-            if verdict["name"] in votes:
-                votes[verdict["name"]].append(verdict)
+        for cast_vote in outcome.criteria:
+            if cast_vote["name"] in votes:
+                votes[cast_vote["name"]].append(cast_vote)
     merged: list[CriterionVerdict] = []
     agreement: dict[str, float] = {}
     missing: list[str] = []
@@ -100,10 +100,8 @@ def combine(
     failed_votes = sum(1 for o in outcomes if o.response.result == "failed")
     if failed_votes * 2 > k:
         result = "failed"
-    elif merged and not missing and all(v["passed"] for v in merged):
-        result = "satisfied"
-    elif missing and all(v["passed"] for v in merged):
-        result = "satisfied"  # the unanswered ones make the pass unverified downstream
+    elif all(v["passed"] for v in merged):
+        result = "satisfied"  # any unanswered criterion makes the pass unverified downstream
     else:
         result = "needs_revision"
     lead = next((o for o in outcomes if o.response.result == result), outcomes[0])

@@ -700,6 +700,18 @@ def grade_steps(
     tool_names: list[str] = []
     corrected_format = corrected_coverage = False
     tool_rounds = 0
+    # The verdict that left criteria out, kept while its coverage correction is pending: if the
+    # correction itself fails, this verdict stands, unverified, instead of a grader_error.
+    fallback: GradeOutcome | None = None
+
+    def settle(exc: BaseException) -> GradeOutcome:
+        assert fallback is not None
+        logger.warning("the grader's coverage correction failed (%s: %s); keeping its first "
+                       "verdict, unverified", type(exc).__name__, exc)
+        fallback.input_tokens, fallback.output_tokens = usage[0], usage[1]
+        fallback.model_calls, fallback.retries = calls, retries
+        return fallback
+
     while True:
         attempt = 0
         while True:
@@ -720,6 +732,8 @@ def grade_steps(
                         err = GraderOutputError(msg)
                         body = shorten(str(exc.doc), RAW_REPLY_CHAR_LIMIT)
                         raise _describe(err, retries=retries, raw_reply=body) from exc
+                    if fallback is not None:
+                        return settle(exc)
                     _describe(exc, status=_http_status(exc), retryable=transient, retries=retries)
                     raise
                 delay = _retry_after(exc) or backoff_s * (2**attempt)
@@ -749,6 +763,8 @@ def grade_steps(
                     raise GraderOutputError(problem)
                 response = GraderResponse.model_validate(raw)
             except (ValidationError, GraderOutputError) as exc:
+                if fallback is not None:
+                    return settle(exc)
                 if corrected_format:
                     msg = f"grader returned an unusable verdict twice: {_short_error(exc)}"
                     err = GraderOutputError(msg)
@@ -762,6 +778,10 @@ def grade_steps(
             match = match_criteria(criteria, response)
             if match.missing and not corrected_coverage and response.result != "failed":
                 corrected_coverage = True
+                fallback = GradeOutcome(
+                    response=_recomputed(response, match), criteria=match.verdicts,
+                    missing=match.missing, tool_calls=tool_names, unknown_criteria=match.unknown,
+                )
                 convo += _correction(reply, verdicts, evidence, _coverage_problem(criteria, match))
                 continue
             return GradeOutcome(
@@ -779,6 +799,8 @@ def grade_steps(
         tool_rounds += 1
         if tool_rounds > MAX_TOOL_ROUNDS:
             msg = f"grader called tools {MAX_TOOL_ROUNDS} rounds without giving a verdict"
+            if fallback is not None:
+                return settle(GraderOutputError(msg))
             raise _describe(GraderOutputError(msg), retries=retries,
                             raw_reply=raw_reply_text(reply))
         convo.append(reply)

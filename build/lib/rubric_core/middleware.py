@@ -11,6 +11,7 @@ unusable (``failed``), raises (``grader_error``) or the cap is hit (``max_iterat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -19,11 +20,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware.types import AgentMiddleware, hook_config
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
 
+from rubric_core.consensus import (
+    CONSENSUS_MODES,
+    MAX_GRADER_REPEATS,
+    Combined,
+    Consensus,
+    combine,
+)
 from rubric_core.grader import (
     GradeOutcome,
     bind_grader,
@@ -59,20 +67,45 @@ NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked agai
 MAX_ITERATIONS = 50
 """The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
+BEST_ATTEMPT_NAME = "rubric_best_attempt"
+"""Name of the message ``return_best`` appends (the best attempt's answer)."""
+
 
 def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
-    """The feedback turn that sends a failing evaluation back to the agent."""
-    failing = [c for c in evaluation["criteria"] if not c["passed"]]
-    passing = [c for c in evaluation["criteria"] if c["passed"]]
+    """The feedback turn that sends a failing evaluation back to the agent.
+
+    It lists the failing criteria with their gaps, the passing ones to keep, the criteria the
+    last revision broke (``regressed``), says so when the answer did not change (``stalled``),
+    and, for an unverified pass, names the criteria the grader never checked as a verification
+    gap rather than a defect: it does not ask the agent to keep passes nobody verified.
+    """
+    criteria = evaluation["criteria"]
+    unchecked = [c for c in criteria if not c["passed"] and c.get("gap") == NOT_ASSESSED_GAP]
+    failing = [c for c in criteria if not c["passed"] and c not in unchecked]
+    passing = [c for c in criteria if c["passed"]]
+    regressed = set(evaluation.get("regressed") or ())
     parts = [
         "The grader checked your last answer against the rubric and it needs revision.",
         f"Grader's summary: {evaluation['explanation']}",
-        "Failing criteria:\n" + "\n".join(f"- {c['name']}: {c.get('gap', '')}" for c in failing),
     ]
-    if passing:
+    if evaluation.get("stalled"):
+        parts.append("Your answer did not change from the previous attempt, so the same "
+                     "criteria still fail: change the answer where the gaps below say.")
+    if failing:
+        parts.append("Failing criteria:\n" + "\n".join(
+            f"- {c['name']}: {c.get('gap', '')}"
+            + (" (it passed before your last revision: you broke it)" if c["name"] in regressed
+               else "")
+            for c in failing))
+    if unchecked:
         parts.append(
-            "Passing criteria (keep these):\n" + "\n".join(f"- {c['name']}" for c in passing)
-        )
+            "Not verified (a verification gap in the grading, not a defect found in your "
+            "answer; change nothing for these unless the request requires it):\n"
+            + "\n".join(f"- {c['name']}" for c in unchecked))
+    if passing:
+        heading = ("Passing criteria (keep these):" if not unchecked
+                   else "Criteria the grader verified as passing (keep these):")
+        parts.append(heading + "\n" + "\n".join(f"- {c['name']}" for c in passing))
     parts.append(
         "Revise your answer so that every failing criterion passes and the passing ones still "
         "hold. Reply with the complete revised answer."
@@ -82,6 +115,24 @@ def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
         name=REVISION_SOURCE,
         additional_kwargs={"lc_source": REVISION_SOURCE},
     )
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+def best_iteration(evaluations: Sequence[RubricEvaluation]) -> int | None:
+    """The pass (``iteration``) whose answer passed the most criteria; ties go to the later one.
+
+    Args:
+        evaluations: The passes of one grading run, in order.
+    """
+    best: tuple[int, int] | None = None
+    for ev in evaluations:
+        score = (sum(1 for c in ev["criteria"] if c["passed"]), ev["iteration"])
+        if best is None or score >= best:
+            best = score
+    return None if best is None else best[1]
 
 
 def _status_after(result: RubricResult, iteration: int, max_iterations: int) -> RubricStatus:
@@ -133,6 +184,22 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         max_retries: Retries of a grader call after a transient error (timeout, rate limit,
             5xx, dropped connection) before the pass ends as ``grader_error``.
         retry_backoff_s: First retry delay; doubles per retry (a server's Retry-After wins).
+        grader_repeats: Grade each answer this many times (1 to 9; concurrently under
+            async) and take the per-criterion consensus (`rubric_core.consensus`). Each
+            criterion then records its ``agreement`` and the evaluation lists ``unstable``
+            criteria; tokens and time count every repeat. A repeat that raises ends the pass
+            as ``grader_error``, as a single call would. 1 (the default) is one call.
+        consensus: ``"majority"`` (a tie fails) or ``"unanimous"`` (every answering repeat
+            must pass the criterion).
+        return_best: When a run ends ``max_iterations_reached`` and an earlier pass's answer
+            passed more criteria than the last (``_rubric_best_iteration``), append a copy of
+            that answer as a final ``AIMessage`` named ``rubric_best_attempt`` (its
+            ``response_metadata`` holds ``rubric_best_iteration``), so the agent's final
+            message is the best attempt. The transcript before it is unchanged. Off by
+            default: the seed returns the last attempt.
+        prepare_messages_for_grader: Rewrites the transcript the grader sees (called with a
+            copy of the agent's messages, before the grader prompt is built from them), e.g.
+            to drop system messages or redact tool output. The agent's state is not changed.
     """
 
     state_schema = RubricState
@@ -147,10 +214,15 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         on_evaluation: Callable[[RubricEvaluation], object] | None = None,
         max_retries: int = 2,
         retry_backoff_s: float = 0.5,
+        grader_repeats: int = 1,
+        consensus: Consensus = "majority",
+        return_best: bool = False,
+        prepare_messages_for_grader: Callable[[list[BaseMessage]], list[BaseMessage]]
+        | None = None,
     ) -> None:
         super().__init__()
         if not model:
-            msg = "model is required: a 'provider:model-id' string or a chat model instance"
+            msg = "`model` is required: a 'provider:model-id' string or a chat model instance"
             raise ValueError(msg)
         if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
             msg = f"max_iterations must be an int, got {type(max_iterations).__name__}"
@@ -171,6 +243,24 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         if system_prompt is not None and not isinstance(system_prompt, str):
             msg = "system_prompt must be a string"
             raise TypeError(msg)
+        if (isinstance(grader_repeats, bool) or not isinstance(grader_repeats, int)
+                or not 1 <= grader_repeats <= MAX_GRADER_REPEATS):
+            msg = (f"grader_repeats must be an int from 1 to {MAX_GRADER_REPEATS}, got "
+                   f"{grader_repeats!r}")
+            raise ValueError(msg)
+        if consensus not in CONSENSUS_MODES:
+            msg = f"consensus must be one of {CONSENSUS_MODES}, got {consensus!r}"
+            raise ValueError(msg)
+        if not isinstance(return_best, bool):
+            msg = "return_best must be True or False"
+            raise TypeError(msg)
+        if prepare_messages_for_grader is not None and not callable(prepare_messages_for_grader):
+            msg = "prepare_messages_for_grader must be callable"
+            raise TypeError(msg)
+        self._prepare_messages = prepare_messages_for_grader
+        self.grader_repeats = grader_repeats
+        self.consensus: Consensus = consensus
+        self.return_best = return_best
         self._model_spec = model
         self._system_prompt = system_prompt
         self._grader_tools = [_as_tool(t) for t in tools or ()]
@@ -233,8 +323,11 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         return self._bound
 
     def _steps(self, payload: dict[str, Any]) -> Any:
+        transcript = list(payload["messages"])
+        if self._prepare_messages is not None:
+            transcript = list(self._prepare_messages(transcript))
         messages = build_grader_messages(
-            payload["messages"], payload["criteria"], system_prompt=self._system_prompt
+            transcript, payload["criteria"], system_prompt=self._system_prompt
         )
         return grade_steps(
             messages,
@@ -244,20 +337,36 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             backoff_s=self._retry_backoff_s,
         )
 
-    def _grade_sync(self, payload: dict[str, Any]) -> GradeOutcome:
-        return drive_sync(self._steps(payload), self._bound_grader())
+    def _grade_sync(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
+        if self.grader_repeats == 1:
+            return drive_sync(self._steps(payload), self._bound_grader())
+        outcomes = [drive_sync(self._steps(payload), self._bound_grader())
+                    for _ in range(self.grader_repeats)]
+        return combine(outcomes, payload["criteria"], self.consensus)
 
-    async def _grade_async(self, payload: dict[str, Any]) -> GradeOutcome:
-        return await drive_async(self._steps(payload), self._bound_grader())
+    async def _grade_async(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
+        if self.grader_repeats == 1:
+            return await drive_async(self._steps(payload), self._bound_grader())
+        outcomes = await asyncio.gather(*(
+            drive_async(self._steps(payload), self._bound_grader())
+            for _ in range(self.grader_repeats)
+        ))
+        return combine(outcomes, payload["criteria"], self.consensus)
 
     def _evaluation(
         self,
         state: RubricState,
         criteria: list[str],
-        outcome: GradeOutcome | BaseException | None,
+        graded: GradeOutcome | Combined | BaseException | None,
         started: float,
     ) -> RubricEvaluation:
         iteration = state.get("_rubric_iterations") or 0
+        combined: Combined | None = None
+        outcome: GradeOutcome | BaseException | None
+        if isinstance(graded, Combined):
+            combined, outcome = graded, graded.outcome
+        else:
+            outcome = graded
         unverified = False
         unknown: list[str] = []
         tokens: tuple[int | None, int | None] = (None, None)
@@ -300,7 +409,30 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         }
         if unknown:
             evaluation["unknown_criteria"] = unknown
+        if combined is not None:
+            for verdict in verdicts:
+                if verdict["name"] in combined.agreement:
+                    verdict["agreement"] = combined.agreement[verdict["name"]]
+            evaluation["repeats"] = self.grader_repeats
+            evaluation["unstable"] = list(combined.unstable)
+        previous = self._previous(state)
+        if previous is not None:
+            before = {c["name"] for c in previous["criteria"] if c["passed"]}
+            evaluation["regressed"] = [c["name"] for c in verdicts
+                                       if not c["passed"] and c["name"] in before]
+            evaluation["stalled"] = (
+                _normalised(previous["answer"]) == _normalised(evaluation["answer"]))
         return redact_data(evaluation)
+
+    @staticmethod
+    def _previous(state: RubricState) -> RubricEvaluation | None:
+        """The previous pass of the current grading run, if any."""
+        run_id = state.get("_current_grading_run_id") or ""
+        iteration = state.get("_rubric_iterations") or 0
+        for ev in reversed(state.get("_rubric_evaluations") or []):
+            if ev["grading_run_id"] == run_id and ev["iteration"] == iteration - 1:
+                return ev
+        return None
 
     def _prepare(self, state: RubricState, runtime: Runtime[Any]) -> tuple[list[str], Any]:
         rubric = state.get("rubric") or ""
@@ -328,14 +460,26 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         }
         self._emit(runtime, end)
         self._notify(evaluation)
+        evaluations = [*(state.get("_rubric_evaluations") or []), evaluation]
+        this_run = [ev for ev in evaluations
+                    if ev["grading_run_id"] == evaluation["grading_run_id"]]
+        best = best_iteration(this_run)
         update: dict[str, Any] = {
-            "_rubric_evaluations": [*(state.get("_rubric_evaluations") or []), evaluation],
+            "_rubric_evaluations": evaluations,
             "_rubric_iterations": evaluation["iteration"] + 1,
             "_rubric_status": evaluation["status"],
+            "_rubric_best_iteration": best,
         }
         if evaluation["status"] == "needs_revision":
             update["messages"] = [revision_message(evaluation)]
             update["jump_to"] = "model"
+        elif (evaluation["status"] == "max_iterations_reached" and self.return_best
+              and best is not None and best != evaluation["iteration"]):
+            chosen = next(ev for ev in this_run if ev["iteration"] == best)
+            update["messages"] = [AIMessage(
+                chosen["answer"], name=BEST_ATTEMPT_NAME,
+                response_metadata={"rubric_best_iteration": best},
+            )]
         return update
 
     def _begin(
@@ -352,7 +496,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
 
     def _end(
         self, state: RubricState, runtime: Runtime[Any], work: _Pass,
-        outcome: GradeOutcome | BaseException | None,
+        outcome: GradeOutcome | Combined | BaseException | None,
     ) -> dict[str, Any]:
         if isinstance(outcome, BaseException):
             logger.warning("grader raised %s: %s", type(outcome).__name__, outcome)
@@ -365,7 +509,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         done, work = self._begin(state, runtime)
         if work is None:
             return done
-        outcome: GradeOutcome | BaseException | None = None
+        outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
                 outcome = self._runnable.invoke(work.payload)
@@ -383,7 +527,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         done, work = self._begin(state, runtime)
         if work is None:
             return done
-        outcome: GradeOutcome | BaseException | None = None
+        outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
                 outcome = await self._runnable.ainvoke(work.payload)

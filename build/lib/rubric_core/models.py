@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
     from langchain_core.language_models import BaseChatModel
 
-OFFLINE_WORKERS = ("demo",)
-OFFLINE_GRADERS = ("rules",)
 BASE_URL_ENV = "RUBRIC_STUDIO_BASE_URL"
 """Environment variable with the base URL of an OpenAI-compatible server."""
 

@@ -26,7 +26,7 @@ from rubric_core.grader import message_text
 from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact, redact_data
-from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.settings import validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
@@ -92,7 +92,11 @@ RunEvent = WorkerStarted | WorkerToken | WorkerMessage | EvaluationStarted | Eva
 
 @dataclass
 class RunSpec:
-    """Everything one rubric run needs. Model fields take a model string or a chat model."""
+    """What the runner executes: a run's settings with live objects (chat models, tools, key).
+
+    `rubric_core.session` builds it from a `rubric_core.settings.RunSettings`; scripts and
+    tests may build one directly. Model fields take a model string or a chat model.
+    """
 
     prompt: str
     rubric: str
@@ -113,23 +117,7 @@ class RunSpec:
         Raises:
             ValueError: Empty prompt or rubric, rubric too large, bad iteration cap.
         """
-        if not self.prompt or not self.prompt.strip():
-            msg = "The prompt is empty: say what the worker should do."
-            raise ValueError(msg)
-        if not self.rubric or not self.rubric.strip():
-            msg = "The rubric is empty: write at least one criterion, one per line."
-            raise ValueError(msg)
-        validate_rubric(self.rubric)
-        if not parse_criteria(self.rubric):
-            msg = ("The rubric has no criteria (only bullets or blank lines): write at least one "
-                   "criterion, one per line.")
-            raise ValueError(msg)
-        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
-            msg = "max_iterations must be a whole number"
-            raise ValueError(msg)
-        if not 1 <= self.max_iterations <= MAX_ITERATIONS_CAP:
-            msg = f"max_iterations must be between 1 and {MAX_ITERATIONS_CAP}"
-            raise ValueError(msg)
+        validate_run_text(self.prompt, self.rubric, self.max_iterations)
 
 
 MAX_ITERATIONS_CAP = MAX_ITERATIONS

@@ -20,7 +20,8 @@ from rubric_core.export import (
     write_csv,
     write_json,
 )
-from rubric_core.store import RUN_STATUSES
+from rubric_core.rubric import normalize_name, parse_criteria
+from rubric_core.types import RUN_STATUSES
 
 if TYPE_CHECKING:
     from rubric_core.store import RunRecord, Store
@@ -145,18 +146,51 @@ def diff_html(before: str, after: str) -> str:
     return f'<div style="white-space:pre-wrap;line-height:1.5">{body}</div>'
 
 
-def changes_summary(before: RubricEvaluation, after: RubricEvaluation) -> list[UiMessage]:
-    """Criteria fixed and regressed between two evaluations, as page messages."""
+def changes_summary(
+    before: RubricEvaluation,
+    after: RubricEvaluation,
+    *,
+    rubrics: tuple[str, str] | None = None,
+) -> list[UiMessage]:
+    """Criteria fixed and regressed between two evaluations, as page messages.
+
+    Criteria are matched by name (`rubric_core.export.criteria_changes`). When the two were
+    graded against different rubrics (``rubrics``: before's and after's text), that is said
+    first, with the criteria found in only one of them; only the shared ones are compared.
+    """
     changes = criteria_changes(before, after)
     out: list[UiMessage] = []
+    differ = rubrics is not None and rubrics[0].strip() != rubrics[1].strip()
+    shared = 0
+    if differ:
+        names_a = [c.get("name", "") for c in before.get("criteria") or []]
+        names_b = [c.get("name", "") for c in after.get("criteria") or []]
+        if rubrics is not None:  # the rubric text names criteria even for a grader_error pass
+            names_a = names_a or parse_criteria(rubrics[0])
+            names_b = names_b or parse_criteria(rubrics[1])
+        fold_a = {normalize_name(n) for n in names_a}
+        fold_b = {normalize_name(n) for n in names_b}
+        shared = len(fold_a & fold_b)
+        only_a = [n for n in names_a if normalize_name(n) not in fold_b]
+        only_b = [n for n in names_b if normalize_name(n) not in fold_a]
+        text = ("These runs were graded against different rubrics: "
+                + (f"{shared} criterion(s) by the same name are compared below."
+                   if shared else "no criterion is shared, so none can be compared."))
+        if only_a:
+            text += " Only in the first: " + "; ".join(only_a) + "."
+        if only_b:
+            text += " Only in the second: " + "; ".join(only_b) + "."
+        out.append(UiMessage("info", text))
     if changes["fixed"]:
         out.append(UiMessage("success", "Fixed: " + "; ".join(changes["fixed"])))
     if changes["regressed"]:
         out.append(UiMessage("error", "Regressed: " + "; ".join(changes["regressed"])))
     if changes["still_failing"]:
         out.append(UiMessage("warning", "Still failing: " + "; ".join(changes["still_failing"])))
-    if not out:
-        out.append(UiMessage("info", "No criterion changed between these two."))
+    moved = changes["fixed"] or changes["regressed"] or changes["still_failing"]
+    if not moved and not (differ and shared == 0):
+        what = "shared criterion" if differ else "criterion"
+        out.append(UiMessage("info", f"No {what} changed between these two."))
     return out
 
 

@@ -195,7 +195,8 @@ def api_key_for(model: str, secrets: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _same_url(a: str, b: str) -> bool:
+def same_url(a: str, b: str) -> bool:
+    """Whether two base URLs name the same server (case and a trailing slash aside)."""
     return a.strip().rstrip("/").lower() == b.strip().rstrip("/").lower()
 
 
@@ -205,7 +206,7 @@ def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
     if not base_url or not base_url.strip():
         return True
     configured = base_url_default(os.environ, secrets)
-    return bool(configured) and _same_url(base_url, configured)
+    return bool(configured) and same_url(base_url, configured)
 
 
 def build_model(

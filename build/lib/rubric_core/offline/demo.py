@@ -9,7 +9,9 @@ count), so the same conversation always gets the same answer.
 How a conversation is read:
 
 - the prompt is the latest human message that is not a revision turn; it picks the example
-  (exact text first, then keywords such as "haiku" or "photosynthesis");
+  (exact text first, then keywords such as "haiku" or "photosynthesis"), or a row of the
+  bundled dataset (`rubric_core.offline.demo_dataset`, exact text), whose parts are fixed by
+  the exact names of its rubric's failing criteria;
 - revision turns are human messages named ``rubric_grader`` (or with
   ``additional_kwargs["lc_source"] == "rubric_grader"``) after that prompt; in each, the lines
   under ``Failing criteria:`` (``- <criterion>: <gap>``) name what to fix. A line's criterion is
@@ -35,6 +37,7 @@ from pydantic import Field
 
 from rubric_core.examples import EXAMPLES
 from rubric_core.grader import message_text
+from rubric_core.offline.demo_dataset import demo_row_for
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.types import REVISION_SOURCE
 
@@ -258,9 +261,26 @@ def _flaws_named(feedback: str, name: str, script: _Script) -> set[str]:
     return named
 
 
+def _row_fixes(feedback: str, rubric: str) -> set[int]:
+    """0-based indexes of the row's criteria that `feedback` reports as failing."""
+    criteria = [normalize_name(c) for c in parse_criteria(rubric)]
+    entries = _failing_entries(feedback) or []
+    named: set[int] = set()
+    for entry in entries:
+        criterion = normalize_name(entry.partition(": ")[0])
+        named |= {i for i, c in enumerate(criteria) if c == criterion}
+    return named
+
+
 def demo_answer(messages: Sequence[BaseMessage]) -> str:
     """The demo worker's answer to a conversation (what `DemoWorker` replies)."""
     prompt, feedback = _split_conversation(messages)
+    row = demo_row_for(prompt)
+    if row is not None:
+        fixed_rows: set[int] = set()
+        for text in feedback:
+            fixed_rows |= _row_fixes(text, row.rubric)
+        return row.answer(frozenset(fixed_rows))
     found = _script_for(prompt)
     if found is None:
         return _unknown_prompt()

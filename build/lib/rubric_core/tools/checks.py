@@ -25,6 +25,7 @@ from jsonschema.validators import Draft202012Validator, validator_for
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
+from rubric_core.tools import fences
 from rubric_core.tools.sandbox import _validation_handler
 from rubric_core.tools.text import count_words
 
@@ -46,14 +47,6 @@ MAX_SCHEMA_ERRORS = 3
 """How many JSON Schema violations are spelled out in a detail."""
 
 _SNIPPET = 40
-_FENCED = re.compile(
-    r"\A(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)\n?[ \t]*(?P=fence)[ \t]*\Z",
-    re.DOTALL,
-)
-_BLOCK = re.compile(
-    r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$",
-    re.MULTILINE | re.DOTALL,
-)
 
 
 class _BadValue(ValueError):
@@ -172,10 +165,10 @@ def _length(text: str, value: Any, *, unit: str, most: bool) -> CheckResult:
 def _json_payload(text: str) -> tuple[str, str]:
     """The JSON text to parse (inside a fence that wraps the whole text) and a hint for errors."""
     stripped = text.strip()
-    fenced = _FENCED.match(stripped)
+    fenced = fences.whole_block(stripped)
     if fenced:
-        return fenced.group("body"), ""
-    if _BLOCK.search(stripped):
+        return fenced.body, ""
+    if fences.blocks(stripped):
         return stripped, (
             " (the text has a fenced block with other text around it; only a fence that wraps "
             "the whole text is stripped)"

@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
-from rubric_core.tools import isolation
+from rubric_core.tools import fences, isolation
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,11 +106,6 @@ _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _CASE_KEYS = ("name", "call", "args", "kwargs", "expected", "raises")
-_FENCE = re.compile(
-    r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$",
-    re.MULTILINE | re.DOTALL,
-)
-_OPEN_FENCE = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n", re.MULTILINE)
 _PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
 
 
@@ -707,18 +702,13 @@ def extract_python_code(text: str) -> str:
     """
     if not isinstance(text, str) or ("```" not in text and "~~~" not in text):
         return text
-    blocks = [
-        (match.group("info").strip().split(" ")[0].lower().strip("{}."), match.group("body"))
-        for match in _FENCE.finditer(text)
-    ]
-    python = [body for info, body in blocks if info in _PYTHON_INFO]
-    pool = python or [body for _, body in blocks]
+    found = fences.blocks(text)
+    python = [block.body for block in found if block.lang in _PYTHON_INFO]
+    pool = python or [block.body for block in found]
     if pool:
         return max(reversed(pool), key=len)  # the last of equally large blocks
-    opening = _OPEN_FENCE.search(text)
-    if opening:
-        return text[opening.end() :]
-    return text
+    tail = fences.unclosed_tail(text)
+    return text if tail is None else tail
 
 
 def _validation_handler(tool_name: str) -> Callable[[ValidationError], str]:

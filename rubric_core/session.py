@@ -1,0 +1,383 @@
+"""Start and resume runs: one session layer for the app and the CLI.
+
+`start` and `resume` take a `RunSettings` (or a stored run's id), build the runner's spec,
+record the run in the index while its events stream past, and keep the active-run registry.
+The Run page and the CLI only turn their inputs into settings and draw the events.
+
+Keys: models are built by a `ModelResolver` the caller passes at start or resume time (the app's
+applies its rule that a stored key goes only to the endpoint it was configured for); the
+settings, and so the store, never hold a key.
+
+Lifecycle (statuses in `rubric_core.types.RunStatus`): a run is ``running`` while its owner
+records it, and the owner touches the row every `HEARTBEAT_S` seconds. A ``running`` run that
+this process is not recording and whose row was not touched for `STALE_AFTER_S` seconds lost its
+owner (a killed server or CLI): it is shown as ``interrupted`` (`reconcile` writes that) and
+offered for Resume, like runs stopped (``interrupted``) or ended on an error (``error``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from rubric_core.models import resolve_model
+from rubric_core.redact import redact, redact_data
+from rubric_core.runner import RunSpec, run_rubric
+from rubric_core.store import StoreError
+from rubric_core.types import RESUMABLE_STATUSES
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+
+    from rubric_core.runner import RunEvent
+    from rubric_core.settings import RunSettings
+    from rubric_core.store import RunRecord, Store
+    from rubric_core.types import RubricEvaluation
+
+Role = Literal["worker", "grader"]
+"""Which model of a run is being built."""
+
+ModelResolver = Callable[[str, Role, str | None], "BaseChatModel"]
+"""Builds a chat model from ``(model string, role, base URL)``, with whatever key it holds."""
+
+HEARTBEAT_S = 5.0
+"""Seconds between the owner's touches of a running run's row."""
+
+STALE_AFTER_S = 30.0
+"""A ``running`` run untouched this long, and not recorded by this process, lost its owner."""
+
+
+def default_models(*, token_delay_s: float = 0.0) -> ModelResolver:
+    """Models resolved from the environment's keys (`rubric_core.models.resolve_model`).
+
+    Args:
+        token_delay_s: Seconds between the offline demo worker's chunks.
+    """
+
+    def resolve(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+        delay = token_delay_s if role == "worker" else 0.0
+        return resolve_model(model, base_url=base_url, token_delay_s=delay)
+
+    return resolve
+
+
+def build_grader_tools(names: Iterable[str], example_name: str | None = None) -> list[BaseTool]:
+    """Fresh grader tool instances by name: the general tools and the example's own.
+
+    Raises:
+        ValueError: A name is neither a general tool nor one of the example's.
+    """
+    from rubric_core.examples import get_example
+    from rubric_core.tools import DEFAULT_TOOLS
+
+    available: dict[str, BaseTool] = dict(DEFAULT_TOOLS)
+    if example_name:
+        with contextlib.suppress(KeyError):
+            available.update({t.name: t for t in get_example(example_name).grader_tools()})
+    tools: list[BaseTool] = []
+    for name in dict.fromkeys(names):
+        if name not in available:
+            msg = (f"Grader tool {name!r} is not available: load the example that provides it "
+                   "or remove it from the grader tools.")
+            raise ValueError(msg)
+        tools.append(available[name])
+    return tools
+
+
+def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> RunSpec:
+    """The runner's spec for settings: models and tools built, everything checked.
+
+    Raises:
+        ValueError: The settings cannot run, or a grader tool is unknown.
+        ModelConfigError: A model cannot be built.
+    """
+    settings.validate()
+    models = models or default_models()
+    spec = RunSpec(
+        prompt=settings.prompt, rubric=settings.rubric,
+        worker=models(settings.worker_model, "worker", settings.base_url),
+        grader=models(settings.grader_model, "grader", settings.base_url),
+        worker_system_prompt=settings.worker_system_prompt or None,
+        grader_system_prompt=settings.grader_system_prompt or None,
+        grader_tools=build_grader_tools(settings.grader_tools, settings.example_name),
+        max_iterations=settings.max_iterations, base_url=settings.base_url,
+    )
+    spec.validate()
+    return spec
+
+
+# -- the active-run registry ----------------------------------------------------------------------
+
+_ACTIVE_RUNS: set[str] = set()
+_ACTIVE_CHANGED = threading.Condition()
+# Streamlit starts a rerun on a new thread while the stopped one still unwinds (fast reruns),
+# so pages ask here whether a run is still being recorded by this process.
+
+
+def is_active(run_id: str) -> bool:
+    """Whether this process is recording the run right now (running or stopping)."""
+    with _ACTIVE_CHANGED:
+        return run_id in _ACTIVE_RUNS
+
+
+def wait_until_inactive(run_id: str, timeout_s: float) -> bool:
+    """Wait for a stopping run to finish unwinding; True when it is no longer active."""
+    with _ACTIVE_CHANGED:
+        return _ACTIVE_CHANGED.wait_for(lambda: run_id not in _ACTIVE_RUNS, timeout=timeout_s)
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+def _stale_before(now: datetime | None = None) -> str:
+    moment = (now or datetime.now(UTC)) - timedelta(seconds=STALE_AFTER_S)
+    return moment.isoformat(timespec="microseconds")
+
+
+def is_stale(record: RunRecord) -> bool:
+    """Whether a ``running`` run lost its owner (see the module docstring)."""
+    return (record.status == "running" and not is_active(record.run_id)
+            and record.updated_at < _stale_before())
+
+
+def run_status(record: RunRecord) -> str:
+    """The status to show: ``interrupted`` for a run whose owner died, else the stored one."""
+    return "interrupted" if is_stale(record) else record.status
+
+
+def is_resumable(record: RunRecord) -> bool:
+    """Whether Resume can continue the run now (stopped, ended on an error, or owner dead)."""
+    if is_active(record.run_id):
+        return False
+    return record.status in RESUMABLE_STATUSES or is_stale(record)
+
+
+def reconcile(store: Store) -> int:
+    """Mark ``interrupted`` the running runs whose owner died; returns how many."""
+    with _ACTIVE_CHANGED:
+        keep = set(_ACTIVE_RUNS)
+    return store.interrupt_stale_runs(updated_before=_stale_before(), keep=keep)
+
+
+def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
+    """Runs Resume can continue, most recent first (after `reconcile`)."""
+    reconcile(store)
+    runs = store.list_runs(status=sorted(RESUMABLE_STATUSES), limit=limit)
+    return [r for r in runs if not is_active(r.run_id)]
+
+
+# -- start and resume -----------------------------------------------------------------------------
+
+
+class Session:
+    """One run being recorded: iterate it for the runner's events; close it to stop the run.
+
+    Closing (a Stop button, a rerun, Ctrl-C) aborts the graph and marks the run
+    ``interrupted``; its thread stays in the database for :func:`resume`.
+    """
+
+    def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool) -> None:
+        self.store = store
+        self.record = record
+        self.settings = record.settings
+        self._events = _recorded(store, record, spec, resume=resume)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in the index."""
+        return self.record.run_id
+
+    def __iter__(self) -> Iterator[RunEvent]:
+        return self._events
+
+    def __next__(self) -> RunEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        """Stop the run (if it is still going) and finish recording it."""
+        self._events.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def start(
+    store: Store,
+    settings: RunSettings,
+    *,
+    models: ModelResolver | None = None,
+    thread_id: str | None = None,
+) -> Session:
+    """Record a new run and prepare its events (nothing is called until they are iterated).
+
+    The settings get their title (`RunSettings.titled`) and are stored scrubbed of secrets.
+
+    Args:
+        store: The database.
+        settings: What to run.
+        models: Builds the chat models, with their keys (`default_models()` when omitted).
+        thread_id: The LangGraph thread (the new run's id when omitted).
+
+    Raises:
+        ValueError: The settings cannot run (nothing is stored).
+        ModelConfigError: A model cannot be built (nothing is stored).
+    """
+    settings = settings.titled()
+    spec = build_spec(settings, models)
+    record = store.create_run(settings.redacted(), thread_id=thread_id)
+    return Session(store, record, spec, resume=False)
+
+
+def resume(
+    store: Store,
+    run_id: str,
+    *,
+    models: ModelResolver | None = None,
+    base_url: str | None = None,
+) -> Session:
+    """Continue a stored run on its thread with the settings it was started with.
+
+    A run that already ended reports its result without calling a model.
+
+    Args:
+        store: The database.
+        run_id: The run.
+        models: Builds the chat models, with their keys (`default_models()` when omitted).
+        base_url: Use this server instead of the stored one for this resume (not stored).
+
+    Raises:
+        KeyError: No such run.
+        RuntimeError: The run is being recorded now (here, or by a live process elsewhere).
+        ValueError: The stored settings cannot run.
+        ModelConfigError: A model cannot be built.
+    """
+    record = store.get_run(run_id)
+    if record is None:
+        msg = f"no run with id {run_id!r} in {store.path}"
+        raise KeyError(msg)
+    if is_active(run_id) or (record.status == "running" and not is_stale(record)):
+        msg = (f"Run {run_id[:8]} is still running (in this server, another tab or another "
+               f"process); wait for it to end, or try again in {STALE_AFTER_S:.0f} s if its "
+               "process died.")
+        raise RuntimeError(msg)
+    settings = record.settings
+    if base_url:
+        settings = settings.replace(base_url=base_url)
+    return Session(store, record, build_spec(settings, models), resume=True)
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+
+class _Heartbeat:
+    """Touches a running run's row every `HEARTBEAT_S` seconds, with the duration so far."""
+
+    def __init__(self, store: Store, run_id: str, prior_duration_s: float) -> None:
+        self._store, self._run_id, self._prior = store, run_id, prior_duration_s
+        self._started = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id[:8]}",
+                                        daemon=True)
+        self._thread.start()
+
+    def elapsed(self) -> float:
+        return self._prior + time.perf_counter() - self._started
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(StoreError, KeyError):
+                self._store.touch_run(self._run_id, duration_s=round(self.elapsed(), 3))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool
+              ) -> Generator[RunEvent, None, None]:
+    run_id = record.run_id
+    with _ACTIVE_CHANGED:
+        if run_id in _ACTIVE_RUNS:
+            msg = (f"Run {run_id[:8]} is already running or stopping in this server; wait a "
+                   "moment and try again.")
+            raise RuntimeError(msg)
+        _ACTIVE_RUNS.add(run_id)
+    prior = (record.duration_s or 0.0) if resume else 0.0
+    heartbeat: _Heartbeat | None = None
+    try:
+        if resume:
+            store.finish_run(run_id, "running")
+        heartbeat = _Heartbeat(store, run_id, prior)
+        events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
+                            resume=resume)
+        yield from _record_events(store, run_id, events, heartbeat.elapsed)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        with _ACTIVE_CHANGED:
+            _ACTIVE_RUNS.discard(run_id)
+            _ACTIVE_CHANGED.notify_all()
+
+
+def _record_events(
+    store: Store, run_id: str, events: Iterator[RunEvent], elapsed: Callable[[], float]
+) -> Iterator[RunEvent]:
+    """Pass the runner's events through, recording each evaluation once and the final status.
+
+    When the consumer stops early the runner is closed too (aborting the graph) and the run is
+    marked ``interrupted``; an exception marks it ``error``.
+    """
+    seen = {_eval_key(e) for e in store.evaluations(run_id)}
+    finished = False
+
+    def add(evaluation: RubricEvaluation) -> None:
+        key = _eval_key(evaluation)
+        if key not in seen:  # a resumed node may repeat a pass that was already recorded
+            store.add_evaluation(run_id, redact_data(evaluation))
+            seen.add(key)
+
+    try:
+        for event in events:
+            if event["type"] == "evaluation_finished":
+                add(event["evaluation"])
+            elif event["type"] == "run_finished":
+                for evaluation in event["evaluations"]:
+                    add(evaluation)
+                store.finish_run(run_id, event["status"],
+                                 error=redact(event["error"] or "") or None,
+                                 duration_s=round(elapsed(), 3))
+                finished = True
+            yield event
+    except Exception as exc:
+        if not finished:
+            finished = True
+            _finish_quietly(store, run_id, "error", redact(f"{type(exc).__name__}: {exc}"),
+                            elapsed())
+        raise
+    finally:
+        if not finished:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            _finish_quietly(store, run_id, "interrupted", None, elapsed())
+
+
+def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:
+    return str(ev.get("grading_run_id")), int(ev.get("iteration") or 0)
+
+
+def _finish_quietly(
+    store: Store, run_id: str, status: str, error: str | None, duration_s: float
+) -> None:
+    # On failure the record stays 'running'; without a heartbeat it goes stale and is offered
+    # for Resume.
+    with contextlib.suppress(StoreError, KeyError):
+        store.finish_run(run_id, status, error=error, duration_s=round(duration_s, 3))

@@ -1,0 +1,257 @@
+"""`RunSettings`: the one description of a run, from the page or the CLI to the store and back.
+
+A run is described once, here, as plain data: what the worker is asked, the rubric, the model
+strings, the base URL, the system prompts, the grader's tool names, the cap and where the run
+came from (a bundled example, a dataset row). The Run page and the CLI build it from their
+inputs; `rubric_core.session` runs it; the store keeps it whole as JSON beside the columns
+Review filters on; Review, export and Resume read it back. It never holds a credential: keys
+are passed when a run is started or resumed (`rubric_core.session`), never stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rubric_core.middleware import MAX_ITERATIONS
+from rubric_core.redact import redact, redact_data
+from rubric_core.rubric import parse_criteria, validate_rubric
+
+TITLE_CHARS = 60
+"""Longest run title taken from a prompt."""
+
+_TEXT_FIELDS = ("prompt", "rubric", "worker_model", "grader_model", "worker_system_prompt",
+                "grader_system_prompt", "title")
+
+
+def validate_run_text(prompt: object, rubric: object, max_iterations: object) -> None:
+    """The checks every run passes before a model is built: prompt, rubric, iteration cap.
+
+    Raises:
+        ValueError: Empty prompt or rubric, a rubric over the size limit or without criteria,
+            or a cap that is not a whole number from 1 to the middleware's ``MAX_ITERATIONS``.
+    """
+    if not isinstance(prompt, str) or not prompt.strip():
+        msg = "The prompt is empty: say what the worker should do."
+        raise ValueError(msg)
+    if not isinstance(rubric, str) or not rubric.strip():
+        msg = "The rubric is empty: write at least one criterion, one per line."
+        raise ValueError(msg)
+    validate_rubric(rubric)
+    if not parse_criteria(rubric):
+        msg = ("The rubric has no criteria (only bullets or blank lines): write at least one "
+               "criterion, one per line.")
+        raise ValueError(msg)
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
+        msg = "max_iterations must be a whole number"
+        raise ValueError(msg)
+    if not 1 <= max_iterations <= MAX_ITERATIONS:
+        msg = f"max_iterations must be between 1 and {MAX_ITERATIONS}"
+        raise ValueError(msg)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSettings:
+    """Everything that describes one run; JSON-round-tripping, never a credential.
+
+    Construction checks types only (so that a half-filled form can be described and its
+    problems reported); :meth:`validate` says whether it can run.
+    """
+
+    prompt: str
+    """What the worker is asked."""
+    rubric: str
+    """The rubric text: one criterion per line or bullet."""
+    worker_model: str = "demo"
+    """``provider:model`` of the worker (``demo`` is the offline one)."""
+    grader_model: str = "rules"
+    """``provider:model`` of the grader (``rules`` is the offline one)."""
+    base_url: str | None = None
+    """OpenAI-compatible server for ``openai``/``openai-compatible`` models; None: the default."""
+    worker_system_prompt: str = ""
+    """The worker's system prompt (``""`` for none)."""
+    grader_system_prompt: str = ""
+    """A custom grader prompt (``""`` for the built-in one)."""
+    grader_tools: tuple[str, ...] = ()
+    """Names of the grader's evidence tools (built by `rubric_core.session.build_grader_tools`)."""
+    max_iterations: int = 3
+    """Cap on grader passes, 1 to the middleware's ``MAX_ITERATIONS``."""
+    example_name: str | None = None
+    """The bundled example the run came from (its tools carry its test cases or schema)."""
+    title: str = ""
+    """Short human label; `rubric_core.session.start` fills it with :func:`run_title`."""
+    dataset_row: dict[str, Any] | None = None
+    """The dataset row the run was made from (experiments); JSON values only."""
+
+    def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            if not isinstance(getattr(self, name), str):
+                msg = f"{name} must be a string, got {type(getattr(self, name)).__name__}"
+                raise TypeError(msg)
+        for name in ("base_url", "example_name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                msg = f"{name} must be a string or None, got {type(value).__name__}"
+                raise TypeError(msg)
+            object.__setattr__(self, name, (value or "").strip() or None)
+        tools = self.grader_tools
+        if isinstance(tools, str) or not isinstance(tools, Sequence):
+            msg = f"grader_tools must be a list of tool names, got {type(tools).__name__}"
+            raise TypeError(msg)
+        for tool in tools:
+            if not isinstance(tool, str):
+                msg = f"grader_tools item must be a string, got {type(tool).__name__}"
+                raise TypeError(msg)
+        object.__setattr__(self, "grader_tools", tuple(tools))
+        if self.base_url is not None:
+            _check_base_url(self.base_url)
+        if self.dataset_row is not None:
+            if not isinstance(self.dataset_row, Mapping):
+                msg = f"dataset_row must be a mapping, got {type(self.dataset_row).__name__}"
+                raise TypeError(msg)
+            try:  # a copy, and proof that it travels as JSON
+                row = json.loads(json.dumps(dict(self.dataset_row), ensure_ascii=False))
+            except (TypeError, ValueError) as exc:
+                msg = f"dataset_row must hold JSON values only: {exc}"
+                raise TypeError(msg) from exc
+            object.__setattr__(self, "dataset_row", row)
+
+    def validate(self) -> None:
+        """Reject settings that cannot run, before any model is built or called.
+
+        Raises:
+            ValueError: Empty prompt or rubric, a bad rubric, a bad iteration cap, or a model
+                left blank.
+        """
+        validate_run_text(self.prompt, self.rubric, self.max_iterations)
+        if not self.worker_model.strip() or not self.grader_model.strip():
+            msg = "worker_model and grader_model must name a model, e.g. 'openai:gpt-4o-mini'"
+            raise ValueError(msg)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON-ready values (tool names as a list)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["grader_tools"] = list(self.grader_tools)
+        return out
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys, no spaces); ``from_json(s.to_json()) == s``."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True,
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSettings:
+        """Settings from :meth:`to_dict`'s shape.
+
+        Raises:
+            ValueError: Not a mapping, unknown keys, or ``prompt``/``rubric`` missing.
+            TypeError: A value of the wrong type.
+        """
+        if not isinstance(data, Mapping):
+            msg = f"run settings must be a JSON object, got {type(data).__name__}"
+            raise ValueError(msg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            msg = f"unknown run setting(s) {unknown}; known: {sorted(known)}"
+            raise ValueError(msg)
+        missing = [name for name in ("prompt", "rubric") if name not in data]
+        if missing:
+            msg = f"run settings lack {missing}"
+            raise ValueError(msg)
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSettings:
+        """Settings from :meth:`to_json`'s text.
+
+        Raises:
+            ValueError: Not JSON, or not settings (see :meth:`from_dict`).
+        """
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            msg = f"run settings are not valid JSON: {exc}"
+            raise ValueError(msg) from exc
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> RunSettings:
+        """A copy with some fields changed (checked like a new instance)."""
+        return dataclasses.replace(self, **changes)
+
+    def titled(self) -> RunSettings:
+        """These settings with :attr:`title` filled by :func:`run_title` when it is empty."""
+        return self if self.title.strip() else self.replace(title=run_title(self))
+
+    def redacted(self) -> RunSettings:
+        """A copy with known secrets scrubbed from every text (what the store keeps)."""
+        texts = {name: redact(getattr(self, name)) for name in (*_TEXT_FIELDS, "base_url")
+                 if getattr(self, name) is not None}
+        row = redact_data(self.dataset_row) if self.dataset_row is not None else None
+        return self.replace(**texts, dataset_row=row,
+                            grader_tools=tuple(redact(t) for t in self.grader_tools))
+
+    @classmethod
+    def from_columns(
+        cls,
+        *,
+        title: str,
+        prompt: str,
+        rubric: str,
+        worker_model: str,
+        grader_model: str,
+        max_iterations: int,
+        worker_system_prompt: str | None,
+        grader_system_prompt: str | None,
+        grader_tools: Sequence[str] | None,
+    ) -> RunSettings:
+        """Settings for a run stored before they were kept whole (schema 1 and 2 rows).
+
+        A run whose prompt and rubric are a bundled example's takes the example back (name,
+        and its system prompt and tools where the row did not record them). Rows from before
+        system prompts and tools were recorded (None) get the defaults, with the general tools
+        the rubric names. The base URL was never recorded: None.
+        """
+        from rubric_core.examples import list_examples
+        from rubric_core.tools import DEFAULT_TOOLS
+
+        example = next((e for e in list_examples()
+                        if e.prompt == prompt and e.rubric == rubric), None)
+        if grader_tools is None:
+            if example is not None:
+                worker_system_prompt = example.worker_system_prompt
+                grader_tools = [t.name for t in example.grader_tools()]
+            else:
+                grader_tools = [name for name in DEFAULT_TOOLS if name in rubric]
+        return cls(
+            prompt=prompt, rubric=rubric, worker_model=worker_model, grader_model=grader_model,
+            worker_system_prompt=worker_system_prompt or "",
+            grader_system_prompt=grader_system_prompt or "", grader_tools=tuple(grader_tools),
+            max_iterations=max_iterations, example_name=example.name if example else None,
+            title=title,
+        )
+
+
+def run_title(settings: RunSettings) -> str:
+    """The run's label: the bundled example's title, else the prompt's start (the app's and
+    the CLI's, and so the export's ``run_title``)."""
+    if settings.example_name:
+        from rubric_core.examples import get_example
+
+        try:
+            return get_example(settings.example_name).title
+        except KeyError:
+            pass
+    first = " ".join(settings.prompt.split())
+    return first if len(first) <= TITLE_CHARS else first[: TITLE_CHARS - 1] + "…"
+
+
+def _check_base_url(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        msg = ("The base URL carries a user name or password: give the server's URL alone and "
+               "pass its key separately (it is never stored with a run).")
+        raise ValueError(msg)

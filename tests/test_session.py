@@ -1,0 +1,151 @@
+"""The session layer: start and resume record a run; the active registry; the stale-owner rule."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rubric_core import session
+from rubric_core.examples import get_example
+from rubric_core.settings import RunSettings
+from rubric_core.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "db.sqlite3") as s:
+        yield s
+
+
+def _haiku(**changes: Any) -> RunSettings:
+    ex = get_example("haiku")
+    return RunSettings(prompt=ex.prompt, rubric=ex.rubric, example_name="haiku",
+                       worker_system_prompt=ex.worker_system_prompt).replace(**changes)
+
+
+def _stop_after_first_pass(run: session.Session) -> None:
+    graded = False
+    for event in run:
+        graded = graded or event["type"] == "evaluation_finished"
+        if graded and event["type"] == "worker_token":
+            break
+    run.close()  # what a Stop or a rerun does to the page's loop
+
+
+def _backdate(store: Store, run_id: str, seconds: float = 3600) -> None:
+    conn = sqlite3.connect(store.path)
+    with conn:
+        conn.execute("UPDATE runs SET updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', ?) "
+                     "|| '+00:00' WHERE run_id = ?", (f"-{int(seconds)} seconds", run_id))
+    conn.close()
+
+
+def test_start_records_the_run_with_its_settings(store: Store) -> None:
+    run = session.start(store, _haiku())
+    events = list(run)
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "satisfied"
+    stored = store.get_run(run.run_id)
+    assert stored is not None and stored.status == "satisfied"
+    assert stored.iterations == len(events[-1]["evaluations"]) >= 2
+    assert stored.duration_s is not None and stored.duration_s > 0
+    assert stored.settings == _haiku().titled()
+    assert stored.title == get_example("haiku").title
+
+
+def test_invalid_settings_store_nothing(store: Store) -> None:
+    with pytest.raises(ValueError, match="prompt is empty"):
+        session.start(store, _haiku(prompt=" "))
+    with pytest.raises(ValueError, match="ghost"):
+        session.start(store, _haiku(grader_tools=("ghost",)))
+    assert store.list_runs() == []
+
+
+def test_interrupt_then_resume_continues_the_same_grading_run(store: Store) -> None:
+    run = session.start(store, _haiku())
+    _stop_after_first_pass(run)
+    interrupted = store.get_run(run.run_id)
+    assert interrupted is not None and interrupted.status == "interrupted"
+    assert session.is_resumable(interrupted)
+    assert [r.run_id for r in session.resumable_runs(store)] == [run.run_id]
+    first_gid = store.evaluations(run.run_id)[0]["grading_run_id"]
+
+    events = list(session.resume(store, run.run_id))
+    assert events[-1]["status"] == "satisfied"
+    evaluations = store.evaluations(run.run_id)
+    assert {e["grading_run_id"] for e in evaluations} == {first_gid}
+    assert [e["iteration"] for e in evaluations] == list(range(len(evaluations)))
+    assert session.resumable_runs(store) == []
+
+
+def test_an_exception_marks_the_run_error_and_it_stays_resumable(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*_: Any, **__: Any) -> Any:
+        yield {"type": "worker_started", "iteration": 0}
+        raise RuntimeError("worker crashed")
+
+    monkeypatch.setattr(session, "run_rubric", boom)
+    run = session.start(store, _haiku())
+    with pytest.raises(RuntimeError):
+        list(run)
+    stored = store.get_run(run.run_id)
+    assert stored is not None and stored.status == "error" and "worker crashed" in stored.error
+    assert session.is_resumable(stored)
+    monkeypatch.undo()
+    assert list(session.resume(store, run.run_id))[-1]["status"] == "satisfied"
+
+
+def test_the_registry_blocks_a_second_recorder(store: Store) -> None:
+    run = session.start(store, _haiku())
+    next(run)
+    assert session.is_active(run.run_id)
+    with pytest.raises(RuntimeError, match="still running"):
+        session.resume(store, run.run_id)
+    run.close()
+    assert not session.is_active(run.run_id)
+    assert session.wait_until_inactive(run.run_id, timeout_s=0.1)
+    assert store.get_run(run.run_id).status == "interrupted"
+
+
+def test_a_running_run_whose_owner_died_is_interrupted_and_resumable(store: Store) -> None:
+    record = store.create_run(_haiku().titled())  # as a killed process leaves it
+    assert not session.is_stale(record) and not session.is_resumable(record)
+    with pytest.raises(RuntimeError, match="still running"):
+        session.resume(store, record.run_id)  # its owner may be alive: its heartbeat is fresh
+    _backdate(store, record.run_id, session.STALE_AFTER_S + 5)
+    stale = store.get_run(record.run_id)
+    assert stale is not None and session.is_stale(stale)
+    assert session.run_status(stale) == "interrupted" and session.is_resumable(stale)
+    assert [r.run_id for r in session.resumable_runs(store)] == [record.run_id]
+    assert store.get_run(record.run_id).status == "interrupted"  # written by reconcile
+    assert list(session.resume(store, record.run_id))[-1]["status"] == "satisfied"
+
+
+def test_a_live_run_in_this_process_is_never_stale(store: Store) -> None:
+    run = session.start(store, _haiku())
+    next(run)
+    _backdate(store, run.run_id)
+    assert not session.is_stale(store.get_run(run.run_id))
+    assert session.reconcile(store) == 0
+    run.close()
+
+
+def test_the_heartbeat_touches_the_row(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session, "HEARTBEAT_S", 0.01)
+    run = session.start(store, _haiku())
+    next(run)
+    _backdate(store, run.run_id)
+    before = store.get_run(run.run_id).updated_at
+    assert session.wait_until_inactive(run.run_id, timeout_s=0.2) is False
+    after = store.get_run(run.run_id)
+    assert after.updated_at > before and after.duration_s is not None
+    run.close()
+
+
+def test_resume_of_an_unknown_run_says_so(store: Store) -> None:
+    with pytest.raises(KeyError, match="no run with id 'nope'"):
+        session.resume(store, "nope")
