@@ -28,9 +28,8 @@ import logging
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.export import (
     criteria_changes,
@@ -39,6 +38,9 @@ from rubric_core.export import (
     to_csv,
 )
 from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 

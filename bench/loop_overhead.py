@@ -28,15 +28,17 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langsmith.run_helpers import tracing_context
 from scripted_model import Script, ScriptedChatModel
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ITERATIONS = (3, 10)
 """Grader passes per run; the last is also where grader input growth is read."""

@@ -15,6 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
+from typing_extensions import override
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -71,6 +72,7 @@ class ScriptedChatModel(BaseChatModel):
         """Characters of message text each call was sent, in call order."""
         return self._input_chars
 
+    @override
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -86,6 +88,7 @@ class ScriptedChatModel(BaseChatModel):
         self._model_seconds += time.perf_counter() - started
         return result
 
+    @override
     def bind_tools(
         self,
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],

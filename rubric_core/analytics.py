@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from rubric_core.rubric import normalize_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
 
 ANALYTICS_COLUMNS: tuple[str, ...] = (
     "criterion", "grading_runs", "first_pass_fail_rate", "mean_passes_to_fix", "oscillations",
@@ -103,6 +105,7 @@ def loop_analytics(evaluations: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
     Returns:
         A DataFrame with :data:`ANALYTICS_COLUMNS`, in order of first appearance.
+
     """
     tallies: dict[str, _Tally] = {}
     for run in grading_runs(evaluations):

@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -22,6 +21,8 @@ from rubric_core.rubric import RubricError
 from rubric_core.store import DB_ENV_VAR, StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rubric_core.runner import RunEvent
     from rubric_core.settings import RunSettings
 
@@ -53,17 +54,23 @@ def _text_arg(value: str, what: str) -> str:
             data = sys.stdin.buffer.read(MAX_TEXT_FILE_BYTES + 1)
         else:
             if Path(path).is_dir():
-                raise UsageError(f"{what} file {path!r} is a directory")
+                msg = f"{what} file {path!r} is a directory"
+                raise UsageError(msg)
             with open(path, "rb") as handle:  # bounded: /dev/zero or a huge file stop here
                 data = handle.read(MAX_TEXT_FILE_BYTES + 1)
         if len(data) > MAX_TEXT_FILE_BYTES:
-            raise UsageError(f"{what} file {path!r} is over {MAX_TEXT_FILE_BYTES // 1024} KB: "
-                             "give a smaller file")
+            msg = (
+                f"{what} file {path!r} is over {MAX_TEXT_FILE_BYTES // 1024} KB: "
+                             "give a smaller file"
+            )
+            raise UsageError(msg)
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} file {path!r} is not UTF-8 text: {exc}") from exc
+        msg = f"{what} file {path!r} is not UTF-8 text: {exc}"
+        raise UsageError(msg) from exc
     except OSError as exc:
-        raise UsageError(f"cannot read {what} file {path!r}: {exc}") from exc
+        msg = f"cannot read {what} file {path!r}: {exc}"
+        raise UsageError(msg) from exc
 
 
 def _check_output(path: str) -> None:
@@ -71,11 +78,14 @@ def _check_output(path: str) -> None:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise UsageError(f"--csv {path!r} is a directory: give a file path")
+        msg = f"--csv {path!r} is a directory: give a file path"
+        raise UsageError(msg)
     if not parent.is_dir():
-        raise UsageError(f"--csv {path!r}: the directory {str(parent)!r} does not exist")
+        msg = f"--csv {path!r}: the directory {str(parent)!r} does not exist"
+        raise UsageError(msg)
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"--csv {path!r} is not writable")
+        msg = f"--csv {path!r} is not writable"
+        raise UsageError(msg)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,10 +140,13 @@ def app_root() -> Path | None:
 def _start_app(streamlit_args: list[str]) -> int:
     root = app_root()
     if root is None:
-        raise UsageError(
+        msg = (
             "the Streamlit app (serve.py, app.py, pages/) ships with the repository, not the "
             "package: run 'rubric-studio app' inside a clone, or install from one with "
             "'pip install -e .'"
+        )
+        raise UsageError(
+            msg
         )
     args = [a for a in streamlit_args if a != "--"]
     os.chdir(root)  # streamlit reads .streamlit/config.toml from the working directory
@@ -165,9 +178,11 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     if args.system_prompt is not None:
         system = _text_arg(args.system_prompt, "system prompt")
     if not prompt:
-        raise UsageError("give --prompt TEXT|@FILE or --example NAME")
+        msg = "give --prompt TEXT|@FILE or --example NAME"
+        raise UsageError(msg)
     if not rubric:
-        raise UsageError("give --rubric TEXT|@FILE or --example NAME")
+        msg = "give --rubric TEXT|@FILE or --example NAME"
+        raise UsageError(msg)
     if args.max_iterations is not None:
         max_iterations = args.max_iterations
     settings = RunSettings(
@@ -200,10 +215,13 @@ def _check_resume_arguments(args: argparse.Namespace, stored: RunSettings) -> No
         have = getattr(stored, field)
         # The store keeps texts scrubbed of secrets: compare them the same way.
         if value != have and not (isinstance(value, str) and redact(value) == have):
-            raise UsageError(
+            msg = (
                 f"thread {args.thread!r} was started with another {flag.removeprefix('--')}: "
                 f"--resume continues it with its stored settings, so drop {flag} (or start a "
                 "new run without --resume)"
+            )
+            raise UsageError(
+                msg
             )
 
 
@@ -240,7 +258,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from rubric_core import session
 
     if args.resume and not (args.db and args.thread):
-        raise UsageError("--resume needs --db PATH and --thread ID")
+        msg = "--resume needs --db PATH and --thread ID"
+        raise UsageError(msg)
     settings = None if args.resume else _settings(args)
     if args.csv:
         _check_output(args.csv)
@@ -253,9 +272,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             if args.resume:
                 record = store.latest_run_for_thread(args.thread)
                 if record is None:
-                    raise UsageError(
+                    msg = (
                         f"no run on thread {args.thread!r} in {args.db}: check --thread and "
                         "--db, or start a new run without --resume"
+                    )
+                    raise UsageError(
+                        msg
                     )
                 _check_resume_arguments(args, record.settings)
                 try:
@@ -305,7 +327,8 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
     if args.csv:
         _check_output(args.csv)
     if not Path(args.db).is_file():
-        raise UsageError(f"--db {args.db!r} does not exist")
+        msg = f"--db {args.db!r} does not exist"
+        raise UsageError(msg)
     store = Store(args.db)
     try:
         runs = store.list_runs(limit=None)

@@ -21,11 +21,13 @@ on the next. With ``RubricMiddleware(grader_repeats=k)`` each pass grades the an
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rubric_core.grader import GradeOutcome
 from rubric_core.types import CriterionVerdict, GraderResponse
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 Consensus = Literal["majority", "unanimous"]
 """How repeats' verdicts on one criterion are combined."""
@@ -65,6 +67,7 @@ def combine(
 
     Raises:
         ValueError: No outcomes, or an unknown mode.
+
     """
     if not outcomes:
         msg = "combine needs at least one outcome"

@@ -24,8 +24,10 @@ import dataclasses
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 MAX_DATASET_BYTES = 20 * 1024 * 1024
 """The largest dataset file accepted."""
@@ -113,14 +115,17 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
         msg = "the dataset is empty: give a header row (with a 'prompt' column) and rows"
         raise DatasetError(msg) from None
     except csv.Error as exc:
-        raise DatasetError(f"row 1: not readable as CSV ({exc})") from exc
+        msg_0 = f"row 1: not readable as CSV ({exc})"
+        raise DatasetError(msg_0) from exc
     columns = [name.strip() for name in header]
     for index, name in enumerate(columns, start=1):
         if not name:
-            raise DatasetError(f"row 1, column {index}: the header is empty; name every column")
+            msg_0 = f"row 1, column {index}: the header is empty; name every column"
+            raise DatasetError(msg_0)
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
     if duplicates:
-        raise DatasetError(f"row 1: column {duplicates[0]!r} appears twice in the header")
+        msg_0 = f"row 1: column {duplicates[0]!r} appears twice in the header"
+        raise DatasetError(msg_0)
     records = []
     try:
         for cells in reader:
@@ -133,7 +138,8 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
                       enumerate(columns)}
             records.append((line, values))
     except csv.Error as exc:
-        raise DatasetError(f"row {reader.line_num}: not readable as CSV ({exc})") from exc
+        msg_0 = f"row {reader.line_num}: not readable as CSV ({exc})"
+        raise DatasetError(msg_0) from exc
     return columns, records
 
 
@@ -146,7 +152,8 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
         try:
             value = json.loads(line)
         except ValueError as exc:
-            raise DatasetError(f"row {line_no}: not a JSON object ({exc.args[0]})") from exc
+            msg = f"row {line_no}: not a JSON object ({exc.args[0]})"
+            raise DatasetError(msg) from exc
         if not isinstance(value, dict):
             msg = f"row {line_no}: a JSON {type(value).__name__}, not an object of columns"
             raise DatasetError(msg)
@@ -185,6 +192,7 @@ def fill(template: str, variables: Mapping[str, str]) -> str:
 
     Raises:
         KeyError: A variable the mapping does not have.
+
     """
 
     def replace(match: re.Match[str]) -> str:
@@ -213,6 +221,7 @@ def parse_dataset(
 
     Raises:
         DatasetError: The first problem, naming its row and column.
+
     """
     size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
     if size > MAX_DATASET_BYTES:
@@ -222,10 +231,12 @@ def parse_dataset(
     text = _decode(data)
     fmt = fmt or sniff_format(text)
     if fmt not in ("csv", "jsonl"):
-        raise DatasetError(f"unknown dataset format {fmt!r}: use 'csv' or 'jsonl'")
+        msg_0 = f"unknown dataset format {fmt!r}: use 'csv' or 'jsonl'"
+        raise DatasetError(msg_0)
     columns, records = _records_csv(text) if fmt == "csv" else _records_jsonl(text)
     if not records:
-        raise DatasetError("the dataset has no rows: add at least one row under the header")
+        msg_0 = "the dataset has no rows: add at least one row under the header"
+        raise DatasetError(msg_0)
     if len(records) > MAX_DATASET_ROWS:
         msg = (f"the dataset has {len(records):,} rows; the limit is {MAX_DATASET_ROWS:,}. "
                "Split it into smaller datasets.")
@@ -263,7 +274,8 @@ def _row(
     raw_prompt = (values.get("prompt") or "").strip()
     source = raw_prompt or (template or "").strip()
     if not source:
-        raise DatasetError(f"row {line}, column 'prompt': the prompt is empty")
+        msg_0 = f"row {line}, column 'prompt': the prompt is empty"
+        raise DatasetError(msg_0)
     where = f"row {line}, column 'prompt'" if raw_prompt else "the prompt template"
     for var in template_variables(source):
         if var not in variables:
@@ -276,7 +288,8 @@ def _row(
             raise DatasetError(msg)
     row_id = (values.get("id") or "").strip() or str(number)
     if row_id in seen:
-        raise DatasetError(f"row {line}, column 'id': {row_id!r} is used by an earlier row")
+        msg_0 = f"row {line}, column 'id': {row_id!r} is used by an earlier row"
+        raise DatasetError(msg_0)
     seen.add(row_id)
     rubric = (values.get("rubric") or "").strip() or None
     return DatasetRow(id=row_id, prompt=fill(source, variables), rubric=rubric,
@@ -284,8 +297,10 @@ def _row(
 
 
 def rows_from_jsonl(text: str, *, name: str = "dataset") -> Dataset:
-    """A dataset stored with `Dataset.to_jsonl`, read back exactly (prompts are not filled
-    again: they were filled when the dataset was first read)."""
+    """A dataset stored with `Dataset.to_jsonl`, read back exactly.
+
+    Prompts are not filled again: they were filled when the dataset was first read.
+    """
     rows: list[DatasetRow] = []
     columns: list[str] = []
     for line in text.splitlines():

@@ -8,13 +8,15 @@ every criterion pass. With real models, the same prompts and rubrics work unchan
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from langchain_core.tools import BaseTool
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.rubric import parse_criteria
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from langchain_core.tools import BaseTool
 
 FIND_DUPLICATES_TESTS_TOOL = "run_find_duplicates_tests"
 """Name of the grader tool that runs the find_duplicates test cases."""
@@ -184,6 +186,7 @@ def get_example(name: str) -> Example:
 
     Raises:
         KeyError: No such example; the message lists the known names.
+
     """
     try:
         return EXAMPLES[name]

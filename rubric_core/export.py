@@ -146,6 +146,7 @@ def export_rows(
     Args:
         source: A :class:`~rubric_core.store.Store` (every run in it), or ``(run,
             evaluations)`` pairs.
+
     """
     for run, evaluations in _pairs(source):
         yield from _rows(evaluations, run)
@@ -165,6 +166,7 @@ def write_csv(rows: Iterable[Sequence[Any]], out: TextIO,
 
     Returns:
         The number of data rows written.
+
     """
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(columns)
@@ -181,6 +183,7 @@ def write_json(rows: Iterable[Sequence[Any]], out: TextIO,
 
     Returns:
         The number of rows written.
+
     """
     out.write("[")
     count = 0
@@ -208,6 +211,7 @@ def evaluations_frame(
 
     Returns:
         A DataFrame with :data:`EXPORT_COLUMNS`.
+
     """
     return _frame(_rows(evaluations, run))
 
@@ -223,6 +227,7 @@ def runs_frame(
 
     Returns:
         A DataFrame with :data:`EXPORT_COLUMNS`.
+
     """
     return _frame(export_rows(source))
 
@@ -249,6 +254,7 @@ def heatmap_frame(
     Returns:
         Rows indexed by criterion, columns by iteration; cells True, False, or None where a
         criterion was not graded (a ``grader_error`` pass gives a column of None).
+
     """
     evs = list(evaluations)
     if grading_run_id is None and evs:
@@ -304,6 +310,7 @@ def restore_cell(value: Any) -> Any:
 
     Returns:
         The text without the one leading ``'`` the export added; other values unchanged.
+
     """
     if isinstance(value, str) and value.startswith(ESCAPE):
         return value[1:]
@@ -319,6 +326,7 @@ def restore_frame(df: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.
 
     Returns:
         A copy with the escape removed.
+
     """
     out = df.copy(deep=False)
     for col in df.columns if columns is None else columns:
@@ -347,6 +355,7 @@ def to_csv(df: pd.DataFrame) -> str:
 
     Returns:
         The CSV, header included, index excluded.
+
     """
     return neutralize_frame(df).to_csv(index=False, lineterminator="\r\n")
 
@@ -359,6 +368,7 @@ def to_json(df: pd.DataFrame) -> str:
 
     Returns:
         The JSON; missing values are ``null``, floats keep 15 significant digits.
+
     """
     return df.to_json(orient="records", force_ascii=False, double_precision=15)
 
@@ -375,6 +385,7 @@ def iteration_diff(a: str, b: str) -> list[tuple[DiffOp, str]]:
 
     Returns:
         ``(op, text)`` pairs in reading order; a replacement is a delete then an insert.
+
     """
     ta, tb = _TOKENS.findall(a), _TOKENS.findall(b)
     ops: list[tuple[DiffOp, str]] = []
@@ -414,6 +425,7 @@ def criteria_changes(
     Returns:
         ``fixed``, ``regressed``, ``still_failing`` and ``still_passing``: criterion names as
         ``ev_b`` gives them, in its order.
+
     """
     before = {normalize_name(c["name"]): bool(c["passed"]) for c in ev_a.get("criteria") or []}
     out: dict[str, list[str]] = {

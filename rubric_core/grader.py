@@ -30,7 +30,6 @@ import re
 import secrets
 import time
 import unicodedata
-from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -50,6 +49,8 @@ from rubric_core.rubric import normalize_name
 from rubric_core.types import REVISION_SOURCE, CriterionVerdict, GraderResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Mapping, Sequence
+
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
@@ -297,6 +298,7 @@ def build_grader_messages(
         criteria: Criteria parsed from the rubric.
         system_prompt: Replaces the built-in grader instructions when given.
         nonce: Delimiter suffix; random per call unless a test pins it.
+
     """
     nonce = nonce or secrets.token_hex(6)
     attempt = latest_attempt(messages)
@@ -392,6 +394,7 @@ def assign_answers(
         and the positions of names that match no criterion. Rubric criteria that share a key
         take that key's answers one each, in order; when there are more answers than such
         criteria, each of them gets every one of those answers.
+
     """
     slots: dict[str, list[int]] = {}
     for index, criterion in enumerate(criteria):
@@ -557,6 +560,7 @@ def retry_after_s(headers: Mapping[str, str] | None, now: datetime | None = None
 
     Returns:
         The wait, or None when no header is present or none can be read.
+
     """
     if headers is None:
         return None
@@ -692,6 +696,7 @@ def grade_steps(
             server's replies were not JSON, or it called tools for too many rounds.
         Exception: A non-transient model error, or a transient one after `max_retries`.
         Every one of these carries a `GraderFailure` (`grader_failure`) and names it.
+
     """
     convo = list(messages)
     by_name = {t.name: t for t in tools}

@@ -20,11 +20,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Mapping
+
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 ALLOWED_HOSTS_ENV: Final = "RUBRIC_STUDIO_ALLOWED_HOSTS"
@@ -73,6 +74,7 @@ def host_name(authority: str) -> str | None:
     Returns:
         The name lower-cased (an IPv6 address compressed, without brackets), or None when the
         value is malformed or its port is out of range.
+
     """
     match = _AUTHORITY.fullmatch(authority)
     if match is None or (match["port"] is not None and int(match["port"]) > 65535):
@@ -105,6 +107,7 @@ def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:
 
     Raises:
         ValueError: An entry is not a plain host name or address.
+
     """
     names = set(LOOPBACK_HOSTS)
     for entry in env.get(ALLOWED_HOSTS_ENV, "").split(","):
@@ -138,6 +141,7 @@ async def require_installed(_app: object) -> AsyncIterator[None]:
 
     Raises:
         RuntimeError: No :class:`HostCheckMiddleware` saw the startup.
+
     """
     if not _installed:
         msg = (
@@ -201,6 +205,7 @@ class HostCheckMiddleware:
 
         Raises:
             ValueError: ``allowed_hosts`` is empty.
+
         """
         hosts = frozenset(allowed_hosts)
         if not hosts:

@@ -1,4 +1,4 @@
-"""`RubricMiddleware`: grade the agent's answer against a rubric and loop until it passes.
+r"""`RubricMiddleware`: grade the agent's answer against a rubric and loop until it passes.
 
 Used as ``create_agent(model=..., middleware=[RubricMiddleware(model=...)], checkpointer=...)``
 and invoked with ``{"messages": [...], "rubric": "- criterion\\n- criterion"}``.
@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
+from typing_extensions import override
 
 from rubric_core.consensus import (
     CONSENSUS_MODES,
@@ -56,6 +56,8 @@ from rubric_core.types import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from langchain_core.language_models import BaseChatModel
     from langgraph.runtime import Runtime
 
@@ -126,6 +128,7 @@ def best_iteration(evaluations: Sequence[RubricEvaluation]) -> int | None:
 
     Args:
         evaluations: The passes of one grading run, in order.
+
     """
     best: tuple[int, int] | None = None
     for ev in evaluations:
@@ -142,7 +145,7 @@ def _status_after(result: RubricResult, iteration: int, max_iterations: int) -> 
 
 
 def _merge_missing(
-    criteria: Sequence[str], answered: list[CriterionVerdict], missing: list[str]
+    criteria: Sequence[str], answered: list[CriterionVerdict]
 ) -> list[CriterionVerdict]:
     by_name = {c["name"]: c for c in answered}
     merged: list[CriterionVerdict] = []
@@ -200,6 +203,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         prepare_messages_for_grader: Rewrites the transcript the grader sees (called with a
             copy of the agent's messages, before the grader prompt is built from them), e.g.
             to drop system messages or redact tool output. The agent's state is not changed.
+
     """
 
     state_schema = RubricState
@@ -278,6 +282,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
 
     # ------------------------------------------------------------------ run bookkeeping
 
+    @override
     def before_agent(self, state: RubricState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Start a new grading run when the rubric changed or the last run ended."""
         rubric = state.get("rubric")
@@ -386,7 +391,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             tokens = (outcome.input_tokens, outcome.output_tokens)
             if outcome.missing and result != "failed":
                 unverified = True
-                verdicts = _merge_missing(criteria, verdicts, outcome.missing)
+                verdicts = _merge_missing(criteria, verdicts)
                 result = "needs_revision"
                 explanation = (
                     f"{explanation} (Unverified: the grader left out {len(outcome.missing)} "

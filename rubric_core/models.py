@@ -96,6 +96,7 @@ def resolve_model(
 
     Raises:
         ModelConfigError: Unknown provider, missing package or key, malformed string.
+
     """
     spec = (spec or "").strip()
     if not spec:
@@ -164,7 +165,8 @@ def _init_provider(
     if known is not None:
         reason = known.unavailable_reason() if api_key is None else None
         if reason and not known.installed():
-            raise ModelConfigError(f"Provider {provider!r} is unavailable: {reason}.")
+            msg = f"Provider {provider!r} is unavailable: {reason}."
+            raise ModelConfigError(msg)
         if reason:
             msg = (f"Provider {provider!r} needs an API key: {reason}. Set it in the "
                    "environment or in .streamlit/secrets.toml.")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +29,8 @@ from rubric_core.settings import validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -116,6 +117,7 @@ class RunSpec:
 
         Raises:
             ValueError: Empty prompt or rubric, rubric too large, bad iteration cap.
+
         """
         validate_run_text(self.prompt, self.rubric, self.max_iterations)
 
@@ -185,6 +187,7 @@ def run_rubric(
     Raises:
         ValueError: The spec is invalid (nothing is run).
         ModelConfigError: A model string cannot be resolved (nothing is run).
+
     """
     run.validate()
     checkpointer = checkpointer or InMemorySaver()

@@ -57,6 +57,7 @@ def default_models(*, token_delay_s: float = 0.0) -> ModelResolver:
 
     Args:
         token_delay_s: Seconds between the offline demo worker's chunks.
+
     """
 
     def resolve(model: str, role: Role, base_url: str | None) -> BaseChatModel:
@@ -71,6 +72,7 @@ def build_grader_tools(names: Iterable[str], example_name: str | None = None) ->
 
     Raises:
         ValueError: A name is neither a general tool nor one of the example's.
+
     """
     from rubric_core.examples import get_example
     from rubric_core.tools import DEFAULT_TOOLS
@@ -95,6 +97,7 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
     Raises:
         ValueError: The settings cannot run, or a grader tool is unknown.
         ModelConfigError: A model cannot be built.
+
     """
     settings.validate()
     models = models or default_models()
@@ -229,6 +232,7 @@ def start(
     Raises:
         ValueError: The settings cannot run (nothing is stored).
         ModelConfigError: A model cannot be built (nothing is stored).
+
     """
     settings = settings.titled()
     spec = build_spec(settings, models)
@@ -258,6 +262,7 @@ def resume(
         RuntimeError: The run is being recorded now (here, or by a live process elsewhere).
         ValueError: The stored settings cannot run.
         ModelConfigError: A model cannot be built.
+
     """
     record = store.get_run(run_id)
     if record is None:

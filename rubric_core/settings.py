@@ -33,6 +33,7 @@ def validate_run_text(prompt: object, rubric: object, max_iterations: object) ->
     Raises:
         ValueError: Empty prompt or rubric, a rubric over the size limit or without criteria,
             or a cap that is not a whole number from 1 to the middleware's ``MAX_ITERATIONS``.
+
     """
     if not isinstance(prompt, str) or not prompt.strip():
         msg = "The prompt is empty: say what the worker should do."
@@ -125,6 +126,7 @@ class RunSettings:
         Raises:
             ValueError: Empty prompt or rubric, a bad rubric, a bad iteration cap, or a model
                 left blank.
+
         """
         validate_run_text(self.prompt, self.rubric, self.max_iterations)
         if not self.worker_model.strip() or not self.grader_model.strip():
@@ -149,6 +151,7 @@ class RunSettings:
         Raises:
             ValueError: Not a mapping, unknown keys, or ``prompt``/``rubric`` missing.
             TypeError: A value of the wrong type.
+
         """
         if not isinstance(data, Mapping):
             msg = f"run settings must be a JSON object, got {type(data).__name__}"
@@ -170,6 +173,7 @@ class RunSettings:
 
         Raises:
             ValueError: Not JSON, or not settings (see :meth:`from_dict`).
+
         """
         try:
             data = json.loads(text)
@@ -236,8 +240,10 @@ class RunSettings:
 
 
 def run_title(settings: RunSettings) -> str:
-    """The run's label: the bundled example's title, else the prompt's start (the app's and
-    the CLI's, and so the export's ``run_title``)."""
+    """The run's label: the bundled example's title, else the prompt's start.
+
+    The app, the CLI and so the export's ``run_title`` all use it.
+    """
     if settings.example_name:
         from rubric_core.examples import get_example
 

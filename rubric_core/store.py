@@ -35,7 +35,6 @@ import sqlite3
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +44,8 @@ from rubric_core.settings import RunSettings
 from rubric_core.types import RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Iterator, Sequence
+
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from rubric_core.types import RubricEvaluation
@@ -220,6 +221,7 @@ def default_db_path() -> Path:
         ``$RUBRIC_STUDIO_DB`` when set, else ``rubric-studio/rubric_studio.sqlite3`` under
         ``$XDG_DATA_HOME`` (default ``~/.local/share``). Directories are created by
         :meth:`Store.open`, not here.
+
     """
     configured = os.environ.get(DB_ENV_VAR, "").strip()
     if configured:
@@ -275,6 +277,7 @@ class Store:
 
     Args:
         path: The SQLite file; created, with its parent directories, on first open.
+
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -315,6 +318,7 @@ class Store:
             StoreError: The path is not writable, or the file is not SQLite, fails
                 ``quick_check``, belongs to another application, was written by a newer schema,
                 or holds an interrupted transaction. The file is left untouched in every case.
+
         """
         with self._lock:
             if not self._opened:
@@ -342,6 +346,7 @@ class Store:
 
         Raises:
             StoreError: The checkpoint tables cannot be created.
+
         """
         self.open()
         with self._lock:
@@ -389,6 +394,7 @@ class Store:
         Raises:
             TypeError: Both ``settings`` and fields, an unknown field, or a wrong type.
             ValueError: Settings that cannot run (`RunSettings.validate`).
+
         """
         if settings is None:
             settings = RunSettings(**fields)
@@ -431,6 +437,7 @@ class Store:
 
         Raises:
             KeyError: No such run.
+
         """
         ev = cast("dict[str, Any]", evaluation)
         _check_status(ev["status"])
@@ -482,6 +489,7 @@ class Store:
 
         Raises:
             KeyError: No such run.
+
         """
         _check_status(status)
         with self._connect(write=True) as conn:
@@ -493,8 +501,10 @@ class Store:
             )
 
     def touch_run(self, run_id: str, *, duration_s: float | None = None) -> None:
-        """The owner's heartbeat: refresh ``updated_at`` (and the duration so far) of a run that
-        is ``running``; any other status is left alone (the run has ended meanwhile)."""
+        """The owner's heartbeat: refresh a running run's ``updated_at`` and duration so far.
+
+        Any other status is left alone (the run has ended meanwhile).
+        """
         with self._connect(write=True) as conn:
             conn.execute(
                 "UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
@@ -511,6 +521,7 @@ class Store:
 
         Returns:
             How many runs were marked.
+
         """
         keep = list(keep)
         sql = "UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND updated_at < ?"
@@ -556,6 +567,7 @@ class Store:
 
         Returns:
             The matching runs.
+
         """
         where, params = self._filters(status, model, text)
         if (limit is not None and limit < 0) or offset < 0:
@@ -594,6 +606,7 @@ class Store:
 
         Returns:
             Every requested id, in the order given, mapped to its evaluations in record order.
+
         """
         out: dict[str, list[RubricEvaluation]] = {rid: [] for rid in run_ids}
         ids = list(out)
@@ -614,6 +627,7 @@ class Store:
 
         Returns:
             True when the run existed.
+
         """
         with self._connect(write=True) as conn:
             row = conn.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -643,6 +657,7 @@ class Store:
         Returns:
             The new version number (1 for a new name); when ``text`` equals the latest
             version, that version's number and nothing is written.
+
         """
         name = name.strip() if isinstance(name, str) else ""
         if not name:
@@ -691,6 +706,7 @@ class Store:
 
         Raises:
             KeyError: No such rubric or version.
+
         """
         sql = "SELECT text FROM rubric_versions WHERE name = ?"
         params: list[Any] = [name.strip()]
@@ -821,21 +837,26 @@ class Store:
     def _prepare_location(self) -> None:
         path = self._path
         if path.is_dir():
-            raise self._unwritable("it is a directory, not a file")
+            msg = "it is a directory, not a file"
+            raise self._unwritable(msg)
         if path.exists() and not path.is_file():
             # A FIFO or device would block or lie on read; only regular files hold databases.
-            raise self._unwritable("it is not a regular file")
+            msg = "it is not a regular file"
+            raise self._unwritable(msg)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            msg = f"its directory {path.parent} cannot be created ({exc.strerror or exc})"
             raise self._unwritable(
-                f"its directory {path.parent} cannot be created ({exc.strerror or exc})"
+                msg
             ) from exc
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise self._unwritable("the file is not readable and writable by this user")
+            msg = "the file is not readable and writable by this user"
+            raise self._unwritable(msg)
         # SQLite writes its journal / WAL files next to the database.
         if not os.access(path.parent, os.W_OK | os.X_OK):
-            raise self._unwritable(f"the directory {path.parent} is not writable")
+            msg = f"the directory {path.parent} is not writable"
+            raise self._unwritable(msg)
 
     def _inspect_existing(self) -> None:
         """Refuse a file that is not ours to write, before any connection can write to it.
@@ -851,13 +872,15 @@ class Store:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise self._unwritable(f"the file cannot be read ({exc.strerror or exc})") from exc
+            msg = f"the file cannot be read ({exc.strerror or exc})"
+            raise self._unwritable(msg) from exc
         if not header:
             return
         # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
         if not _journal_pending(path):
             if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
-                raise self._not_ours("it is not a SQLite database at all")
+                msg = "it is not a SQLite database at all"
+                raise self._not_ours(msg)
             at = _APPLICATION_ID_AT
             self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
         try:
@@ -875,13 +898,17 @@ class Store:
             conn.close()
         if problem != "ok":
             first = " ".join(str(problem).replace("*** in database main ***", "").split())
-            raise self._damaged(f"failed SQLite's integrity check (quick_check: {first[:200]})")
+            msg = f"failed SQLite's integrity check (quick_check: {first[:200]})"
+            raise self._damaged(msg)
 
     def _check_application_id(self, app_id: int) -> None:
         if app_id not in (0, APPLICATION_ID):
-            raise self._not_ours(
+            msg = (
                 f"it belongs to another application: its SQLite application_id is "
                 f"{app_id & 0xFFFFFFFF:#010x}, Rubric Studio's is {APPLICATION_ID:#010x}"
+            )
+            raise self._not_ours(
+                msg
             )
 
     def _identify(self, conn: sqlite3.Connection) -> None:
@@ -896,11 +923,15 @@ class Store:
         )
         if "meta" not in tables:
             if app_id == APPLICATION_ID:
-                raise self._damaged("carries Rubric Studio's application_id but has no meta table")
+                msg = "carries Rubric Studio's application_id but has no meta table"
+                raise self._damaged(msg)
             shown = ", ".join(repr(t) for t in tables[:5]) + (", …" if len(tables) > 5 else "")
-            raise self._not_ours(
+            msg = (
                 "it belongs to another application: it has no Rubric Studio meta table and "
                 f"its tables are {shown or 'none'}"
+            )
+            raise self._not_ours(
+                msg
             )
         columns = {row[1] for row in conn.execute("PRAGMA table_info(meta)")}
         meta = (
@@ -909,20 +940,27 @@ class Store:
             else {}
         )
         if meta.get("app") != APP_ID:
-            raise self._not_ours(
+            msg = (
                 "it belongs to another application: its 'meta' table was not made by "
                 "Rubric Studio"
+            )
+            raise self._not_ours(
+                msg
             )
         raw = meta.get("schema_version", "0")
         try:
             version = int(raw)
         except (TypeError, ValueError):
-            raise self._damaged(f"has an unreadable schema_version {raw!r}") from None
+            msg = f"has an unreadable schema_version {raw!r}"
+            raise self._damaged(msg) from None
         if version > SCHEMA_VERSION:
-            raise StoreError(
+            msg = (
                 f"{self._path} was written by a newer Rubric Studio (schema {version}; this "
                 f"version reads up to {SCHEMA_VERSION}). The file was left untouched: upgrade "
                 f"Rubric Studio or choose another file with {DB_ENV_VAR} or --db."
+            )
+            raise StoreError(
+                msg
             )
 
     def _create_schema(self) -> None:

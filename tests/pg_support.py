@@ -17,9 +17,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PG_BIN_ENV = "RUBRIC_STUDIO_PG_BIN"
 """Directory holding initdb/pg_ctl, when they are not where Debian puts them."""

@@ -56,7 +56,8 @@ def test_resolve_db_path(session: Any, secrets: dict, expected: Path | None,
 def test_safe_mapping_swallows_loading_errors() -> None:
     class Broken:
         def __iter__(self) -> Any:
-            raise FileNotFoundError("no secrets.toml")
+            msg = "no secrets.toml"
+            raise FileNotFoundError(msg)
 
     assert sup.safe_mapping(Broken()) == {}
     assert sup.safe_mapping({"a": 1}) == {"a": 1}

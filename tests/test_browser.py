@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
@@ -21,6 +19,10 @@ from playwright.sync_api import expect, sync_playwright
 
 from rubric_core.export import EXPORT_COLUMNS, restore_cell
 from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.browser
 

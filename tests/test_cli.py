@@ -11,9 +11,7 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
@@ -24,6 +22,10 @@ from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
 from rubric_core.models import BASE_URL_ENV
 from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 RUBRIC = "- c1\n- c2"
 

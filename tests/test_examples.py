@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from langchain.agents import create_agent
@@ -16,6 +16,9 @@ from rubric_core.offline.demo import DemoWorker
 from rubric_core.offline.graders import RulesGrader
 from rubric_core.offline.rules import unrecognised_criteria
 from rubric_core.rubric import lint_rubric
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 EXPECTED = {
     # name: (iterations, criteria that flipped from failing to passing)

@@ -14,15 +14,17 @@ import http.client
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
 from browser_support import ROOT, streamlit_server
 
 from rubric_core import host_check
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 EXTRA_HOST = "studio.test"
 PageAnswer = tuple[int, str]
@@ -107,7 +109,8 @@ def test_websocket_refusal_without_the_denial_extension_closes_before_accepting(
     sent: list[dict[str, Any]] = []
 
     async def inner(scope: Any, receive: Any, send: Any) -> None:
-        raise AssertionError("a refused WebSocket reached the app")
+        msg = "a refused WebSocket reached the app"
+        raise AssertionError(msg)
 
     async def receive() -> dict[str, Any]:
         return {"type": "websocket.connect"}

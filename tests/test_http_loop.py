@@ -11,8 +11,7 @@ import asyncio
 import email.utils
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from langchain.agents import create_agent
@@ -25,6 +24,9 @@ from rubric_core import RubricMiddleware
 from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, grade_steps
 from rubric_core.models import BASE_URL_ENV
 from rubric_core.runner import RunSpec, build_agent, run_rubric
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 RUBRIC = "- c1\n- c2"
 TIMEOUT_S = 0.5

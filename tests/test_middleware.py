@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from langchain.agents import create_agent
@@ -21,6 +20,9 @@ from scripted import ScriptedChatModel, tool_call, verdict
 
 from rubric_core import GraderResponse, RubricMiddleware
 from rubric_core.grader import build_grader_messages, parse_grader_payload
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RUBRIC = "- c1\n- c2"
 FAIL = verdict("needs_revision", "c2 is missing", ["c1", ("c2", "add c2")])
@@ -329,7 +331,8 @@ def test_failing_or_unknown_tool_becomes_a_tool_message() -> None:
     @tool
     def explode(x: int) -> int:
         """Always fails."""
-        raise RuntimeError("kaboom")
+        msg = "kaboom"
+        raise RuntimeError(msg)
 
     replies = [tool_call("explode", {"x": 1}), tool_call("nope", {}), PASS]
     agent, _, grader, _ = make(["a1"], replies, tools=[explode])
@@ -430,7 +433,8 @@ class SlowGrader(ScriptedChatModel):
                          **kwargs: Any) -> Any:
         self.calls.append(list(messages))
         await asyncio.sleep(60)
-        raise AssertionError("not cancelled")
+        msg = "not cancelled"
+        raise AssertionError(msg)
 
 
 def test_cancelled_error_propagates_from_async_and_run_continues() -> None:
@@ -489,7 +493,8 @@ def test_on_evaluation_runs_under_stream_and_errors_are_suppressed(
 
     def broken(ev: dict[str, Any]) -> None:
         calls.append(ev["iteration"])
-        raise RuntimeError("callback bug")
+        msg = "callback bug"
+        raise RuntimeError(msg)
 
     agent, _, _, _ = make(["d1", "d2"], [FAIL, PASS], on_evaluation=broken)
     with caplog.at_level(logging.ERROR):

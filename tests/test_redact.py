@@ -9,16 +9,18 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from rubric_core import redact
 from rubric_core.app_support import build_model
 from rubric_core.redact import REDACTED, redact_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_KEY = "sk-envkey-" + "A1b2C3d4E5f6G7h8"
@@ -76,7 +78,8 @@ def test_log_records_are_redacted_for_every_logger(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.INFO):
         logging.getLogger("some.provider.sdk").warning("request failed with key %s", secret)
         try:
-            raise RuntimeError(f"echo Authorization: Bearer {secret}")
+            msg = f"echo Authorization: Bearer {secret}"
+            raise RuntimeError(msg)
         except RuntimeError:
             logging.getLogger("another").exception("boom")
     text = caplog.text

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from langchain_core.messages import AIMessage
@@ -14,6 +13,9 @@ from scripted import ScriptedChatModel, verdict
 
 from rubric_core.rubric import RubricError
 from rubric_core.runner import MAX_ITERATIONS_CAP, RunSpec, build_agent, run_rubric
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 RUBRIC = "- c1\n- c2"
 FAIL = verdict("needs_revision", "c2 is missing", ["c1", ("c2", "add c2")])

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,6 +11,10 @@ from rubric_core import session
 from rubric_core.examples import get_example
 from rubric_core.settings import RunSettings
 from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture
@@ -86,7 +88,8 @@ def test_an_exception_marks_the_run_error_and_it_stays_resumable(
 ) -> None:
     def boom(*_: Any, **__: Any) -> Any:
         yield {"type": "worker_started", "iteration": 0}
-        raise RuntimeError("worker crashed")
+        msg = "worker crashed"
+        raise RuntimeError(msg)
 
     monkeypatch.setattr(session, "run_rubric", boom)
     run = session.start(store, _haiku())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -14,6 +13,8 @@ from rubric_core.rubric import lint_rubric, parse_criteria
 from rubric_core.store import StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+
     from langchain_core.tools import BaseTool
 
     from rubric_core.store import Store
@@ -30,6 +31,7 @@ def load_example_into(state: MutableMapping[str, Any], name: str | None = None) 
     Args:
         state: Session state.
         name: The example; ``state["example_select"]`` when None.
+
     """
     example = get_example(name or state["example_select"])
     state["example_name"] = example.name
@@ -64,6 +66,7 @@ def build_tools(names: Iterable[str], example_name: str | None = None) -> list[B
 
     Raises:
         ValueError: A name is neither a default tool nor one of the example's.
+
     """
     from rubric_core.session import build_grader_tools
 
@@ -89,6 +92,7 @@ def apply_editor_edits(criteria: Sequence[str], edits: Mapping[str, Any]) -> lis
 
     Returns:
         The new criteria, blank rows dropped.
+
     """
     rows = list(criteria)
     for index, change in (edits.get("edited_rows") or {}).items():
@@ -178,6 +182,7 @@ def lint_for_ui(
 
     Returns:
         Errors (the run is blocked) first, then warnings.
+
     """
     if not rubric.strip():
         return [UiMessage("error", "The rubric is empty: write at least one criterion, one per "

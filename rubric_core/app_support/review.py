@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import io
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,8 @@ from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.types import RUN_STATUSES
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
     from rubric_core.store import RunRecord, Store
     from rubric_core.types import RubricEvaluation
 
@@ -195,8 +196,10 @@ def changes_summary(
 
 
 def export_bytes(rows: Iterable[Sequence[Any]] | pd.DataFrame) -> tuple[bytes, bytes]:
-    """CSV (formula-safe, UTF-8) and JSON bytes of export rows (`rubric_core.export`'s
-    ``export_rows`` / ``_rows``), written as a stream; a frame is accepted too."""
+    """CSV (formula-safe, UTF-8) and JSON bytes of export rows, written as a stream.
+
+    ``rows`` come from `rubric_core.export.export_rows`; a DataFrame is accepted too.
+    """
     if isinstance(rows, pd.DataFrame):
         return to_csv(rows).encode("utf-8"), to_json(rows).encode("utf-8")
     materialised = rows if isinstance(rows, list) else list(rows)

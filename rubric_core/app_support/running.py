@@ -6,7 +6,6 @@ page's widgets into settings and the run's events and status into what the page 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,8 @@ from rubric_core.session import build_grader_tools
 from rubric_core.settings import RunSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from langchain_core.language_models import BaseChatModel
 
     from rubric_core.app_support._common import Level
@@ -91,6 +92,7 @@ def check_form(
 
     Returns:
         Messages, errors first.
+
     """
     out: list[UiMessage] = []
     if not settings.prompt.strip():
@@ -179,6 +181,7 @@ def next_steps(
         grader_model: The run's grader (the rules grader gets its own advice).
         resumable: Whether the run is offered for Resume on this page
             (`rubric_core.session.is_resumable`); only then is Resume advised.
+
     """
     rules = grader_model.strip() == "rules"
     review = "Open the Review page to compare the iterations and see each criterion's gap."

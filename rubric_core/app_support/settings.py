@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,6 +18,8 @@ from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, resolv
 from rubric_core.store import default_db_path
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from langchain_core.language_models import BaseChatModel
 
 
@@ -30,6 +31,7 @@ def safe_mapping(source: Any) -> dict[str, Any]:
 
     Returns:
         Its items, or an empty dict when reading it raised.
+
     """
     try:
         return {str(k): source[k] for k in source}
@@ -46,6 +48,7 @@ def resolve_db_path(session_value: object, secrets: Mapping[str, Any]) -> Path:
 
     Returns:
         The path to open.
+
     """
     for value in (session_value, secrets.get("db_path")):
         if isinstance(value, str | Path) and str(value).strip():
@@ -70,6 +73,7 @@ def token_delay(env_value: str | None, override: object = None) -> float:
 
     Returns:
         The override, else the environment value, else :data:`DEFAULT_TOKEN_DELAY_S`.
+
     """
     for value in (override, env_value):
         if value is None or isinstance(value, bool) or value == "":
@@ -88,6 +92,7 @@ def check_max_iterations(value: object) -> tuple[int, str | None]:
 
     Returns:
         The value to use, and a message saying what was wrong (None when it was fine).
+
     """
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         return FORM_DEFAULTS["max_iterations"], (
@@ -159,6 +164,7 @@ def model_options(
 
     Returns:
         The choices, offline models first.
+
     """
     merged = provider_env(env, secrets)
     choices = [ModelChoice("demo" if role == "worker" else "rules")]
@@ -201,8 +207,11 @@ def same_url(a: str, b: str) -> bool:
 
 
 def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
-    """Whether stored keys may go to ``base_url``: it is empty (the provider's own endpoint) or
-    the one the operator configured (``base_url`` in secrets or ``$RUBRIC_STUDIO_BASE_URL``)."""
+    """Whether stored keys may go to ``base_url``.
+
+    True when it is empty (the provider's own endpoint) or the one the operator configured
+    (``base_url`` in secrets or ``$RUBRIC_STUDIO_BASE_URL``).
+    """
     if not base_url or not base_url.strip():
         return True
     configured = base_url_default(os.environ, secrets)
@@ -225,6 +234,7 @@ def build_model(
 
     Raises:
         ModelConfigError: Unknown provider, missing package or key, malformed string.
+
     """
     provider = model.strip().removeprefix("hybrid:").partition(":")[0]
     if provider not in ("openai", "openai-compatible") or base_url_trusted(base_url, secrets):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field
+from typing_extensions import override
 
 from rubric_core.examples import EXAMPLES
 from rubric_core.grader import message_text
@@ -42,6 +42,8 @@ from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.types import REVISION_SOURCE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
     from langchain_core.callbacks import CallbackManagerForLLMRun
 
 
@@ -307,6 +309,7 @@ class DemoWorker(BaseChatModel):
 
     Args:
         token_delay_s: Seconds to sleep between streamed pieces (for a visibly live UI).
+
     """
 
     token_delay_s: float = Field(default=0.0, ge=0.0)
@@ -316,12 +319,14 @@ class DemoWorker(BaseChatModel):
     def _llm_type(self) -> str:
         return "demo-worker"
 
+    @override
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
     ) -> DemoWorker:
         """The model itself: the demo worker answers without tools."""
         return self
 
+    @override
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -333,6 +338,7 @@ class DemoWorker(BaseChatModel):
             "model_name": "demo"})
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    @override
     def _stream(
         self,
         messages: list[BaseMessage],

@@ -16,7 +16,6 @@ reading, so a verdict given as JSON text is merged just like a tool call.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
@@ -24,6 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, ValidationError
+from typing_extensions import override
 
 from rubric_core.grader import (
     VERDICT_TOOL,
@@ -37,6 +37,8 @@ from rubric_core.offline.rules import check_criterion
 from rubric_core.types import CriterionVerdict, GradedCriterion, GraderResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from langchain_core.callbacks import (
         AsyncCallbackManagerForLLMRun,
         CallbackManagerForLLMRun,
@@ -197,12 +199,14 @@ class RulesGrader(BaseChatModel):
         """The name messages use for this grader (`rubric_core.grader.model_label`)."""
         return "rules"
 
+    @override
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
     ) -> RulesGrader:
         """A copy that remembers the evidence tools (by name); other arguments are ignored."""
         return self.model_copy(update={"tools": _tool_list(tools)})
 
+    @override
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -252,6 +256,7 @@ class HybridGrader(BaseChatModel):
 
     Args:
         llm: The chat model that judges the criteria the rules cannot check.
+
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -270,6 +275,7 @@ class HybridGrader(BaseChatModel):
         """``hybrid:<LLM name>``, the name messages use for this grader."""
         return f"hybrid:{model_label(self.llm) or type(self.llm).__name__}"
 
+    @override
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
     ) -> HybridGrader:
@@ -303,6 +309,7 @@ class HybridGrader(BaseChatModel):
     def _result(self, message: BaseMessage) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    @override
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -317,6 +324,7 @@ class HybridGrader(BaseChatModel):
         reply = self._bound_llm().invoke(convo)
         return self._result(_merge(reply, verdicts, criteria))
 
+    @override
     async def _agenerate(
         self,
         messages: list[BaseMessage],

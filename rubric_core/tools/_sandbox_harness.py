@@ -111,7 +111,8 @@ def main() -> NoReturn:
         def default(obj: object) -> Any:
             if hasattr(obj, "tolist") and callable(obj.tolist):
                 return obj.tolist()
-            raise TypeError(f"a {type(obj).__name__} value is not JSON-serialisable")
+            msg = f"a {type(obj).__name__} value is not JSON-serialisable"
+            raise TypeError(msg)
 
         return json.loads(dumps(value, default=default))
 

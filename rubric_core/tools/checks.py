@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import regex as _regex
@@ -30,7 +29,7 @@ from rubric_core.tools.sandbox import _validation_handler
 from rubric_core.tools.text import count_words
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from langchain_core.tools import BaseTool
 
@@ -202,7 +201,7 @@ def _describe_json(value: Any) -> str:
     return f"a {type(value).__name__ if value is not None else 'null'} value"
 
 
-def _valid_json(text: str, value: Any) -> CheckResult:
+def _valid_json(text: str, _value: Any) -> CheckResult:
     parsed, error = _parse_json(text)
     if error is not None:
         return _outcome(False, f"invalid JSON: {error}")
@@ -281,6 +280,7 @@ def run_check(text: str, check: str, value: Any = None) -> CheckResult:
     Returns:
         ``{"ok", "detail"}``. An unknown check or a bad value gives ``ok=False`` with a detail
         that explains it; this function does not raise for bad arguments.
+
     """
     name = ""
     if isinstance(check, str):

@@ -199,8 +199,10 @@ def _hidden_package_dirs() -> list[str]:
 
 
 def _hidden_app_dirs(mounted: list[str]) -> list[str]:
-    """App directories that happen to sit inside a mounted tree (a project in /usr/src/app, a
-    venv or database under /usr/local): hidden behind an empty read-only tmpfs."""
+    """App directories inside a mounted tree, to hide behind an empty read-only tmpfs.
+
+    For example a project in /usr/src/app, or a venv or database under /usr/local.
+    """
     here = os.path.dirname(os.path.abspath(__file__))
     project = os.path.dirname(os.path.dirname(here))  # the directory holding rubric_core/
     wanted = [os.getcwd(), project, sys.prefix, os.path.expanduser("~")]
@@ -326,6 +328,7 @@ def launch(*, work_bytes: int, seccomp_fd: int | None, status_fd: int | None = N
         seccomp_fd: A readable fd holding `seccomp_program` (bwrap mode, when supported).
         status_fd: A writable fd for bubblewrap's JSON status (it reports the host pid of the
             sandbox's first process there).
+
     """
     mode = requested_mode()
     if mode == UNSAFE_PROCESS:

@@ -538,6 +538,7 @@ def run_tests(
         "stderr"}``. Bad arguments, a timeout,
         a crash or code that does not load come back as ``ok=False`` with ``error`` explaining
         it; this function does not raise for anything the candidate or the caller got wrong.
+
     """
     if not isinstance(code, str) or not code.strip():
         return _result(error="code must be a non-empty string of Python source")
@@ -699,6 +700,7 @@ def extract_python_code(text: str) -> str:
     Returns:
         The largest ```` ```python ```` block (the last of equally large ones), else the largest
         fenced block of any language, else the body of an unclosed final fence, else ``text``.
+
     """
     if not isinstance(text, str) or ("```" not in text and "~~~" not in text):
         return text
@@ -805,6 +807,7 @@ def python_tests_tool(
     Raises:
         ValueError: If the name or the test spec is invalid. This is checked once, here, so a
             misconfigured tool never reaches a grader.
+
     """
     if not isinstance(name, str) or not _TOOL_NAME.match(name):
         msg = f"tool name must match {_TOOL_NAME.pattern}, got {name!r}"

@@ -1,5 +1,6 @@
-"""Text measurements a grader can trust more than its own counting: words, lines, sentences and
-syllables (for verse forms such as haiku).
+"""Text measurements a grader can trust more than its own counting.
+
+Words, lines, sentences and syllables (for verse forms such as haiku).
 
 Syllables come from an English spelling heuristic, not a pronouncing dictionary: vowel groups,
 with adjustments for silent final ``e``, ``-es`` and ``-ed`` endings, syllabic ``-le``, vowel
@@ -192,6 +193,7 @@ def count_syllables(word: str) -> int:
 
     Returns:
         The estimated number of syllables; 0 for text without letters (digits are not counted).
+
     """
     total = 0
     for token in _WORD.findall(word):
@@ -208,6 +210,7 @@ def count_words(text: str) -> int:
 
     Returns:
         The number of words.
+
     """
     return len(_WORD.findall(text))
 
@@ -233,6 +236,7 @@ def count_sentences(text: str) -> int:
 
     Returns:
         The number of sentences.
+
     """
     count = 0
     last_end = 0
@@ -263,6 +267,7 @@ def text_stats_data(text: str) -> dict[str, Any]:
         `count_sentences`), ``characters`` (length without leading/trailing whitespace),
         ``syllables_per_line`` (estimated, one int per non-empty line) and ``line_texts`` (the
         non-empty lines, stripped).
+
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return {
