@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 MAX_RUBRIC_CHARS = 100_000
 """Rubrics longer than this are rejected before any model call."""
@@ -116,21 +119,74 @@ _CHECK_WORDS = re.compile(
     r"\b(?:has|have|is|are|uses?|contains?|mentions?|includes?|follows?|returns?|passe?s?)\b",
     re.IGNORECASE,
 )
+_QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?<!\w)'[^']+'(?!\w)")
+_AND = re.compile(r"\band\b", re.IGNORECASE)
+_OR = re.compile(r"\bor\b(?!\s+(?:fewer|less|more|under|below|above)\b)", re.IGNORECASE)
+_SPLIT_ADVICE = "split it so each can pass or fail on its own."
 
 
 def _joins_several_checks(criterion: str) -> bool:
     if _JOINERS.search(criterion):
         return True
     # "X has A and Y is B": two verbs of checking on either side of a plain "and".
-    parts = re.split(r"\band\b", criterion, flags=re.IGNORECASE)
-    return len(parts) >= 2 and sum(bool(_CHECK_WORDS.search(p)) for p in parts) >= 2
+    parts = _AND.split(criterion)
+    if len(parts) >= 2 and sum(bool(_CHECK_WORDS.search(p)) for p in parts) >= 2:
+        return True
+    # "Is short and funny and rhymes", "is clear, concise and accurate": three or more
+    # qualities in a row (a list the rules read as one check never gets here).
+    unquoted = _QUOTED_SPAN.sub(" ", criterion)
+    ands = len(_AND.findall(unquoted))
+    return ands >= 2 or (ands == 1 and "," in unquoted)
 
 
-def lint_rubric(rubric: str) -> list[LintIssue]:
+def _compound_issue(criterion: str, tool_names: Iterable[str]) -> LintIssue | None:
+    """A warning for a criterion that joins several checks, naming what the rules read of it."""
+    # Imported here: the rules module sits in the offline graders package, which imports this one.
+    from rubric_core.offline.rules import partial_reading, read
+
+    if read(criterion, tool_names) is not None:
+        return None  # the rules read it as one check ("mentions light, water and oxygen")
+    partial = partial_reading(criterion, tool_names)
+    unquoted = _QUOTED_SPAN.sub(" ", criterion)
+    if partial is None and _AND.search(unquoted) and _OR.search(unquoted):
+        message = (
+            "This criterion mixes “and” with “or”, so it can be read more than one way (the "
+            "rules grader does not guess). Say “all of X, Y” or “at least one of X, Y”, or "
+            f"{_SPLIT_ADVICE}"
+        )
+    elif partial is None:
+        if not _joins_several_checks(criterion):
+            return None
+        message = f"This criterion seems to join several checks; {_SPLIT_ADVICE}"
+    elif not partial[1]:
+        listed = "; ".join(r.text for r in partial[0])
+        message = (
+            f"This criterion joins several checks ({listed}); the rules grader reads each one "
+            "but not the criterion as written. Write one criterion per check, so each can pass "
+            "or fail on its own."
+        )
+    else:
+        listed = "; ".join(r.text for r in partial[0])
+        rest = "; ".join(f"“{t}”" for t in partial[1])
+        message = (
+            f"The rules grader reads only part of this criterion ({listed}), not {rest}, so "
+            "it cannot check the criterion at all. Split it into one criterion per check: the "
+            "rules then check their part, and an LLM grader (or a rephrasing) the rest."
+        )
+    return LintIssue("warning", message, criterion)
+
+
+def lint_rubric(rubric: str, *, tool_names: Iterable[str] = ()) -> list[LintIssue]:
     """Find problems worth fixing before a run: empty, duplicate, compound or too many criteria.
 
-    Checks that depend on the grader (criteria the rules grader cannot check) live with that
-    grader; this function knows only the rubric text.
+    A criterion that joins several checks is reported with what the rules grader reads of it
+    (`rubric_core.offline.rules.partial_reading`), since that is where joined checks go
+    unchecked; whether the rules can check each criterion at all is reported by
+    `rubric_core.offline.rules.unrecognised_criteria`, for the rules grader only.
+
+    Args:
+        rubric: The rubric text.
+        tool_names: Grader tools that will be bound (the rules read tool criteria with them).
     """
     issues: list[LintIssue] = []
     try:
@@ -140,6 +196,7 @@ def lint_rubric(rubric: str) -> list[LintIssue]:
     criteria = parse_criteria(rubric)
     if not criteria:
         return [LintIssue("error", "The rubric has no criteria: write one criterion per line.")]
+    names = tuple(tool_names)
     seen: dict[str, str] = {}
     for c in criteria:
         key = normalize_name(c)
@@ -148,15 +205,8 @@ def lint_rubric(rubric: str) -> list[LintIssue]:
                 LintIssue("error", f"Duplicate criterion: {c!r} appears more than once.", c)
             )
         seen.setdefault(key, c)
-        if _joins_several_checks(c):
-            issues.append(
-                LintIssue(
-                    "warning",
-                    "This criterion seems to join several checks; split it so each can pass "
-                    "or fail on its own.",
-                    c,
-                )
-            )
+        if compound := _compound_issue(c, names):
+            issues.append(compound)
         if len(c) > 500:
             issues.append(
                 LintIssue("warning", "This criterion is very long (over 500 characters).", c)

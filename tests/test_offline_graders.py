@@ -9,13 +9,19 @@ from typing import Any
 
 import pytest
 from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, SUMMARY
+from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
+from scripted import ScriptedChatModel
 
+from rubric_core import RubricMiddleware
 from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, grade_steps
 from rubric_core.offline.graders import HybridGrader, RulesGrader
+from rubric_core.rubric import parse_criteria
 from rubric_core.tools import json_schema_tool
 from rubric_core.tools.sandbox import python_tests_tool
 from rubric_core.types import GraderResponse
@@ -57,6 +63,33 @@ def test_haiku_gaps_are_exact() -> None:
         {"name": "The theme is spring", "passed": False, "gap": "missing: spring"},
     ]
     assert grade(RulesGrader(), criteria, HAIKU_FIXED)["result"] == "satisfied"
+
+
+def test_the_issue_12_rubric_passes_an_answer_naming_only_cherry_blossoms() -> None:
+    # Issue #12: "or" was read as "and", so a correct answer failed every pass.
+    criteria = parse_criteria("- The poem mentions spring or cherry blossoms")
+    answer = "Pink cherry blossoms\nfall on the quiet river\npetals drift away"
+    args = grade(RulesGrader(), criteria, answer)
+    assert args["result"] == "satisfied"
+    assert args["criteria"] == [{"name": criteria[0], "passed": True}]
+    messages = build_grader_messages([HumanMessage("req"), AIMessage(answer)], criteria)
+    outcome = drive_sync(grade_steps(messages, criteria, [], backoff_s=0),
+                         bind_grader(RulesGrader(), []), sleep=lambda s: None)
+    assert outcome.response.result == "satisfied"
+    # Still exact: an answer with neither term gets a gap that names both.
+    [missing] = grade(RulesGrader(), criteria, "Soft rain on the hill")["criteria"]
+    assert missing["gap"] == "missing: spring, cherry blossoms (needs at least one)"
+
+
+def test_the_issue_12_rubric_is_satisfied_in_one_agent_run() -> None:
+    answer = "Pink cherry blossoms\nfall on the quiet river\npetals drift away"
+    worker = ScriptedChatModel(replies=[AIMessage(answer)], default="another draft")
+    middleware = RubricMiddleware(model=RulesGrader(), max_iterations=3, retry_backoff_s=0)
+    agent = create_agent(model=worker, middleware=[middleware], checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "issue-12"}}
+    agent.invoke({"messages": [HumanMessage("Write a haiku about spring.")],
+                  "rubric": "- The poem mentions spring or cherry blossoms"}, config)
+    assert agent.get_state(config).values["_rubric_status"] == "satisfied"
 
 
 def test_count_and_pattern_gaps_say_what_is_wrong() -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, SUMMARY
+from rules_phrasings import PHRASINGS, TOOLS
 
-from rubric_core.offline.rules import check_criterion, unrecognised_criteria
+from rubric_core.offline.rules import check_criterion, partial_reading, read, unrecognised_criteria
+
+TABLE_COUNTS = (251, 137, 114)
+"""The phrasing table's size, and how many of its phrasings the rules recognise and decline."""
 
 
 @pytest.mark.parametrize(
@@ -94,3 +98,108 @@ def test_unrecognised_criteria_lists_only_unknown_ones_and_knows_tool_names() ->
     criteria = ["The poem has three lines", "The tone is calm", "All tests pass in run_t"]
     assert unrecognised_criteria(criteria) == ["The tone is calm", "All tests pass in run_t"]
     assert unrecognised_criteria(criteria, tool_names=["run_t"]) == ["The tone is calm"]
+
+
+# --------------------------------------------------------------------------- the phrasing table
+
+
+def _reading(criterion: str) -> str | None:
+    found = read(criterion, TOOLS)
+    return found.text if found else None
+
+
+@pytest.mark.parametrize(
+    ("criterion", "expected"),
+    [pytest.param(c, r, id=f"{i:03d}:{c[:40]}") for i, (c, r) in enumerate(PHRASINGS)],
+)
+def test_phrasing_table_row(criterion: str, expected: str | None) -> None:
+    assert _reading(criterion) == expected
+
+
+def test_phrasing_table_is_read_exactly_and_says_how_much_it_declines() -> None:
+    criteria = [c for c, _ in PHRASINGS]
+    assert len(PHRASINGS) >= 150 and len(set(criteria)) == len(criteria)
+    exact = sum(_reading(c) == expected for c, expected in PHRASINGS)
+    assert exact / len(PHRASINGS) == 1.0, f"{exact} of {len(PHRASINGS)} read as the table says"
+    recognised = sum(expected is not None for _, expected in PHRASINGS)
+    # The counts the README quotes: change them there when the table changes.
+    assert (len(PHRASINGS), recognised, len(PHRASINGS) - recognised) == TABLE_COUNTS
+    # The table's readings and the grader agree on what is declined.
+    assert unrecognised_criteria(criteria, TOOLS) == [c for c, r in PHRASINGS if r is None]
+
+
+# --------------------------------------------------------------------------- all, any, none
+
+
+POEM = "Pink cherry blossoms\nfall on the quiet river\nthe cats watch them drift"
+
+
+@pytest.mark.parametrize(
+    ("criterion", "passed", "gap"),
+    [
+        pytest.param("The poem mentions spring or cherry blossoms", True, None,
+                     id="or_one_of_two_is_enough"),
+        pytest.param("mentions either spring or river", True, None, id="either_or"),
+        pytest.param("mentions at least one of spring, summer, river", True, None,
+                     id="at_least_one_of"),
+        pytest.param("mentions spring or summer", False,
+                     "missing: spring, summer (needs at least one)", id="or_none_present"),
+        pytest.param("mentions spring and cherry blossoms", False, "missing: spring",
+                     id="and_still_needs_all"),
+        pytest.param("mentions river and cherry blossoms", True, None, id="and_all_present"),
+        pytest.param("Mentions a cat", True, None, id="article_dropped_plural_allowed"),
+        pytest.param("Mentions the moon", False, "missing: moon", id="article_dropped_missing"),
+        pytest.param("does not mention river or sea", False, "mentions: river",
+                     id="negated_or_is_none_of"),
+        pytest.param("mentions neither sea nor summer", True, None, id="neither_nor"),
+        pytest.param('contains "blossom" or "petal"', True, None, id="contains_any"),
+        pytest.param('contains "petal" or "leaf"', False,
+                     "contains none of: 'petal', 'leaf' (needs at least one)",
+                     id="contains_any_gap"),
+    ],
+)
+def test_terms_combine_as_written(criterion: str, passed: bool, gap: str | None) -> None:
+    verdict = check_criterion(criterion, POEM)
+    assert verdict is not None
+    assert verdict["passed"] is passed
+    assert verdict.get("gap") == gap
+
+
+# --------------------------------------------------------------------------- partial readings
+
+
+@pytest.mark.parametrize(
+    ("criterion", "read_texts", "unread"),
+    [
+        pytest.param("The poem mentions spring and is cheerful", ["mentions ['spring']"],
+                     ["is cheerful"], id="one_check_and_a_quality"),
+        pytest.param("is cheerful and mentions spring", ["mentions ['spring']"],
+                     ["is cheerful"], id="quality_first"),
+        pytest.param("Lines follow a 5-7-5 syllable pattern and mention spring",
+                     ["syllables 5-7-5", "mentions ['spring']"], [], id="two_checks"),
+        pytest.param("mentions light, water and carbon dioxide, and is short",
+                     ["mentions all of ['light', 'water', 'carbon dioxide']"], ["is short"],
+                     id="longest_list_kept_whole"),
+    ],
+)
+def test_partial_reading_names_what_is_read_and_what_is_not(
+    criterion: str, read_texts: list[str], unread: list[str]
+) -> None:
+    assert read(criterion) is None
+    found = partial_reading(criterion)
+    assert found is not None
+    assert [r.text for r in found[0]] == read_texts
+    assert found[1] == unread
+
+
+@pytest.mark.parametrize(
+    "criterion",
+    [
+        pytest.param("The poem mentions spring or cherry blossoms", id="read_whole"),
+        pytest.param("The tone is warm and inviting", id="nothing_read"),
+        pytest.param("mentions spring and summer or autumn", id="cut_inside_a_list"),
+        pytest.param("does not mention spring and summer", id="negated_and_list"),
+    ],
+)
+def test_partial_reading_is_none_when_there_is_no_part_to_name(criterion: str) -> None:
+    assert partial_reading(criterion) is None

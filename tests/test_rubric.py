@@ -67,3 +67,50 @@ def test_lint_flags_duplicates_compound_and_empty() -> None:
 def test_lint_warns_on_long_rubric() -> None:
     issues = lint_rubric("\n".join(f"- criterion number {i}" for i in range(45)))
     assert any("45 criteria" in i.message for i in issues)
+
+
+@pytest.mark.parametrize(
+    ("criterion", "says"),
+    [
+        pytest.param("The poem mentions spring and is cheerful",
+                     ["reads only part", "mentions ['spring']", "“is cheerful”", "Split it"],
+                     id="recognised_in_part"),
+        pytest.param("Lines follow a 5-7-5 syllable pattern and mention spring",
+                     ["several checks", "syllables 5-7-5; mentions ['spring']",
+                      "one criterion per check"], id="two_readable_checks"),
+        pytest.param("Is short and funny and rhymes", ["several checks", "split it"],
+                     id="qualities_chained_by_and"),
+        pytest.param("The summary is clear, concise and accurate", ["several checks"],
+                     id="qualities_listed"),
+        pytest.param("mentions spring and summer or autumn", ["mixes “and” with “or”",
+                     "at least one of"], id="and_or_mixed"),
+    ],
+)
+def test_lint_warns_on_joined_checks_saying_what_to_do(criterion: str, says: list[str]) -> None:
+    [issue] = lint_rubric(f"- {criterion}")
+    assert issue.level == "warning" and issue.criterion == criterion
+    for text in says:
+        assert text in issue.message
+
+
+@pytest.mark.parametrize(
+    "criterion",
+    [
+        pytest.param("The poem mentions spring or cherry blossoms", id="or_read_as_one_check"),
+        pytest.param("mentions light, water and carbon dioxide", id="and_list_is_one_check"),
+        pytest.param("The function is named `add` and accepts two arguments", id="function"),
+        pytest.param("The tone is warm and inviting", id="two_qualities_left_alone"),
+        pytest.param('mentions "salt, pepper and oil"', id="quoted_list_ignored"),
+        pytest.param("50 words or fewer", id="or_fewer_is_no_disjunction"),
+    ],
+)
+def test_lint_leaves_single_checks_alone(criterion: str) -> None:
+    assert lint_rubric(f"- {criterion}") == []
+
+
+def test_lint_reads_tool_criteria_with_the_tools_it_is_told_of() -> None:
+    rubric = "- All tests pass in run_t and the code is documented"
+    [unbound] = lint_rubric(rubric)
+    assert "seems to join several checks" in unbound.message
+    [bound] = lint_rubric(rubric, tool_names=["run_t"])
+    assert "reads only part" in bound.message and "tests tool run_t" in bound.message

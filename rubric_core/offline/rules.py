@@ -1,10 +1,12 @@
 """Criterion recognition for the offline graders: which phrasings the rules can check, and how.
 
-`recognise` maps a criterion, as written in a rubric, to a deterministic check built on the
-evidence tools' pure functions; `check_criterion` grades one criterion with it and
-`unrecognised_criteria` lists the ones no rule recognises. A criterion that is not recognised is
-never guessed. The chat models that use these rules, `RulesGrader` and `HybridGrader`, live in
-`rubric_core.offline.graders`.
+`read` maps a criterion, as written in a rubric, to a `Reading`: a deterministic check built on
+the evidence tools' pure functions, and what it checks in words (``lines == 3``, ``mentions any
+of ['spring', 'cherry blossoms']``). `check_criterion` grades one criterion with it,
+`unrecognised_criteria` lists the ones no rule reads, and `partial_reading` says what the rules
+read of a criterion that joins several checks (for the rubric lint). A criterion that is not
+read whole is never guessed. The chat models that use these rules, `RulesGrader` and
+`HybridGrader`, live in `rubric_core.offline.graders`.
 
 Recognised criteria (case-insensitive; a trailing period is ignored; a value may be quoted with
 `` `...` ``, ``"..."`` or ``'...'`` and must be quoted when it is more than a plain word or two):
@@ -15,15 +17,22 @@ Criterion (examples)                      Check
 The poem has three lines / exactly 3      count of lines, words, sentences or characters;
 lines / is three lines long / The answer  comparators: exactly, at most, no more than, up
 is one sentence / a single sentence / at  to, under, fewer than, at least, more than, over,
-most 50 words / under 200 characters /    "... or fewer", "... or more", "does not exceed"
-50 words or fewer
+most 50 words / under 200 characters /    "... or fewer", "... or more", "does not exceed",
+50 words or fewer / at most fifty words   "no longer than", "shorter than"; a number as
+/ twenty-five words / a hundred words     digits (1,000 too) or words up to ninety-nine,
+                                          and "a hundred"
 Lines follow a 5-7-5 syllable pattern /   syllables per line, and the number of lines
 syllables 5/7/5 / 5-7-5
-mentions X and Y / mentions X / The       each term appears as a word, plural allowed
-theme is spring (= mentions spring)
-includes the word X / uses the words X    each term appears as a whole word
+mentions X and Y / both X and Y / all of  all terms appear as words, plural allowed ("a",
+X, Y / mentions a cat / The theme is      "an", "the" before a term are dropped: "a cat"
+spring (= mentions spring)                matches "cat" and "cats")
+mentions X or Y / either X or Y / X, Y    at least one term appears ("and/or" too)
+or Z / at least one of (any of) X, Y
+mentions neither X nor Y                  none of the terms appears
+includes the word X / uses the words X    each term (or one, with "or") appears as a word
 contains X / does not contain X           substring, case-insensitive (``run_check``)
-does not mention X / never mentions X     none of the terms appears as a word
+does not mention X / never mentions X /   none of the terms appears as a word
+does not mention X or Y (any of, nor)
 matches the regex /.../ / matches         ``run_check`` regex; ``/.../i`` sets flags
 regular expression `...`
 starts with X / ends with X               ``run_check`` starts_with / ends_with (any case)
@@ -40,10 +49,15 @@ single list argument)                     with that many parameters (a type word
 
 Anything else in a criterion must be filler ("The poem", "should", "is", ...); a criterion with
 other words ("Each line has at most 10 words", "never has 3 lines", "mentions at least two
-examples") is not recognised. TOOL criteria are recognised only when a tool of that name is
-bound; such tools take one string argument and return a dict with ``ok`` (and ``failures``,
-``error`` or ``detail`` explaining a failure). `rubric_core.tools.json_schema_tool` builds one
-for a schema.
+examples") is not recognised. A list of terms is read only when the way it joins is exact: a
+bare "X, Y", "X and Y or Z", "one of X or Y" and a negated "and" ("does not mention X and Y":
+neither? not both?) are declined, and so are vague terms ("mentions a lot", "key points") and a
+second predicate ("mentions spring and is cheerful"). The phrasings pinned in
+``tests/rules_phrasings.py`` are the reference.
+
+TOOL criteria are recognised only when a tool of that name is bound; such tools take one string
+argument and return a dict with ``ok`` (and ``failures``, ``error`` or ``detail`` explaining a
+failure). `rubric_core.tools.json_schema_tool` builds one for a schema.
 """
 
 from __future__ import annotations
@@ -55,7 +69,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.tools import BaseTool
 
@@ -65,6 +79,10 @@ from rubric_core.tools.text import text_stats_data
 from rubric_core.types import CriterionVerdict
 
 _GAP_LIMIT = 600
+
+Mode = Literal["all", "any", "none"]
+"""How a criterion's terms combine: all must appear, at least one, or none."""
+
 _SPACES = re.compile(r"\s+")
 
 # --------------------------------------------------------------------------- vocabulary
@@ -101,25 +119,40 @@ _CODE_FILLER = _FILLER | _wordset("code function solution implementation python"
 _STOPWORDS = _wordset(
     "a an the some any at least most more less fewer than all each every one two three four "
     "five several many few other examples example how what why that which who when where "
-    "its their they his her not no both either or also something things thing"
+    "its their they his her not no both either neither nor or and also something things thing "
+    # vague amounts and qualities: "mentions a lot", "mentions key points" name no term
+    "lot lots bit couple variety range number numbers kind kinds type types sort specific "
+    "particular concrete relevant real key important main appropriate suitable proper correct "
+    "good various different same such anything everything nothing word words term terms "
+    "phrase phrases clear unclear obvious evident apparent consistent coherent present "
+    # a word about how or where a term appears ("mentions spring twice"), not part of it
+    "only just mainly mostly briefly explicitly clearly even too again once twice often "
+    "first last early "
+    # a verb starts a second predicate ("mentions spring and is cheerful"), not a term
+    "is are was were be been being has have had does do did should must can could will would "
+    "may might shall rhymes explains describes uses includes contains mentions avoids follows "
+    "lists cites gives provides answers addresses stays remains sounds feels reads flows"
 )
 
-_NUMBER_WORDS = {
-    w: i
-    for i, w in enumerate(
-        _word_list(
-            "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-            "fourteen fifteen sixteen seventeen eighteen nineteen twenty"
-        )
-    )
-}
-_NUMBER = r"(?P<num>\d+|a\s+single|single|" + "|".join(_NUMBER_WORDS) + ")"
+_UNIT_WORDS = _word_list(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen"
+)
+_TENS_WORDS = {w: 10 * i for i, w in enumerate(
+    _word_list("twenty thirty forty fifty sixty seventy eighty ninety"), 2)}
+_NUMBER_WORDS = {**{w: i for i, w in enumerate(_UNIT_WORDS)}, **_TENS_WORDS}
+_NUMBER = (
+    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+|a\s+single|single|(?:a|one)\s+hundred|"
+    rf"(?:{'|'.join(_TENS_WORDS)})(?:[-\s](?:{'|'.join(_UNIT_WORDS[1:10])}))?|"
+    + "|".join(_UNIT_WORDS) + ")"
+)
 _BEFORE = (
     r"(?P<cmp>exactly|precisely|just|only|at\s+most|(?:no|not)\s+more\s+than|up\s+to|"
     r"(?:a\s+)?max(?:imum)?(?:\s+of)?|at\s+least|(?:no|not)\s+(?:fewer|less)\s+than|"
     r"(?:a\s+)?min(?:imum)?(?:\s+of)?|under|below|fewer\s+than|less\s+than|over|above|"
     r"more\s+than|within|(?:does|do|must|should|will)\s+not\s+exceed|(?:doesn't|don't|"
-    r"cannot|can't|won't)\s+exceed|not\s+exceeding)"
+    r"cannot|can't|won't)\s+exceed|not\s+exceeding|(?:no|not)\s+longer\s+than|"
+    r"shorter\s+than|longer\s+than)"
 )
 _AFTER = r"(?P<after>or\s+(?:fewer|less|under|below|more|above)|at\s+(?:the\s+)?(?:most|least))"
 _QUANTITY = re.compile(
@@ -133,10 +166,26 @@ _TOOL = r"`?(?P<tool>[A-Za-z_][\w.-]*)`?(?:\s+tool)?"
 _QUOTED = r"`[^`]+`|\"[^\"]+\"|“[^”]+”|'[^']+'"
 _NEG = r"(?:does\s+not|doesn't|do\s+not|don't|must\s+not|should\s+not|never|will\s+not|won't)"
 _ITEM = re.compile(
-    r"\s*(?:`(?P<bt>[^`]+)`|\"(?P<dq>[^\"]+)\"|“(?P<cq>[^”]+)”|'(?P<sq>[^']+)'|"
-    r"(?P<plain>[^,&`\"“]+?))\s*(?:,\s*(?:and\s+|or\s+)?|&\s*|\s(?:and|or)\s+|$)",
+    r"\s*(?P<article>(?:a|an|the)\s+)?"
+    r"(?:`(?P<bt>[^`]+)`|\"(?P<dq>[^\"]+)\"|“(?P<cq>[^”]+)”|'(?P<sq>[^']+)'|"
+    r"(?P<plain>[^,&`\"“]+?))\s*(?P<sep>,\s*(?:(?:and/or|and|or|nor)\s+)?|&\s*|"
+    r"\s(?:and/or|and|or|nor)\s+|$)",
     re.IGNORECASE,
 )
+_LIST_PREFIX = re.compile(
+    r"^(?:(?P<both>both)|(?P<either>either)|(?P<neither>neither)|"
+    r"(?P<any>(?:at\s+least\s+one|any|one\s+or\s+more)\s+of)|(?P<all>all\s+of))\s+",
+    re.IGNORECASE,
+)
+# A list's opening word: the joiners it allows (exactly, or any subset) and how terms combine.
+_PREFIX_MODES: dict[str, tuple[frozenset[str], bool, Mode]] = {
+    "both": (frozenset({"and"}), True, "all"),
+    "either": (frozenset({"or"}), True, "any"),
+    "neither": (frozenset({"nor"}), True, "none"),
+    "any": (frozenset({"and", "or"}), False, "any"),
+    "all": (frozenset({"and"}), False, "all"),
+}
+_SEPARATOR = {",": ",", "&": "and", "and": "and", "or": "or", "and/or": "or", "nor": "nor"}
 _PLAIN_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
 
 
@@ -163,16 +212,29 @@ def _unquote(value: str) -> str | None:
     return None
 
 
-def _items(text: str, *, max_plain_words: int) -> list[str] | None:
-    """Split "X, Y and Z" into terms; None when an unquoted term is not a plain word or two."""
+def _terms(
+    text: str, *, max_plain_words: int, articles: bool = True
+) -> tuple[list[str], set[str]] | None:
+    """Split "X, Y and Z" into terms and the joiners used (",", "and", "or", "nor").
+
+    An article before a term ("mentions a cat") is not part of it; where `articles` is false
+    ("contains a table") it describes rather than quotes, and the list is declined.
+    """
     items: list[str] = []
-    pos = 0
-    text = re.sub(r"^(?:both|either)\s+", "", text.strip(), flags=re.IGNORECASE)
+    joiners: set[str] = set()
+    pos, sep = 0, ""
     while pos < len(text):
         m = _ITEM.match(text, pos)
         if not m or m.end() == pos:
             return None
         pos = m.end()
+        if m.group("article") and not articles:
+            return None
+        sep = _SPACES.sub(" ", m.group("sep")).strip().lower()
+        if sep == "," and joiners - {","}:
+            return None  # "X and Y, told gently": a comma after the last joiner starts a clause
+        if sep:
+            joiners.add(_SEPARATOR[sep.lstrip(", ") or ","])
         plain = m.group("plain")
         if plain is None:
             items.append(next(g for g in m.group("bt", "dq", "cq", "sq") if g is not None))
@@ -184,7 +246,48 @@ def _items(text: str, *, max_plain_words: int) -> list[str] | None:
         ):
             return None
         items.append(plain.strip())
-    return items or None
+    if not items or sep not in ("", ","):  # "mentions X and": the list stops mid-way
+        return None
+    return items, joiners
+
+
+def _items(
+    text: str, *, max_plain_words: int, negated: bool = False, articles: bool = True
+) -> tuple[list[str], Mode] | None:
+    """The terms of "X, Y and Z" and how they combine; None when that is not exact.
+
+    "X and Y" / "both X and Y" / "all of X, Y" need all; "X or Y" / "either X or Y" / "at
+    least one of X, Y" need any; "neither X nor Y" needs none. Under a negation ("does not
+    mention X or Y") any becomes none; a negated "and" (none? not both?) and a bare "X, Y"
+    list are ambiguous, and declined.
+    """
+    text = text.strip()
+    prefix = _LIST_PREFIX.match(text)
+    kind = prefix.lastgroup if prefix else None
+    parsed = _terms(text[prefix.end() :] if prefix else text, max_plain_words=max_plain_words,
+                    articles=articles)
+    if parsed is None:
+        return None
+    items, joiners = parsed
+    conj = joiners - {","}
+    several = len(items) > 1
+    mode: Mode | None
+    if kind is None:
+        mode = ("all" if not several or conj == {"and"}
+                else "any" if conj == {"or"} or (negated and conj == {"nor"}) else None)
+    else:
+        joined, exact, mode = _PREFIX_MODES[kind]
+        if (negated and kind == "neither") or not (
+            conj == joined and several if exact else conj <= joined
+        ):
+            return None
+    if mode is None:
+        return None
+    if negated:
+        if several and mode == "all":
+            return None
+        mode = "none"
+    return items, mode
 
 
 def _word_pattern(term: str, *, plural: bool) -> re.Pattern[str]:
@@ -206,28 +309,50 @@ def _shorten(text: str) -> str:
 Check = Callable[[str, Mapping[str, BaseTool]], str | None]
 """A recognised criterion: given the answer and the bound tools, the gap, or None if it passes."""
 
+
+@dataclass(frozen=True)
+class Reading:
+    """How the rules read one criterion: the check, and what it checks in words."""
+
+    text: str
+    """What is checked, e.g. ``lines == 3`` or ``mentions any of ['spring', 'rain']``."""
+    check: Check
+    """The check itself: answer and bound tools in, the gap (None when it passes) out."""
+
+
 _UNITS = {"line": "lines", "word": "words", "sentence": "sentences", "character": "characters",
           "char": "characters"}
 _CMP_TEXT = {"eq": "exactly", "le": "at most", "lt": "fewer than", "ge": "at least",
              "gt": "more than"}
+_CMP_SIGN = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}
 
 
 def _comparator(before: str | None, after: str | None) -> str:
     for phrase in (p.lower() for p in (before, after) if p):
-        if re.search(r"exceed|most|up to|max|within|no more|not more|or (?:fewer|less)", phrase):
+        if re.search(r"exceed|most|up to|max|within|(?:no|not) (?:more|longer)|or (?:fewer|less)",
+                     phrase):
             return "le"
         if re.search(r"least|min|no (?:fewer|less)|not (?:fewer|less)|or (?:more|above)", phrase):
             return "ge"
-        if re.search(r"under|below|fewer|less|or (?:under|below)", phrase):
+        if re.search(r"under|below|fewer|less|shorter|or (?:under|below)", phrase):
             return "lt"
-        if re.search(r"over|above|more than", phrase):
+        if re.search(r"over|above|more than|longer than", phrase):
             return "gt"
     return "eq"
 
 
-def _quantity_check(m: re.Match[str]) -> Check:
-    raw = m.group("num").lower()
-    n = int(raw) if raw.isdigit() else _NUMBER_WORDS.get(raw, 1)
+def _number(raw: str) -> int:
+    """The value of a count as written: "3", "1,000", "three", "twenty-five", "a single"."""
+    words = re.split(r"[-\s]+", raw.lower().replace(",", ""))
+    if words[0].isdigit():
+        return int(words[0])
+    if words[-1] == "hundred":
+        return 100
+    return sum(_NUMBER_WORDS.get(w, 0) for w in words) if words[-1] != "single" else 1
+
+
+def _quantity_reading(m: re.Match[str]) -> Reading:
+    n = _number(m.group("num"))
     unit = m.group("unit").lower().rstrip("s")
     key = _UNITS[unit]
     cmp = _comparator(m.group("cmp"), m.group("after"))
@@ -242,7 +367,7 @@ def _quantity_check(m: re.Match[str]) -> Check:
             return None
         return f"the answer has {actual} {_plural(actual, noun)}, needs {_CMP_TEXT[cmp]} {n}"
 
-    return check
+    return Reading(f"{key} {_CMP_SIGN[cmp]} {n}", check)
 
 
 def _syllable_check(pattern: list[int]) -> Check:
@@ -262,17 +387,47 @@ def _syllable_check(pattern: list[int]) -> Check:
     return check
 
 
-def _mention_check(terms: list[str], *, plural: bool, negate: bool) -> Check:
+def _mention_check(terms: list[str], *, plural: bool, mode: Mode) -> Check:
     patterns = [(t, _word_pattern(t, plural=plural)) for t in terms]
 
     def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
         found = [t for t, p in patterns if p.search(answer)]
-        if negate:
+        if mode == "none":
             return f"mentions: {', '.join(found)}" if found else None
+        if mode == "any":
+            return None if found else f"missing: {', '.join(terms)} (needs at least one)"
         missing = [t for t, _ in patterns if t not in found]
         return f"missing: {', '.join(missing)}" if missing else None
 
     return check
+
+
+def _contains_check(terms: list[str], mode: Mode) -> Check:
+    checks = [_run_check("not_contains" if mode == "none" else "contains", t) for t in terms]
+    if mode != "any":
+        return _all_checks(checks)
+
+    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+        if any(c(answer, tools) is None for c in checks):
+            return None
+        return _shorten(f"contains none of: {', '.join(map(repr, terms))} (needs at least one)")
+
+    return check
+
+
+_TERM_KINDS = {"mentions": "mentions", "words": "exact words", "contains": "contains"}
+
+
+def _terms_reading(kind: str, parsed: tuple[list[str], Mode] | None) -> Reading | None:
+    """A term criterion's reading: ``mentions`` (words, plural allowed), ``words`` (exact
+    words) or ``contains`` (substrings)."""
+    if parsed is None:
+        return None
+    terms, mode = parsed
+    quantifier = "" if len(terms) == 1 and mode != "none" else f"{mode} of "
+    check = (_contains_check(terms, mode) if kind == "contains"
+             else _mention_check(terms, plural=kind == "mentions", mode=mode))
+    return Reading(f"{_TERM_KINDS[kind]} {quantifier}{terms!r}", check)
 
 
 def _run_check(name: str, value: Any, *, label: str = "") -> Check:
@@ -357,48 +512,50 @@ def _function_check(name: str, count: int | None, type_word: str | None) -> Chec
 # --------------------------------------------------------------------------- rules
 
 
+Build = Callable[[re.Match[str], frozenset[str]], Reading | None]
+
+
 @dataclass(frozen=True)
 class _Rule:
-    """A criterion shape: a core pattern, the filler allowed around it, and a check builder."""
+    """A criterion shape: a core pattern, the filler allowed around it, and a reading builder."""
 
     pattern: re.Pattern[str]
     filler: frozenset[str]
-    build: Callable[[re.Match[str], frozenset[str]], Check | None]
+    build: Build
 
 
-def _rule(
-    pattern: str, filler: frozenset[str]
-) -> Callable[[Callable[[re.Match[str], frozenset[str]], Check | None]], _Rule]:
-    def wrap(build: Callable[[re.Match[str], frozenset[str]], Check | None]) -> _Rule:
+def _rule(pattern: str, filler: frozenset[str]) -> Callable[[Build], _Rule]:
+    def wrap(build: Build) -> _Rule:
         return _Rule(re.compile(pattern, re.IGNORECASE), filler, build)
 
     return wrap
 
 
 @_rule(_QUANTITY.pattern, _QUANTITY_FILLER)
-def _quantity(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    return _quantity_check(m)
+def _quantity(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _quantity_reading(m)
 
 
 @_rule(_SYLLABLES.pattern, _SYLLABLE_FILLER)
-def _syllables(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _syllables(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     text = m.string
     if "syllable" not in text.lower():
         rest = f"{text[: m.start()]} {text[m.end() :]}".lower().split()
         if not set(rest) <= _BARE_PATTERN_FILLER:
             return None
-    return _syllable_check([int(n) for n in re.findall(r"\d+", m.group("pat"))])
+    pattern = [int(n) for n in re.findall(r"\d+", m.group("pat"))]
+    return Reading(f"syllables {'-'.join(map(str, pattern))}", _syllable_check(pattern))
 
 
 @_rule(r"(?:is\s+)?(?:a\s+)?valid\s+json(?:\s+(?:object|document|value|text))?"
        r"|parses\s+as\s+(?:valid\s+)?json", _FILLER)
-def _valid_json(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    return _run_check("valid_json", None)
+def _valid_json(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return Reading("valid JSON", _run_check("valid_json", None))
 
 
 @_rule(r"(?:validates|conforms|complies|is\s+valid)\s+(?:against|to|with)\s+(?:the\s+)?"
        r"(?:json\s+)?schema\s*:?\s*(?P<schema>`\{.*\}`|\{.*\})$", _SUBJECT)
-def _inline_schema(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _inline_schema(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     try:
         schema = json.loads(m.group("schema").strip("`"))
     except json.JSONDecodeError:
@@ -406,14 +563,16 @@ def _inline_schema(m: re.Match[str], tools: frozenset[str]) -> Check | None:
     if not isinstance(schema, dict):
         return None
     check = _run_check("json_schema", schema)
-    return lambda answer, tools: check(embedded_json(answer), tools)
+    return Reading(f"JSON schema {json.dumps(schema)}",
+                   lambda answer, tools: check(embedded_json(answer), tools))
 
 
 @_rule(r"(?:validates|conforms|complies|is\s+valid)\s+(?:against|to|with)\s+(?:the\s+)?"
        r"(?:json\s+)?(?:schema\s+)?(?:(?:in|of|from|checked\s+by|given\s+by|provided\s+by)\s+"
        rf"(?:the\s+)?)?{_TOOL}$", _SUBJECT)
-def _schema_tool(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    return _tool_check(m.group("tool"), code=False) if m.group("tool") in tools else None
+def _schema_tool(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    name = m.group("tool")
+    return Reading(f"schema tool {name}", _tool_check(name, code=False)) if name in tools else None
 
 
 @_rule(r"(?:all\s+(?:the\s+)?tests\s+pass(?:es)?\s+(?:in|with|under|using)\s+(?:the\s+)?"
@@ -422,66 +581,67 @@ def _schema_tool(m: re.Match[str], tools: frozenset[str]) -> Check | None:
        + _TOOL.replace("<tool>", "<t2>")
        + r"|(?:all\s+)?(?:the\s+)?tests\s+(?:in|of|from)\s+"
        + _TOOL.replace("<tool>", "<t3>") + r"\s+pass)$", _CODE_FILLER)
-def _tests_tool(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _tests_tool(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     name = m.group("t1") or m.group("t2") or m.group("t3")
-    return _tool_check(name, code=True) if name in tools else None
+    return Reading(f"tests tool {name}", _tool_check(name, code=True)) if name in tools else None
 
 
 @_rule(r"(?:function|method)\s+(?:is\s+)?(?:named|called)\s+`?(?P<name>[A-Za-z_]\w*)`?"
        r"(?:\s*,?\s*and\s+(?:it\s+)?(?:accepts|takes|has)\s+(?P<count>a\s+single|exactly\s+one|"
        r"only\s+one|one|single|\d|two|three|four)\s+(?:(?P<type>[a-z]+)\s+)?"
        r"(?:argument|parameter|arg|input)s?)?$", _CODE_FILLER)
-def _function(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _function(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     raw = m.group("count")
     count = None
     if raw:
         word = raw.lower().split()[-1]
         count = 1 if word == "single" else int(word) if word.isdigit() else _NUMBER_WORDS[word]
-    return _function_check(m.group("name"), count, m.group("type") and m.group("type").lower())
+    type_word = m.group("type") and m.group("type").lower()
+    name = m.group("name")
+    text = f"function {name}"
+    if count is not None:
+        text += f" with {count} {type_word + ' ' if type_word else ''}{_plural(count, 'parameter')}"
+    return Reading(text, _function_check(name, count, type_word))
 
 
 @_rule(rf"{_NEG}\s+(?:mentions?|refers?\s+to|(?:use|include|contain)s?\s+the\s+"
        r"(?:words?|terms?))\s+(?P<items>.+)$", _MENTION_FILLER)
-def _not_mention(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=2)
-    return _mention_check(terms, plural=True, negate=True) if terms else None
+def _not_mention(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2, negated=True))
 
 
 @_rule(rf"{_NEG}\s+contains?\s+(?P<items>.+)$", _MENTION_FILLER)
-def _not_contains(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=1)
-    return _all_checks([_run_check("not_contains", t) for t in terms]) if terms else None
+def _not_contains(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("contains", _items(m.group("items"), max_plain_words=1, negated=True,
+                                                 articles=False))
 
 
 @_rule(r"(?:includes?|uses?|contains?|has)\s+the\s+(?:exact\s+)?(?:words?|terms?|phrases?)\s+"
        r"(?P<items>.+)$", _MENTION_FILLER | _VERBS)
-def _words(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=1)
-    return _mention_check(terms, plural=False, negate=False) if terms else None
+def _words(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("words", _items(m.group("items"), max_plain_words=1, articles=False))
 
 
 @_rule(r"(?:mentions?|references?|refers\s+to|names)\s+(?P<items>.+)$", _MENTION_FILLER)
-def _mentions(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=2)
-    return _mention_check(terms, plural=True, negate=False) if terms else None
+def _mentions(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2))
 
 
 @_rule(r"(?:theme|topic|subject)(?:\s+of\s+the\s+\w+)?\s+(?:is|should\s+be|must\s+be)\s+"
        r"(?:about\s+)?(?P<items>.+)$", _SUBJECT | {"main", "central"})
-def _theme(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=2)
-    return _mention_check(terms, plural=True, negate=False) if terms else None
+def _theme(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2))
 
 
 @_rule(r"contains?\s+(?P<items>.+)$", _MENTION_FILLER | _VERBS)
-def _contains(m: re.Match[str], tools: frozenset[str]) -> Check | None:
-    terms = _items(m.group("items"), max_plain_words=1)
-    return _all_checks([_run_check("contains", t) for t in terms]) if terms else None
+def _contains(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+    return _terms_reading("contains", _items(m.group("items"), max_plain_words=1,
+                                             articles=False))
 
 
 @_rule(r"matches\s+(?:the\s+)?(?:regex|regexp|regular\s+expression|pattern)?\s*"
        rf"(?P<re>/.+/(?P<flags>[imsx]*)|{_QUOTED})$", _FILLER)
-def _regex(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _regex(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     raw = m.group("re")
     if raw.startswith("/"):
         body = raw[1 : raw.rindex("/")]
@@ -493,12 +653,13 @@ def _regex(m: re.Match[str], tools: frozenset[str]) -> Check | None:
         re.compile(pattern)
     except re.error:
         return None
-    return _run_check("regex", pattern, label=f"does not match {raw}: ")
+    return Reading(f"matches regex {pattern!r}",
+                   _run_check("regex", pattern, label=f"does not match {raw}: "))
 
 
 @_rule(rf"(?P<which>starts|begins|start|begin|ends|end)\s+with\s+(?P<val>{_QUOTED}|\S+)$",
        _FILLER)
-def _affix(m: re.Match[str], tools: frozenset[str]) -> Check | None:
+def _affix(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
     raw = m.group("val")
     value = _unquote(raw)
     if value is None:
@@ -507,7 +668,7 @@ def _affix(m: re.Match[str], tools: frozenset[str]) -> Check | None:
             return None
         value = raw
     kind = "starts_with" if m.group("which").lower().startswith(("start", "begin")) else "ends_with"
-    return _run_check(kind, value)
+    return Reading(f"{kind.replace('_', ' ')} {value!r}", _run_check(kind, value))
 
 
 def _all_checks(checks: list[Check]) -> Check:
@@ -522,17 +683,80 @@ _RULES: tuple[_Rule, ...] = (
     _quantity, _syllables, _valid_json, _inline_schema, _schema_tool, _tests_tool, _function,
     _not_mention, _not_contains, _words, _mentions, _theme, _contains, _regex, _affix,
 )
+_JOINT = re.compile(
+    r",?\s+(?:and\s+also|and\s+then|as\s+well\s+as|and|but|while)\s+|\s*;\s*|,\s+",
+    re.IGNORECASE,
+)
+_MAX_PARTS = 8
+
+
+def _read(text: str, names: frozenset[str]) -> Reading | None:
+    for rule in _RULES:
+        for m in rule.pattern.finditer(text):
+            if _only_filler(text, m, rule.filler) and (reading := rule.build(m, names)):
+                return reading
+    return None
+
+
+def read(criterion: str, tool_names: Iterable[str] = ()) -> Reading | None:
+    """How the rules read a criterion, or None when no rule reads all of it (first match wins).
+
+    Args:
+        criterion: The criterion as written in the rubric.
+        tool_names: Names of the grader tools that will be bound (tool criteria need them).
+    """
+    return _read(_clean(criterion), frozenset(tool_names))
 
 
 def recognise(criterion: str, tool_names: Iterable[str] = ()) -> Check | None:
     """The check for a criterion, or None when no rule recognises it (first match wins)."""
+    reading = read(criterion, tool_names)
+    return reading.check if reading else None
+
+
+def partial_reading(
+    criterion: str, tool_names: Iterable[str] = ()
+) -> tuple[list[Reading], list[str]] | None:
+    """What the rules can read of a criterion they cannot read whole (for the rubric lint).
+
+    The criterion is cut at "and", "but", commas and semicolons (outside quotes); from the left,
+    the longest run of parts the rules read is taken each time.
+
+    Returns:
+        The readings of the parts that are read and the text of the parts that are not (empty
+        when every part is read: several checks joined), or None when the rules read the whole
+        criterion or none of its parts.
+    """
     text = _clean(criterion)
     names = frozenset(tool_names)
-    for rule in _RULES:
-        for m in rule.pattern.finditer(text):
-            if _only_filler(text, m, rule.filler) and (check := rule.build(m, names)):
-                return check
-    return None
+    if _read(text, names):
+        return None
+    quoted = [q.span() for q in re.finditer(_QUOTED, text)]
+    cuts = [c for c in _JOINT.finditer(text) if not any(a <= c.start() < b for a, b in quoted)]
+    if not cuts or len(cuts) >= _MAX_PARTS:
+        return None
+    starts = [0, *(c.end() for c in cuts)]
+    ends = [*(c.start() for c in cuts), len(text)]
+    readings: list[Reading] = []
+    unread: list[str] = []
+    i, pending = 0, -1
+    while i < len(starts):
+        found = next(((j, r) for j in range(len(starts), i, -1)
+                      if (r := _read(text[starts[i] : ends[j - 1]], names))), None)
+        if found is None:
+            pending = i if pending < 0 else pending
+            i += 1
+            continue
+        if pending >= 0:
+            unread.append(text[starts[pending] : ends[i - 1]])
+            pending = -1
+        readings.append(found[1])
+        i = found[0]
+    if pending >= 0:
+        unread.append(text[starts[pending] :])
+    if any(_terms(part, max_plain_words=2) for part in unread):
+        return None  # a cut inside a list of terms ("X and Y or Z"): not a second check
+    return (readings, unread) if readings else None
 
 
 # --------------------------------------------------------------------------- public helpers
