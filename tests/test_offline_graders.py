@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, SUMMARY
@@ -13,7 +12,6 @@ from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 from scripted import ScriptedChatModel
@@ -25,6 +23,11 @@ from rubric_core.rubric import parse_criteria
 from rubric_core.tools import json_schema_tool
 from rubric_core.tools.sandbox import python_tests_tool
 from rubric_core.types import GraderResponse
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from langchain_core.runnables import RunnableConfig
 
 CODE_BAD = "```python\ndef add(a, b):\n    return a - b\n```"
 ADD_TESTS = [

@@ -69,14 +69,16 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.tools import BaseTool
 
 from rubric_core.tools.checks import embedded_json, run_check
 from rubric_core.tools.sandbox import extract_python_code
 from rubric_core.tools.text import text_stats_data
-from rubric_core.types import CriterionVerdict
+
+if TYPE_CHECKING:
+    from rubric_core.types import CriterionVerdict
 
 _GAP_LIMIT = 600
 
@@ -361,7 +363,7 @@ def _quantity_reading(m: re.Match[str]) -> Reading:
         "gt": operator.gt}[cmp]
     noun = "character" if unit == "char" else unit
 
-    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+    def check(answer: str, _tools: Mapping[str, BaseTool]) -> str | None:
         actual = int(text_stats_data(answer)[key])
         if ok(actual, n):
             return None
@@ -373,7 +375,7 @@ def _quantity_reading(m: re.Match[str]) -> Reading:
 def _syllable_check(pattern: list[int]) -> Check:
     shown = "-".join(map(str, pattern))
 
-    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+    def check(answer: str, _tools: Mapping[str, BaseTool]) -> str | None:
         counts = [int(c) for c in text_stats_data(answer)["syllables_per_line"]]
         if len(counts) != len(pattern):
             found = "-".join(map(str, counts)) or "none"
@@ -390,7 +392,7 @@ def _syllable_check(pattern: list[int]) -> Check:
 def _mention_check(terms: list[str], *, plural: bool, mode: Mode) -> Check:
     patterns = [(t, _word_pattern(t, plural=plural)) for t in terms]
 
-    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+    def check(answer: str, _tools: Mapping[str, BaseTool]) -> str | None:
         found = [t for t, p in patterns if p.search(answer)]
         if mode == "none":
             return f"mentions: {', '.join(found)}" if found else None
@@ -419,8 +421,10 @@ _TERM_KINDS = {"mentions": "mentions", "words": "exact words", "contains": "cont
 
 
 def _terms_reading(kind: str, parsed: tuple[list[str], Mode] | None) -> Reading | None:
-    """A term criterion's reading: ``mentions`` (words, plural allowed), ``words`` (exact
-    words) or ``contains`` (substrings)."""
+    """A term criterion's reading: ``mentions``, ``words`` or ``contains``.
+
+    ``mentions`` matches words (plural allowed), ``words`` exact words, ``contains`` substrings.
+    """
     if parsed is None:
         return None
     terms, mode = parsed
@@ -431,7 +435,7 @@ def _terms_reading(kind: str, parsed: tuple[list[str], Mode] | None) -> Reading 
 
 
 def _run_check(name: str, value: Any, *, label: str = "") -> Check:
-    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+    def check(answer: str, _tools: Mapping[str, BaseTool]) -> str | None:
         outcome = run_check(answer, name, value)
         if outcome["ok"]:
             return None
@@ -484,7 +488,7 @@ def _tool_check(tool_name: str, *, code: bool) -> Check:
 
 
 def _function_check(name: str, count: int | None, type_word: str | None) -> Check:
-    def check(answer: str, tools: Mapping[str, BaseTool]) -> str | None:
+    def check(answer: str, _tools: Mapping[str, BaseTool]) -> str | None:
         try:
             module = ast.parse(extract_python_code(answer))
         except SyntaxError as exc:
@@ -532,12 +536,12 @@ def _rule(pattern: str, filler: frozenset[str]) -> Callable[[Build], _Rule]:
 
 
 @_rule(_QUANTITY.pattern, _QUANTITY_FILLER)
-def _quantity(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _quantity(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _quantity_reading(m)
 
 
 @_rule(_SYLLABLES.pattern, _SYLLABLE_FILLER)
-def _syllables(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _syllables(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     text = m.string
     if "syllable" not in text.lower():
         rest = f"{text[: m.start()]} {text[m.end() :]}".lower().split()
@@ -549,13 +553,13 @@ def _syllables(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
 
 @_rule(r"(?:is\s+)?(?:a\s+)?valid\s+json(?:\s+(?:object|document|value|text))?"
        r"|parses\s+as\s+(?:valid\s+)?json", _FILLER)
-def _valid_json(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _valid_json(_m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return Reading("valid JSON", _run_check("valid_json", None))
 
 
 @_rule(r"(?:validates|conforms|complies|is\s+valid)\s+(?:against|to|with)\s+(?:the\s+)?"
        r"(?:json\s+)?schema\s*:?\s*(?P<schema>`\{.*\}`|\{.*\})$", _SUBJECT)
-def _inline_schema(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _inline_schema(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     try:
         schema = json.loads(m.group("schema").strip("`"))
     except json.JSONDecodeError:
@@ -590,7 +594,7 @@ def _tests_tool(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
        r"(?:\s*,?\s*and\s+(?:it\s+)?(?:accepts|takes|has)\s+(?P<count>a\s+single|exactly\s+one|"
        r"only\s+one|one|single|\d|two|three|four)\s+(?:(?P<type>[a-z]+)\s+)?"
        r"(?:argument|parameter|arg|input)s?)?$", _CODE_FILLER)
-def _function(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _function(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     raw = m.group("count")
     count = None
     if raw:
@@ -606,42 +610,42 @@ def _function(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
 
 @_rule(rf"{_NEG}\s+(?:mentions?|refers?\s+to|(?:use|include|contain)s?\s+the\s+"
        r"(?:words?|terms?))\s+(?P<items>.+)$", _MENTION_FILLER)
-def _not_mention(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _not_mention(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2, negated=True))
 
 
 @_rule(rf"{_NEG}\s+contains?\s+(?P<items>.+)$", _MENTION_FILLER)
-def _not_contains(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _not_contains(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("contains", _items(m.group("items"), max_plain_words=1, negated=True,
                                                  articles=False))
 
 
 @_rule(r"(?:includes?|uses?|contains?|has)\s+the\s+(?:exact\s+)?(?:words?|terms?|phrases?)\s+"
        r"(?P<items>.+)$", _MENTION_FILLER | _VERBS)
-def _words(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _words(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("words", _items(m.group("items"), max_plain_words=1, articles=False))
 
 
 @_rule(r"(?:mentions?|references?|refers\s+to|names)\s+(?P<items>.+)$", _MENTION_FILLER)
-def _mentions(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _mentions(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2))
 
 
 @_rule(r"(?:theme|topic|subject)(?:\s+of\s+the\s+\w+)?\s+(?:is|should\s+be|must\s+be)\s+"
        r"(?:about\s+)?(?P<items>.+)$", _SUBJECT | {"main", "central"})
-def _theme(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _theme(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("mentions", _items(m.group("items"), max_plain_words=2))
 
 
 @_rule(r"contains?\s+(?P<items>.+)$", _MENTION_FILLER | _VERBS)
-def _contains(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _contains(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     return _terms_reading("contains", _items(m.group("items"), max_plain_words=1,
                                              articles=False))
 
 
 @_rule(r"matches\s+(?:the\s+)?(?:regex|regexp|regular\s+expression|pattern)?\s*"
        rf"(?P<re>/.+/(?P<flags>[imsx]*)|{_QUOTED})$", _FILLER)
-def _regex(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _regex(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     raw = m.group("re")
     if raw.startswith("/"):
         body = raw[1 : raw.rindex("/")]
@@ -659,7 +663,7 @@ def _regex(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
 
 @_rule(rf"(?P<which>starts|begins|start|begin|ends|end)\s+with\s+(?P<val>{_QUOTED}|\S+)$",
        _FILLER)
-def _affix(m: re.Match[str], tools: frozenset[str]) -> Reading | None:
+def _affix(m: re.Match[str], _tools: frozenset[str]) -> Reading | None:
     raw = m.group("val")
     value = _unquote(raw)
     if value is None:
