@@ -188,7 +188,8 @@ def lint_for_ui(
         return [UiMessage("error", "The rubric is empty: write at least one criterion, one per "
                                    "line (or load a bundled example).")]
     out: list[UiMessage] = []
-    for issue in lint_rubric(rubric, tool_names=tuple(tool_names)):
+    tool_names = tuple(tool_names)
+    for issue in lint_rubric(rubric, tool_names=tool_names):
         text = issue.message if issue.criterion is None or issue.criterion in issue.message else (
             f"{issue.message} — “{issue.criterion}”"
         )
