@@ -528,3 +528,36 @@ def test_app_directories_inside_mounted_trees_are_hidden(
     result = _probe(f"import os\nreturn [os.listdir({str(project)!r}), os.listdir('/usr/bin')[:1]]")
     listing = json.loads(_failure(result).split("got ", 1)[1])
     assert listing[0] == [] and listing[1], result
+
+
+def test_abstract_unix_sockets_of_the_host_are_out_of_reach() -> None:
+    # Abstract-namespace sockets (X11's, D-Bus's) belong to a network namespace, not a path.
+    name = "\0rubric-test-" + uuid.uuid4().hex
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(name)
+        listener.listen(1)
+        listener.setblocking(False)
+        result = _probe(f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect({name!r})
+            s.sendall(b'stolen')
+            return 'connected'
+        except OSError as exc:
+            return exc.errno
+        """)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert _failure(result) == 'expected "contained", got 111', result  # ECONNREFUSED
+
+
+def test_signalling_every_process_reaches_only_the_sandbox(tmp_path: Path) -> None:
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        result = _probe("import os, signal\nos.kill(-1, signal.SIGKILL)\nreturn 'alive'")
+        assert result["ok"] is False  # the harness killed itself, nothing else
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
