@@ -51,12 +51,12 @@ import csv
 import difflib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import pandas as pd
 
-from rubric_core.redact import redact
+from rubric_core.redact import redact, secret_values
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import RunRecord, Store
 
@@ -91,20 +91,21 @@ RunLike = RunRecord | Mapping[str, Any]
 """A run from the index, or a mapping with the same field names."""
 
 
-def _text(value: Any) -> Any:
-    return redact(value) if isinstance(value, str) else value
-
-
-def _run_columns(run: RunLike | None) -> tuple[Any, ...]:
+def _run_columns(run: RunLike | None, text: Callable[[Any], Any]) -> tuple[Any, ...]:
     if run is None:
         return (None, None, None, None, None)
     get = run.get if isinstance(run, Mapping) else lambda key: getattr(run, key, None)
-    return tuple(_text(get(key)) for key in
+    return tuple(text(get(key)) for key in
                  ("run_id", "title", "worker_model", "grader_model", "status"))
 
 
 def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Iterator[tuple]:
-    head = _run_columns(run)
+    secrets = secret_values()  # read once per run, not once per cell
+
+    def _text(value: Any) -> Any:
+        return redact(value, secrets=secrets) if isinstance(value, str) else value
+
+    head = _run_columns(run, _text)
     for ev in evaluations:
         start = (*head, _text(ev.get("grading_run_id")), ev.get("iteration"))
         middle = (

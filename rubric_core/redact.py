@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 REDACTED = "[redacted]"
@@ -82,29 +82,39 @@ def _shape(match: re.Match[str]) -> str:
     return prefix + REDACTED
 
 
-def redact(text: str) -> str:
-    """``text`` with configured secrets and key-shaped tokens replaced by ``[redacted]``."""
+def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
+    """``text`` with configured secrets and key-shaped tokens replaced by ``[redacted]``.
+
+    Args:
+        text: Any text (non-strings are returned unchanged).
+        secrets: `secret_values()`, when the caller redacts many strings at once and has
+            read them already (reading the environment is most of the cost of a short text).
+    """
     if not isinstance(text, str) or not text:
         return text
-    for value in secret_values():
+    for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
     return _KEY_SHAPES.sub(_shape, text)
 
 
-def redact_data(value: T) -> T:
+def redact_data(value: T, *, secrets: Sequence[str] | None = None) -> T:
     """`redact` every string inside ``value`` (dicts, lists and tuples, recursively).
 
-    Returns a new structure of the same shape when anything changed; keys are kept as they are.
+    Returns a new structure of the same shape; keys are kept as they are. The secrets are read
+    once for the whole structure.
     """
+    known = secret_values() if secrets is None else secrets
     if isinstance(value, str):
-        return redact(value)  # type: ignore[return-value]
+        return redact(value, secrets=known)  # type: ignore[return-value]
     if isinstance(value, dict):
-        return {key: redact_data(item) for key, item in value.items()}  # type: ignore[return-value]
+        return {key: redact_data(item, secrets=known)  # type: ignore[return-value]
+                for key, item in value.items()}
     if isinstance(value, list):
-        return [redact_data(item) for item in value]  # type: ignore[return-value]
+        return [redact_data(item, secrets=known) for item in value]  # type: ignore[return-value]
     if isinstance(value, tuple):
-        return tuple(redact_data(item) for item in value)  # type: ignore[return-value]
+        return tuple(redact_data(item, secrets=known)  # type: ignore[return-value]
+                     for item in value)
     return value
 
 
@@ -140,22 +150,23 @@ def install_log_redaction() -> None:
     logging.setLogRecordFactory(factory)
 
 
-def _scrub_stored(value: Any) -> Any:
+def _scrub_stored(value: Any, secrets: Sequence[str]) -> Any:
     """`redact_data` that also reaches into chat messages and exceptions (for checkpoints)."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, secrets=secrets)
     if isinstance(value, BaseException):
-        return redact(repr(value))  # LangGraph stores a failed task's error as its repr
+        # LangGraph stores a failed task's error as its repr
+        return redact(repr(value), secrets=secrets)
     if isinstance(value, dict):
-        return {key: _scrub_stored(item) for key, item in value.items()}
+        return {key: _scrub_stored(item, secrets) for key, item in value.items()}
     if isinstance(value, list):
-        return [_scrub_stored(item) for item in value]
+        return [_scrub_stored(item, secrets) for item in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_scrub_stored(item) for item in value)
+        return tuple(_scrub_stored(item, secrets) for item in value)
     content = getattr(value, "content", None)
     copy = getattr(value, "model_copy", None)
     if content is not None and callable(copy) and isinstance(content, str | list):
-        cleaned = _scrub_stored(content)
+        cleaned = _scrub_stored(content, secrets)
         if cleaned != content:
             return copy(update={"content": cleaned})
     return value
@@ -177,7 +188,7 @@ class RedactingSerializer:
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         """Serialize ``obj`` with its secrets redacted."""
-        result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj))
+        result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj, secret_values()))
         return result
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
