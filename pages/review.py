@@ -226,7 +226,7 @@ with analytics_tab:
         measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
                                format_func=sup.CHART_MEASURES.__getitem__)
         st.bar_chart(sup.analytics_chart(analytics, measure), horizontal=True,
-                     y_label="", x_label=sup.CHART_MEASURES[measure])
+                     x_label="", y_label=sup.CHART_MEASURES[measure])
         st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
                            f"analytics-{run_id[:8]}.csv", "text/csv",
                            key="download_analytics_csv", on_click="ignore",
