@@ -43,7 +43,8 @@ redact.register_secrets(secrets)
 state = st.session_state
 # Re-assigning keeps page widgets' values while another page is shown (Streamlit drops the
 # state of widgets that were not drawn in a run).
-defaults = {**sup.FORM_DEFAULTS, "base_url": sup.base_url_default(os.environ, secrets)}
+defaults = {**sup.FORM_DEFAULTS, "base_url": sup.base_url_default(os.environ, secrets),
+            "labeller": sup.default_labeller()}
 for key, default in defaults.items():
     state[key] = state.get(key, default)
 max_iterations, max_iterations_notice = sup.check_max_iterations(state["max_iterations"])

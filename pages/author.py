@@ -72,7 +72,8 @@ else:
     with save_col:
         st.text_input("Name", key="rubric_name", placeholder="e.g. haiku-basics")
         if st.button("Save rubric", key="save_rubric", icon=":material/save:"):
-            saved = sup.save_library_rubric(store, state["rubric_name"], rubric)
+            saved = sup.save_library_rubric(store, state["rubric_name"], rubric,
+                                            sup.settings_from_state(state))
             getattr(st, saved.level)(saved.text)
     with load_col:
         saved_rubrics = {r["name"]: r["latest_version"] for r in store.list_rubrics()}

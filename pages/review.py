@@ -17,6 +17,25 @@ if "store" not in state:
 store = state.get("store")
 
 
+# Long titles, model names and gaps: wide columns, full text on hover (help) and in expanders.
+HISTORY_COLUMNS = {
+    "title": st.column_config.TextColumn("Title", width="large"),
+    "worker": st.column_config.TextColumn("Worker", width="medium"),
+    "grader": st.column_config.TextColumn("Grader", width="medium"),
+}
+ITERATION_COLUMNS = {
+    "criterion": st.column_config.TextColumn("Criterion", width="medium"),
+    "gap": st.column_config.TextColumn("Gap", width="large",
+                                       help="What the grader found missing or wrong"),
+    "explanation": st.column_config.TextColumn("Explanation", width="large"),
+}
+
+
+def open_run(run_id: str) -> None:
+    # Applied before the run picker is drawn (a widget's value cannot change after that).
+    state["open_request"] = run_id
+
+
 def show_messages(messages: list[sup.UiMessage]) -> None:
     for message in messages:
         getattr(st, message.level)(message.text)
@@ -56,14 +75,27 @@ page = f_page.number_input(f"Page (of {pages})", min_value=1, max_value=pages,
                            key="history_page")
 size = sup.HISTORY_PAGE_SIZE
 runs = store.list_runs(limit=size, offset=(page - 1) * size, **filters.kwargs())
-st.caption(f"{total} run(s) match; showing {len(runs)}, most recent first.")
-st.dataframe(sup.history_frame(runs), hide_index=True, width="stretch",
-             height=min(250, 38 + 35 * max(len(runs), 1)))
+st.caption(f"{total} run(s) match; showing {len(runs)}, most recent first. "
+           "Select a row to open that run.")
+history = st.dataframe(sup.history_frame(runs), hide_index=True, width="stretch",
+                       height=min(250, 38 + 35 * max(len(runs), 1)), key="history_table",
+                       column_config=HISTORY_COLUMNS, on_select="rerun",
+                       selection_mode="single-row")
+picked = sup.picked_row(history, [r.run_id for r in runs])
+if picked is not None and picked != state.get("history_opened"):
+    open_run(picked)  # only a new selection moves the picker; it stays free to change
+state["history_opened"] = picked
 if not runs:
     st.info("No runs match these filters. Clear them, or start a run on the Run page.")
     st.stop()
 
 by_id = {r.run_id: r for r in runs}
+if (requested := state.pop("open_request", None)) is not None:
+    # Kept in the picker even when the history filters or page would hide it.
+    state["pinned_run"] = state["review_run"] = requested
+pinned = state.get("pinned_run")
+if pinned and pinned not in by_id and (pinned_record := store.get_run(pinned)) is not None:
+    by_id = {pinned: pinned_record, **by_id}
 run_id = st.selectbox("Run to review", list(by_id), key="review_run",
                       format_func=lambda rid: sup.run_label(by_id[rid]))
 record = by_id[run_id]
@@ -90,11 +122,23 @@ with st.expander("Prompt, rubric and models"):
                f"max {record.max_iterations} iterations · run id {record.run_id}")
 if record.error:
     st.error(f"Error: {record.error}")
+for i, answer in enumerate(sup.shown_answers(evaluations)):
+    with st.expander(sup.answer_heading(answer, first=i == 0).replace("**", ""),
+                     expanded=i == 0):
+        st.markdown(sup.answer_markdown(answer.text))
 
-table_tab, heat_tab, compare_tab, export_tab = st.tabs(
-    ["Iterations", "Heatmap", "Side by side", "Export"])
+(table_tab, heat_tab, compare_tab, labels_tab, agreement_tab, analytics_tab,
+ export_tab) = st.tabs(["Iterations", "Heatmap", "Side by side", "Labels", "Agreement",
+                        "Loop analytics", "Export"])
 with table_tab:
-    st.dataframe(sup.iteration_table(evaluations), hide_index=True, width="stretch")
+    table = sup.iteration_table(evaluations)
+    st.dataframe(table, hide_index=True, width="stretch", column_config=ITERATION_COLUMNS)
+    gaps = table[table["gap"].astype(str).str.strip() != ""]
+    if not gaps.empty:
+        with st.expander(f"Full text of the {len(gaps)} gap(s)"):
+            for row in gaps.itertuples():
+                st.markdown(f"**Iteration {row.iteration} · {row.criterion}**")
+                st.text(row.gap)
 with heat_tab:
     heat = sup.heatmap_table(evaluations, record.rubric)
     st.dataframe(heat.style.map(sup.heatmap_css), width="stretch")
@@ -122,6 +166,71 @@ with compare_tab:
             st.info("Pick another graded run on this page of the history to compare with.")
     else:
         st.info("This run has no graded iterations yet.")
+with labels_tab:
+    targets = sup.label_targets(evaluations)
+    if not targets:
+        st.info("This run has no criterion verdicts to label yet.")
+    else:
+        st.text_input("Your name", key="labeller",
+                      help="Stored with each label; defaults to this computer's user name.")
+        target = st.selectbox("Verdict to label", targets, key=f"label_target_{run_id}",
+                              format_func=lambda t: sup.target_label(evaluations, t))
+        l_col, c_col = st.columns(2)
+        label = l_col.radio("You", sup.LABEL_CHOICES, key="label_choice", horizontal=True,
+                            format_func=lambda c: f"{c} with the grader")
+        correct = c_col.selectbox("Correct verdict (optional)", sup.CORRECT_CHOICES,
+                                  key="label_correct", disabled=label == "agree")
+        note = st.text_input("Note (optional)", key="label_note")
+        if st.button("Save label", key="save_label", icon=":material/label:"):
+            show_messages([sup.save_label(store, sup.LabelInput(
+                run_id, target, state["labeller"], label, correct, note))])
+        run_labels = store.labels([run_id])
+        st.caption(f"{len(run_labels)} label(s) on this run.")
+        if run_labels:
+            st.dataframe(sup.run_labels_frame(evaluations, run_labels), hide_index=True,
+                         width="stretch", column_config=ITERATION_COLUMNS)
+with agreement_tab:
+    view = sup.agreement_view(store)
+    if view.table["n"].iloc[-1] == 0:
+        st.info("No labels yet: label verdicts on the Labels tab to compare the grader with "
+                "people.")
+    else:
+        st.caption("Grader vs people over every labelled verdict in this database, across "
+                   "runs: percent agreement and Cohen's κ (empty when undefined: one verdict "
+                   "throughout), with n pairs.")
+        st.dataframe(view.table, hide_index=True, width="stretch", column_config={
+            "criterion": st.column_config.TextColumn("Criterion", width="large"),
+            "percent_agreement": st.column_config.NumberColumn("Agreement %", format="%.1f"),
+            "kappa": st.column_config.NumberColumn("Cohen's κ", format="%.3f")})
+        st.markdown(f"**Disagreements** ({len(view.run_ids)}): select one to open its run")
+        chosen = st.dataframe(view.disagreements, hide_index=True, width="stretch",
+                              key="disagreements_table", on_select="rerun",
+                              selection_mode="single-row", column_config=ITERATION_COLUMNS)
+        opened = sup.picked_row(chosen, view.run_ids)
+        if opened is not None and opened != state.get("disagreement_opened"):
+            state["disagreement_opened"] = opened
+            open_run(opened)
+            st.rerun()
+        state["disagreement_opened"] = opened
+with analytics_tab:
+    scope = st.radio("Runs", sup.ANALYTICS_SCOPES, key="analytics_scope", horizontal=True)
+    analytics, n_runs = sup.analytics_for(store, record, scope)
+    if analytics.empty:
+        st.info("No graded passes to analyse yet.")
+    else:
+        st.caption(f"Per criterion over {n_runs} run(s): first-pass fail rate, mean passes "
+                   "to fix, oscillations (pass → fail → pass), feedback efficacy, revision "
+                   "tokens and instability under repeats.")
+        st.dataframe(analytics, hide_index=True, width="stretch", column_config={
+            "criterion": st.column_config.TextColumn("Criterion", width="large")})
+        measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
+                               format_func=sup.CHART_MEASURES.__getitem__)
+        st.bar_chart(sup.analytics_chart(analytics, measure), horizontal=True,
+                     x_label="", y_label=sup.CHART_MEASURES[measure])
+        st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
+                           f"analytics-{run_id[:8]}.csv", "text/csv",
+                           key="download_analytics_csv", on_click="ignore",
+                           icon=":material/download:")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
     csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)]))
@@ -141,3 +250,7 @@ with export_tab:
                            key="download_all_csv", on_click="ignore")
         c4.download_button("Download all as JSON", all_json, "rubric-runs.json",
                            "application/json", key="download_all_json", on_click="ignore")
+    st.markdown("**Labels** — every person's label in this database")
+    st.download_button("Download labels CSV", sup.labels_csv(store), "rubric-labels.csv",
+                       "text/csv", key="download_labels_csv", on_click="ignore",
+                       icon=":material/download:")

@@ -27,6 +27,15 @@ models = sup.app_models(
 )
 
 
+# Long criteria and gaps get the room, and their full text on hover (help).
+VERDICT_COLUMNS = {
+    "criterion": st.column_config.TextColumn("Criterion", width="medium"),
+    "passed": st.column_config.CheckboxColumn("Passed", width="small"),
+    "gap": st.column_config.TextColumn("Gap", width="large",
+                                       help="What the grader found missing or wrong"),
+}
+
+
 def request_resume(run_id: str) -> None:
     # Bound to the run the picker showed when it was drawn, not to whatever it lists next.
     state["resume_request"] = run_id
@@ -51,9 +60,10 @@ def show_result(run_id: str) -> None:
         cols[1].metric("Grader passes", record.iterations)
         cols[2].metric("Duration", f"{record.duration_s or 0:.1f} s")
         cols[3].metric("Run id", record.run_id[:8])
-    if evaluations:
-        st.markdown("**Final answer**")
-        st.markdown(sup.answer_markdown(evaluations[-1]["answer"]))
+    for i, answer in enumerate(sup.shown_answers(evaluations)):
+        with st.container(key=f"final_answer_{i}", border=i > 0):
+            st.markdown(sup.answer_heading(answer, first=i == 0))
+            st.markdown(sup.answer_markdown(answer.text))
 
 
 def live(run: session.Session) -> None:
@@ -80,7 +90,8 @@ def live(run: session.Session) -> None:
                 with pass_slot.container():
                     st.markdown(sup.pass_headline(evaluation))
                     st.caption(evaluation["explanation"])
-                    st.dataframe(sup.verdict_frame(evaluation), hide_index=True)
+                    st.dataframe(sup.verdict_frame(evaluation), hide_index=True,
+                                 width="stretch", column_config=VERDICT_COLUMNS)
             elif kind == "run_finished":
                 ok = event["status"] == "satisfied"
                 bar.progress(1.0, text=f"Finished: {event['status']}")
@@ -98,9 +109,10 @@ shown = resuming.settings if resuming is not None else form
 if resuming is not None:
     st.info(f"Resuming run {resuming.run_id[:8]} · {resuming.title or '(untitled)'} with the "
             "settings it was started with.", icon=":material/replay:")
-cols = st.columns(4)
-cols[0].metric("Worker", shown.worker_model)
-cols[1].metric("Grader", shown.grader_model)
+# Model names get the wide columns; the full string is also on hover.
+cols = st.columns([3, 3, 1, 1])
+cols[0].metric("Worker", shown.worker_model, help=f"Worker model: {shown.worker_model}")
+cols[1].metric("Grader", shown.grader_model, help=f"Grader model: {shown.grader_model}")
 cols[2].metric("Max iterations", shown.max_iterations)
 cols[3].metric("Criteria", len(parse_criteria(shown.rubric)))
 with st.expander("What is being resumed" if resuming else "What will run",
@@ -120,8 +132,14 @@ blocked = store is None or any(p.level == "error" for p in problems)
 start_col, stop_col = st.columns([1, 5])
 start = start_col.button("Run rubric loop", key="run_button", type="primary",
                          disabled=blocked, icon=":material/play_arrow:")
-stop_col.button("Stop", key="stop_button", icon=":material/stop:",
-                help="Stops the run; its thread is kept and can be resumed below.")
+starting = store is not None and ((start and not blocked) or resuming is not None)
+# Stop works only while a run of this session is active: the one about to start here, or one
+# still running (or stopping) on another script thread.
+active = starting or bool(last and session.is_active(last))
+stop_slot = stop_col.empty()
+stop_slot.button("Stop", key="stop_button", icon=":material/stop:", disabled=not active,
+                 help="Stops the run; its thread is kept and can be resumed below."
+                 if active else "Nothing of this session is running.")
 
 try:
     if start and store is not None and not resuming:
@@ -130,6 +148,9 @@ try:
         live(session.resume(store, resuming.run_id, models=models))
 except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
     st.error(f"The run could not start or be recorded: {exc}")
+if starting:  # the run has ended: nothing is left to stop
+    stop_slot.button("Stop", key="stop_button_idle", icon=":material/stop:", disabled=True,
+                     help="Nothing of this session is running.")
 
 last = state.get("last_run_id")  # set by the run above, if one was started
 # Listed after the run above has ended, so the picker shows what can be resumed now.

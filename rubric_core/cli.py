@@ -297,6 +297,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         assert settings is not None
         final = _consume(run_rubric(session.build_spec(settings)), out, args.quiet)
     status = final.get("status", "error")
+    from rubric_core.attempts import final_answers  # the final answer, labelled as the app does
+
+    for shown in final_answers(final.get("evaluations", [])):
+        body = "" if args.quiet else f"{shown.text}\n"
+        out.write(redact(f"\n── {shown.label} · {shown.passed}/{shown.total} criteria pass ──\n"
+                         f"{body}"))
     out.write(f"\nstatus: {status} after {len(final.get('evaluations', []))} grading pass(es)"
               f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
     if final.get("error"):

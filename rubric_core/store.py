@@ -7,7 +7,10 @@ This is the only module that knows which database Rubric Studio talks to. The fi
 - ``runs`` and ``evaluations``: a small index of runs and their grader passes, so that history,
   filters and exports never have to decode checkpoints; each run keeps its whole
   ``RunSettings`` as JSON (``settings_json``) beside the columns Review filters on;
-- ``rubrics`` and ``rubric_versions``: saved rubrics, every version kept;
+- ``rubrics`` and ``rubric_versions``: saved rubrics, every version kept, each with the
+  `RunSettings` preset it was saved with (``settings_json``: prompt, tools, models, cap);
+- ``labels``: people's verdicts on the grader's criterion verdicts (agree / disagree, the
+  correct verdict, a note), keyed by run, evaluation, criterion and labeller;
 - ``meta``: which application owns the file and its schema version.
 
 Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
 
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from rubric_core.types import RubricEvaluation
+    from rubric_core.types import CriterionLabel, RubricEvaluation
 
 __all__ = [
     "APPLICATION_ID", "APP_ID", "DB_ENV_VAR", "RUN_STATUSES", "SCHEMA_VERSION", "RunRecord",
@@ -58,7 +61,7 @@ __all__ = [
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database file."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -66,7 +69,8 @@ Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
 `rubric_core.settings.RunSettings`) and stopped leaving a run in ``needs_revision``: upgraded
 rows in that status (runs whose process died between passes) become ``interrupted``. Older
 files are upgraded in place on open; their rows without ``settings_json`` get settings derived
-from their columns (`RunSettings.from_columns`).
+from their columns (`RunSettings.from_columns`). Version 4 added the ``labels`` table and
+``rubric_versions.settings_json`` (a saved rubric's `RunSettings` preset; NULL in upgraded rows).
 """
 
 APP_ID = "rubric-studio"
@@ -116,12 +120,21 @@ _SCHEMA = (
         name TEXT NOT NULL REFERENCES rubrics (name) ON DELETE CASCADE,
         version INTEGER NOT NULL, text TEXT NOT NULL, created_at TEXT NOT NULL,
         PRIMARY KEY (name, version))""",
+    # Schema 4: people's labels of criterion verdicts (see `Store.set_label`).
+    """CREATE TABLE IF NOT EXISTS labels (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, criterion TEXT NOT NULL,
+        labeller TEXT NOT NULL, agree INTEGER NOT NULL, correct INTEGER, note TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq, criterion, labeller),
+        FOREIGN KEY (run_id, seq) REFERENCES evaluations (run_id, seq) ON DELETE CASCADE)""",
 )
 # Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
 _ADDED_RUN_COLUMNS = {
     "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
     "settings_json": "TEXT",
 }
+# Schema 4: columns added to ``rubric_versions`` (NULL in upgraded rows).
+_ADDED_VERSION_COLUMNS = {"settings_json": "TEXT"}
 
 
 class StoreError(Exception):
@@ -261,6 +274,19 @@ def _row_to_evaluation(row: sqlite3.Row) -> RubricEvaluation:
             "input_tokens": row["input_tokens"],
             "output_tokens": row["output_tokens"],
             "answer": row["answer"],
+        },
+    )
+
+
+def _row_to_label(row: sqlite3.Row) -> CriterionLabel:
+    return cast(
+        "CriterionLabel",
+        {
+            "run_id": row["run_id"], "seq": int(row["seq"]), "criterion": row["criterion"],
+            "labeller": row["labeller"], "agree": bool(row["agree"]),
+            "correct": None if row["correct"] is None else bool(row["correct"]),
+            "note": row["note"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
         },
     )
 
@@ -648,7 +674,7 @@ class Store:
     # -- rubric library -------------------------------------------------------------------------
 
     def save_rubric(self, name: str, text: str) -> int:
-        """Save a rubric under a name as a new version.
+        """Save a rubric under a name as a new version (`save_rubric_version` without a preset).
 
         Args:
             name: The rubric's name (surrounding whitespace is ignored).
@@ -659,6 +685,31 @@ class Store:
             version, that version's number and nothing is written.
 
         """
+        return self.save_rubric_version(name, text)[0]
+
+    def save_rubric_version(
+        self, name: str, text: str, *, settings: RunSettings | None = None
+    ) -> tuple[int, bool]:
+        """Save a rubric, with the run settings preset that goes with it, as a new version.
+
+        A version is its text and its preset together: when both equal the latest version's,
+        nothing is written and that version is kept.
+
+        Args:
+            name: The rubric's name (surrounding whitespace is ignored).
+            text: The rubric text.
+            settings: The preset (prompt, tools, models, cap) to keep beside the text; stored
+                scrubbed of secrets (`RunSettings.redacted`), with ``rubric`` set to ``text``.
+
+        Returns:
+            The version number (1 for a new name) and whether it was created (False: the
+            latest version was identical and is kept).
+
+        Raises:
+            ValueError: An empty name or text.
+            TypeError: ``settings`` is not `RunSettings`.
+
+        """
         name = name.strip() if isinstance(name, str) else ""
         if not name:
             msg = "a rubric needs a name: give it a short non-empty name"
@@ -666,15 +717,20 @@ class Store:
         if not isinstance(text, str) or not text.strip():
             msg = f"rubric {name!r} is empty: write at least one criterion before saving"
             raise ValueError(msg)
+        if settings is not None and not isinstance(settings, RunSettings):
+            msg = f"settings must be RunSettings, got {type(settings).__name__}"
+            raise TypeError(msg)
+        preset = None if settings is None else settings.replace(rubric=text).redacted().to_json()
         now = _now()
         with self._connect(write=True) as conn:
             latest = conn.execute(
-                "SELECT version, text FROM rubric_versions WHERE name = ? "
+                "SELECT version, text, settings_json FROM rubric_versions WHERE name = ? "
                 "ORDER BY version DESC LIMIT 1",
                 (name,),
             ).fetchone()
-            if latest is not None and latest["text"] == text:
-                return int(latest["version"])
+            if latest is not None and latest["text"] == text and (
+                    preset is None or latest["settings_json"] == preset):
+                return int(latest["version"]), False
             version = 1 if latest is None else latest["version"] + 1
             conn.execute(
                 "INSERT INTO rubrics (name, created_at, updated_at) VALUES (?, ?, ?) "
@@ -682,11 +738,38 @@ class Store:
                 (name, now, now),
             )
             conn.execute(
-                "INSERT INTO rubric_versions (name, version, text, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                (name, version, text, now),
+                "INSERT INTO rubric_versions (name, version, text, created_at, settings_json) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, version, text, now, preset),
             )
-        return int(version)
+        return int(version), True
+
+    def load_preset(self, name: str, version: int | None = None) -> RunSettings | None:
+        """The run settings preset saved with a rubric version (None when it has none).
+
+        Args:
+            name: The rubric's name.
+            version: A version number; the latest when None.
+
+        Raises:
+            KeyError: No such rubric or version.
+
+        """
+        sql = "SELECT settings_json FROM rubric_versions WHERE name = ?"
+        params: list[Any] = [name.strip()]
+        if version is None:
+            sql += " ORDER BY version DESC LIMIT 1"
+        else:
+            sql += " AND version = ?"
+            params.append(version)
+        with self._connect() as conn:
+            row = conn.execute(sql, params).fetchone()
+        if row is None:
+            which = "" if version is None else f" version {version}"
+            msg = f"no saved rubric {name!r}{which}"
+            raise KeyError(msg)
+        raw = row["settings_json"]
+        return None if raw is None else RunSettings.from_json(raw)
 
     def list_rubrics(self) -> list[dict[str, Any]]:
         """Saved rubrics by name: ``name``, ``latest_version`` and ``updated_at`` each."""
@@ -732,6 +815,112 @@ class Store:
                 (name.strip(),),
             ).fetchall()
         return [dict(row) for row in rows]
+
+    # -- labels ---------------------------------------------------------------------------------
+
+    def set_label(
+        self, run_id: str, seq: int, criterion: str, labeller: str, *, agree: bool,
+        correct: bool | None = None, note: str = "",
+    ) -> CriterionLabel:
+        """Record (or replace) a person's label of one criterion verdict.
+
+        Labels are keyed by (run, evaluation ``seq``, criterion, labeller): labelling the same
+        verdict again under the same name updates it and keeps its ``created_at``.
+
+        Args:
+            run_id: The run.
+            seq: The evaluation's 0-based position in the run (`evaluations` order).
+            criterion: The criterion's name as the evaluation records it.
+            labeller: The person's local name (surrounding whitespace is ignored).
+            agree: Whether the person agrees with the grader's verdict.
+            correct: The verdict the person says is right (True: pass), or None.
+            note: Free text (scrubbed of known secrets).
+
+        Returns:
+            The stored label.
+
+        Raises:
+            KeyError: No such run, evaluation or criterion.
+            ValueError: An empty labeller, or ``agree`` with a ``correct`` verdict that
+                contradicts the grader's.
+
+        """
+        from rubric_core.redact import redact
+
+        labeller = labeller.strip() if isinstance(labeller, str) else ""
+        if not labeller:
+            msg = "a label needs the labeller's name: fill in 'Your name'"
+            raise ValueError(msg)
+        now = _now()
+        with self._connect(write=True) as conn:
+            row = conn.execute("SELECT criteria_json FROM evaluations WHERE run_id = ? AND "
+                               "seq = ?", (run_id, seq)).fetchone()
+            if row is None:
+                msg = f"no evaluation {seq} in run {run_id!r}"
+                raise KeyError(msg)
+            verdicts = {c.get("name"): bool(c.get("passed"))
+                        for c in json.loads(row["criteria_json"])}
+            if criterion not in verdicts:
+                msg = f"evaluation {seq} of run {run_id!r} has no criterion {criterion!r}"
+                raise KeyError(msg)
+            if agree and correct is not None and correct != verdicts[criterion]:
+                msg = ("a label that agrees with the grader cannot give another verdict as the "
+                       "correct one: mark it 'disagree'")
+                raise ValueError(msg)
+            conn.execute(
+                "INSERT INTO labels (run_id, seq, criterion, labeller, agree, correct, note, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, seq, criterion, labeller) DO UPDATE SET "
+                "agree = excluded.agree, correct = excluded.correct, note = excluded.note, "
+                "updated_at = excluded.updated_at",
+                (run_id, seq, criterion, labeller, int(bool(agree)),
+                 None if correct is None else int(bool(correct)), redact(note or ""), now, now),
+            )
+            stored = conn.execute(
+                "SELECT * FROM labels WHERE run_id = ? AND seq = ? AND criterion = ? AND "
+                "labeller = ?", (run_id, seq, criterion, labeller)).fetchone()
+        return _row_to_label(stored)
+
+    def delete_label(self, run_id: str, seq: int, criterion: str, labeller: str) -> bool:
+        """Remove one label; True when it existed."""
+        with self._connect(write=True) as conn:
+            cursor = conn.execute(
+                "DELETE FROM labels WHERE run_id = ? AND seq = ? AND criterion = ? AND "
+                "labeller = ?", (run_id, seq, criterion, labeller.strip()))
+            return bool(cursor.rowcount)
+
+    def labels(self, run_ids: Iterable[str] | None = None) -> list[CriterionLabel]:
+        """Labels of some runs (every label when None), by run, evaluation, criterion, name.
+
+        Args:
+            run_ids: The runs wanted; None for all.
+
+        """
+        sql = "SELECT * FROM labels"
+        order = " ORDER BY run_id, seq, criterion, labeller"
+        with self._connect() as conn:
+            if run_ids is None:
+                return [_row_to_label(r) for r in conn.execute(sql + order)]
+            ids = list(dict.fromkeys(run_ids))
+            out: list[CriterionLabel] = []
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                where = f" WHERE run_id IN ({', '.join('?' * len(chunk))})"
+                out += [_row_to_label(r) for r in conn.execute(sql + where + order, chunk)]
+        return sorted(out, key=lambda lb: (lb["run_id"], lb["seq"], lb["criterion"],
+                                           lb["labeller"]))
+
+    def runs_for_rubric(self, rubric: str) -> list[RunRecord]:
+        """Every run graded against this rubric text, newest first.
+
+        Spaces, tabs and line breaks around the text are ignored.
+        """
+        blank = " \t\r\n"
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE trim(rubric, ?) = ? "
+                "ORDER BY created_at DESC, rowid DESC", (blank, rubric.strip(blank)))
+            return [_record(row) for row in rows]
 
     # -- private --------------------------------------------------------------------------------
 
@@ -983,6 +1172,10 @@ class Store:
             for column, sql_type in _ADDED_RUN_COLUMNS.items():
                 if column not in have:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
+            have_v = {r[1] for r in conn.execute("PRAGMA table_info(rubric_versions)")}
+            for column, sql_type in _ADDED_VERSION_COLUMNS.items():
+                if column not in have_v:
+                    conn.execute(f"ALTER TABLE rubric_versions ADD COLUMN {column} {sql_type}")
             if "settings_json" not in have:
                 # Before schema 3 a run whose process died between passes was left in
                 # needs_revision, where nothing offered to resume it.

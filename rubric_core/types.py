@@ -228,3 +228,26 @@ def evaluation_summary(evaluation: RubricEvaluation) -> dict[str, Any]:
     passed = sum(1 for c in evaluation["criteria"] if c["passed"])
     return {"passed": passed, "failed": len(evaluation["criteria"]) - passed,
             "total": len(evaluation["criteria"])}
+
+
+class CriterionLabel(TypedDict):
+    """A person's label of one criterion verdict of one evaluation (`Store.set_label`)."""
+
+    run_id: str
+    """The run whose evaluation was labelled."""
+    seq: int
+    """0-based position of the evaluation within the run (`Store.evaluations` order)."""
+    criterion: str
+    """The criterion's name as the evaluation records it."""
+    labeller: str
+    """The person's local name."""
+    agree: bool
+    """Whether the person agrees with the grader's verdict."""
+    correct: bool | None
+    """The verdict the person says is right (True: pass); None when not given."""
+    note: str
+    """The person's note (``""`` for none)."""
+    created_at: str
+    """ISO 8601 UTC timestamp of the first label."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last change."""

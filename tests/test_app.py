@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from rubric_core import app_support as sup
 from rubric_core import session
-from rubric_core.examples import list_examples
+from rubric_core.examples import get_example, list_examples
 from rubric_core.export import EXPORT_COLUMNS
 from rubric_core.settings import RunSettings
 from rubric_core.store import Store
@@ -583,3 +583,198 @@ def test_corrupted_database_is_left_untouched(tmp_path: Path) -> None:
     goto(at, "run")
     assert at.button(key="run_button").disabled
     assert path.read_bytes() == junk
+
+
+# --------------------------------------------------------------------------- issue 10, 12
+
+
+def _stop(at: AppTest) -> object:
+    return next(b for b in at.button if b.key in ("stop_button", "stop_button_idle"))
+
+
+def test_demo_worker_with_an_unknown_prompt_says_so_before_the_run(app: AppTest) -> None:
+    app.text_area(key="prompt").input("Write a limerick about a tax auditor.").run()
+    app.text_area(key="rubric_text").input("- The poem has five lines").run()
+    goto(app, "run")
+    warning = _texts(app.warning)
+    assert "`demo` worker does not know this prompt" in warning
+    assert "API key" in warning and "Ollama" in warning and "11434/v1" in warning
+    assert not app.button(key="run_button").disabled  # a notice, not a block
+    load_example(app, "haiku")
+    goto(app, "run")
+    assert "does not know this prompt" not in _texts(app.warning)
+
+
+def test_stop_is_disabled_unless_a_run_of_this_session_is_active(app: AppTest) -> None:
+    load_example(app, "haiku")
+    goto(app, "run")
+    assert _stop(app).disabled
+    run_loop(app)
+    assert _stop(app).disabled  # the run has ended
+    assert "Nothing of this session is running." in _stop(app).help
+
+
+def test_saving_unchanged_rubric_keeps_the_version(app: AppTest, db_path: Path) -> None:
+    load_example(app, "haiku")
+    app.text_input(key="rubric_name").input("poems").run()
+    app.button(key="save_rubric").click().run()
+    assert "version 1" in _texts(app.success)
+    app.button(key="save_rubric").click().run()
+    assert "“poems” unchanged: version 1 kept." in _texts(app.info)
+    with Store(db_path) as store:
+        assert [v["version"] for v in store.rubric_versions("poems")] == [1]
+
+
+def test_rubric_library_keeps_and_loads_the_preset(app: AppTest) -> None:
+    load_example(app, "find_duplicates")
+    app.sidebar.number_input(key="max_iterations").set_value(5).run()
+    app.text_area(key="grader_system_prompt").input("Be strict.").run()
+    app.text_input(key="rubric_name").input("dups").run()
+    app.button(key="save_rubric").click().run()
+    assert "with its prompt, grader tools and settings" in _texts(app.success)
+    load_example(app, "haiku")  # a different form
+    app.sidebar.number_input(key="max_iterations").set_value(2).run()
+    app.selectbox(key="library_select").set_value("dups").run()
+    app.button(key="load_rubric").click().run()
+    assert not app.exception
+    ex = get_example("find_duplicates")
+    assert app.text_area(key="prompt").value == ex.prompt
+    assert app.text_area(key="rubric_text").value == ex.rubric
+    assert app.text_area(key="grader_system_prompt").value == "Be strict."
+    assert app.multiselect(key="grader_tools").value == ["run_find_duplicates_tests"]
+    assert app.sidebar.number_input(key="max_iterations").value == 5
+    assert "with its prompt, grader tools and settings" in _texts(app.success)
+
+
+def test_a_history_row_selection_opens_the_run(app: AppTest) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    load_example(app, "photosynthesis")
+    store = run_loop(app)
+    newer, older = (r.run_id for r in store.list_runs())
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == newer
+    app.session_state["history_table"] = {"selection": {"rows": [1], "columns": []}}
+    app.run()
+    assert not app.exception
+    assert app.selectbox(key="review_run").value == older
+    # The picker stays free: choosing another run is not undone by the kept selection.
+    app.selectbox(key="review_run").set_value(newer).run()
+    assert app.selectbox(key="review_run").value == newer
+
+
+def _label(at: AppTest, target: tuple[int, str], choice: str, correct: str = "not given",
+           note: str = "") -> None:
+    run_id = at.selectbox(key="review_run").value
+    at.selectbox(key=f"label_target_{run_id}").set_value(target)
+    at.radio(key="label_choice").set_value(choice)
+    at.run()
+    if choice == "disagree":
+        at.selectbox(key="label_correct").set_value(correct)
+    at.text_input(key="label_note").input(note)
+    at.button(key="save_label").click().run()
+    assert not at.exception, at.exception
+
+
+def test_labels_agreement_and_export(
+    app: AppTest, db_path: Path, captured_files: dict[str, bytes]
+) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    run_id = app.session_state["last_run_id"]
+    evaluations = store.evaluations(run_id)
+    goto(app, "review")
+    assert app.text_input(key="labeller").value == sup.default_labeller()
+    app.text_input(key="labeller").input("ana").run()
+    first = evaluations[0]["criteria"]
+    _label(app, (0, first[0]["name"]), "agree")
+    assert "ana agrees" in _texts(app.success)
+    _label(app, (0, first[1]["name"]), "disagree", note="it scans fine")
+    _label(app, (1, first[0]["name"]), "agree")
+    # Labelling the same verdict again under the same name replaces the label (upsert).
+    _label(app, (1, first[0]["name"]), "disagree", correct="fail")
+    with Store(db_path) as s:
+        labels = s.labels([run_id])
+    assert len(labels) == 3 and all(lb["labeller"] == "ana" for lb in labels)
+    assert {(lb["seq"], lb["agree"], lb["correct"]) for lb in labels} == {
+        (0, True, None), (0, False, None), (1, False, False)}
+    assert "3 label(s) on this run." in _texts(app.caption)
+
+    table = next(d.value for d in app.dataframe if "kappa" in d.value.columns)
+    overall = table.iloc[-1]
+    assert overall["criterion"] == "(all criteria)" and overall["n"] == 3
+    assert overall["percent_agreement"] == round(100 / 3, 2)
+    disagreements = next(d.value for d in app.dataframe
+                         if list(d.value.columns)[:2] == ["run", "pass"])
+    assert len(disagreements) == 2
+
+    csv = pd.read_csv(io.BytesIO(captured_files["rubric-labels.csv"]), dtype=str,
+                      keep_default_na=False)
+    assert len(csv) == 3 and set(csv["labeller"]) == {"ana"}
+    assert set(csv["label"]) == {"agree", "disagree"}
+    assert "it scans fine" in set(csv["note"])
+
+
+def test_a_disagreement_opens_its_run(app: AppTest, db_path: Path) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    labelled = app.session_state["last_run_id"]
+    ev = store.evaluations(labelled)[0]
+    store.set_label(labelled, 0, ev["criteria"][0]["name"], "bo", agree=False)
+    load_example(app, "photosynthesis")
+    run_loop(app)
+    goto(app, "review")
+    app.multiselect(key="filter_status").set_value(["satisfied"]).run()
+    app.text_input(key="filter_text").input("photosynthesis").run()  # hides the labelled run
+    assert app.selectbox(key="review_run").value != labelled
+    app.session_state["disagreements_table"] = {"selection": {"rows": [0], "columns": []}}
+    app.run()
+    assert not app.exception, app.exception
+    assert app.selectbox(key="review_run").value == labelled
+
+
+def test_loop_analytics_for_a_run_and_its_rubric(
+    app: AppTest, captured_files: dict[str, bytes]
+) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    run_loop(app)
+    goto(app, "review")
+    run_id = app.selectbox(key="review_run").value
+    frame = pd.read_csv(io.BytesIO(captured_files[f"analytics-{run_id[:8]}.csv"]))
+    assert list(frame["grading_runs"]) == [1, 1, 1]
+    app.radio(key="analytics_scope").set_value("All runs of this rubric").run()
+    assert "over 2 run(s)" in _texts(app.caption)
+    frame = pd.read_csv(io.BytesIO(captured_files[f"analytics-{run_id[:8]}.csv"]))
+    assert list(frame["grading_runs"]) == [2, 2, 2]
+    assert frame["first_pass_fail_rate"].max() == 1.0
+    app.selectbox(key="analytics_measure").set_value("mean_passes_to_fix").run()
+    assert not app.exception
+    assert app.get("arrow_vega_lite_chart") or app.get("vega_lite_chart")
+
+
+def test_final_answer_is_labelled_when_the_best_attempt_is_not_the_last(
+    app: AppTest, db_path: Path
+) -> None:
+    with Store(db_path) as store:
+        run = store.create_run(RunSettings(prompt="p", rubric="- a\n- b", title="t"))
+        passes = [("best draft", [True, False], "needs_revision"),
+                  ("worse draft", [False, False], "max_iterations_reached")]
+        for i, (answer, verdicts, status) in enumerate(passes):
+            store.add_evaluation(run.run_id, {
+                "grading_run_id": "g", "iteration": i, "result": "needs_revision",
+                "explanation": "", "status": status, "unverified": False, "duration_s": 0.1,
+                "input_tokens": None, "output_tokens": None, "answer": answer,
+                "criteria": [{"name": n, "passed": v, **({} if v else {"gap": "x"})}
+                             for n, v in zip("ab", verdicts, strict=True)]})
+        store.finish_run(run.run_id, "max_iterations_reached")
+    goto(app, "review")
+    expanders = [e.label for e in app.expander]
+    assert "Final answer — last attempt (pass 2 of 2) · 0/2 criteria pass" in expanders
+    assert "The best attempt (pass 1 of 2) · 1/2 criteria pass" in expanders
+    app.session_state["last_run_id"] = run.run_id
+    goto(app, "run")
+    shown = _texts(app.markdown)
+    assert "**Final answer — last attempt (pass 2 of 2)**" in shown
+    assert "**The best attempt (pass 1 of 2)**" in shown and "best draft" in shown
+    assert session.run_status(store.get_run(run.run_id)) == "max_iterations_reached"

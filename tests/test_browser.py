@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -138,3 +139,71 @@ def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
     buf = io.StringIO()
     frame.to_string(buf)
     (ARTIFACTS / "run.csv.txt").write_text(buf.getvalue())
+
+
+def test_history_row_opens_a_run_and_labels_feed_agreement(app_page: tuple[Any, Path]) -> None:
+    page, db = app_page
+    page.get_by_role("heading", name="Author").wait_for()
+    wait_idle(page)
+    choose(page, "example_select", "Haiku about spring")
+    page.locator(".st-key-load_example button").click()
+    expect(page.locator(".st-key-rubric_text textarea")).to_have_value(
+        re.compile("5-7-5"), timeout=TIMEOUT_MS)
+    wait_idle(page)
+
+    # Stop is disabled while nothing runs; two runs of the same rubric.
+    page.get_by_role("link", name="Run").click()
+    page.locator(".st-key-run_button button").wait_for()
+    wait_idle(page)
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_have_count(1)
+    expect(stop).to_be_disabled()
+    for done in (1, 2):
+        page.locator(".st-key-run_button button").click()
+        # The previous run's result stays on the page until this one ends: wait for the store.
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while True:
+            with Store(db) as store:
+                if sum(r.status == "satisfied" for r in store.list_runs()) == done:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        wait_idle(page)
+        expect(stop).to_be_disabled()
+    shot(page, "11-run-finished-stop-disabled")
+    with Store(db) as store:
+        newer, older = (r.run_id for r in store.list_runs())
+
+    # A click on the second history row opens the older run.
+    page.get_by_role("link", name="Review").click()
+    picker = page.locator(".st-key-review_run [role='combobox']")
+    expect(picker).to_have_value(re.compile(newer[:8]))
+    grid = page.locator(".st-key-history_table [data-testid='stDataFrameResizable']")
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 + 17)  # header, row 1, row 2's middle
+    expect(picker).to_have_value(re.compile(older[:8]))
+    wait_idle(page)
+    shot(page, "12-history-row-opened")
+
+    # Label a verdict; Agreement counts it; Loop analytics draws its chart.
+    page.get_by_role("tab", name="Labels").click()
+    page.locator(".st-key-labeller input").fill("browser-person")
+    page.locator(".st-key-labeller input").press("Enter")
+    wait_idle(page)
+    page.get_by_text("disagree with the grader").click()
+    wait_idle(page)
+    page.locator(".st-key-save_label button").click()
+    page.get_by_text("browser-person disagrees").wait_for()
+    shot(page, "13-labelled")
+    page.get_by_role("tab", name="Agreement").click()
+    page.get_by_text("Disagreements (1)").wait_for()
+    shot(page, "14-agreement")
+    page.get_by_role("tab", name="Loop analytics").click()
+    page.locator("[data-testid='stVegaLiteChart']").first.wait_for()
+    wait_idle(page)
+    shot(page, "15-loop-analytics")
+    with Store(db) as store:
+        [label] = store.labels()
+    assert label["run_id"] == older and not label["agree"]
+    assert label["labeller"] == "browser-person"

@@ -490,3 +490,27 @@ def test_csv_run_title_is_the_apps(
     assert len(expected) <= 60
     with Store(db) as store:
         assert [r.title for r in store.list_runs()] == [expected]
+
+
+def test_final_answer_is_labelled(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["run", "--example", "haiku"], capsys)
+    assert code == 0
+    assert "── Final answer · 3/3 criteria pass ──" in out
+
+
+def test_best_attempt_is_labelled_when_the_last_is_worse(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def events(*_: object, **__: object) -> Iterator[dict]:
+        def ev(i: int, answer: str, passed: bool) -> dict:
+            return {"grading_run_id": "g", "iteration": i, "answer": answer,
+                    "criteria": [{"name": "c", "passed": passed}]}
+        yield {"type": "run_finished", "thread_id": "t", "status": "max_iterations_reached",
+               "answer": "worse", "evaluations": [ev(0, "better", True), ev(1, "worse", False)],
+               "duration_s": 0.1, "error": None}
+
+    monkeypatch.setattr("rubric_core.runner.run_rubric", events)
+    code, out, _ = run_main(["run", "--prompt", "p", "--rubric", "- c"], capsys)
+    assert code == 1
+    assert "── last attempt (pass 2 of 2) · 0/1 criteria pass ──\nworse" in out
+    assert "── best attempt (pass 1 of 2) · 1/1 criteria pass ──\nbetter" in out

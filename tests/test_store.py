@@ -510,7 +510,7 @@ def test_version_2_file_is_upgraded_and_its_runs_get_settings(tmp_path: Path) ->
                              (new.run_id,)).fetchone()
     (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert RunSettings.from_json(stored) == new.settings and version == "3"
+    assert RunSettings.from_json(stored) == new.settings and version == str(SCHEMA_VERSION)
 
 
 def test_a_revision_pass_leaves_the_run_running(store: Store) -> None:
@@ -519,3 +519,88 @@ def test_a_revision_pass_leaves_the_run_running(store: Store) -> None:
     assert store.get_run(run.run_id).status == "running"
     store.add_evaluation(run.run_id, _evaluation(1, [True, True]))
     assert store.get_run(run.run_id).status == "satisfied"
+
+
+# --------------------------------------------------------------------------- schema 4
+
+
+def _graded_run(store: Store) -> str:
+    run = store.create_run(title="t", prompt="p", rubric="- a\n- b", worker_model="demo",
+                           grader_model="rules", max_iterations=3)
+    store.add_evaluation(run.run_id, {
+        "grading_run_id": "g", "iteration": 0, "result": "needs_revision", "explanation": "",
+        "status": "needs_revision", "unverified": False, "duration_s": 0.1,
+        "input_tokens": None, "output_tokens": None, "answer": "x",
+        "criteria": [{"name": "a", "passed": True}, {"name": "b", "passed": False, "gap": "g"}]})
+    return run.run_id
+
+
+def test_labels_upsert_by_run_evaluation_criterion_and_labeller(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite3") as store:
+        run_id = _graded_run(store)
+        first = store.set_label(run_id, 0, "a", " ana ", agree=True, note="ok")
+        again = store.set_label(run_id, 0, "a", "ana", agree=False, correct=False, note="no")
+        store.set_label(run_id, 0, "a", "bo", agree=True)
+        assert again["created_at"] == first["created_at"] <= again["updated_at"]
+        assert [(lb["labeller"], lb["agree"], lb["correct"], lb["note"])
+                for lb in store.labels([run_id])] == [("ana", False, False, "no"),
+                                                       ("bo", True, None, "")]
+        assert store.labels() == store.labels([run_id])
+        with pytest.raises(KeyError, match="no criterion 'zzz'"):
+            store.set_label(run_id, 0, "zzz", "ana", agree=True)
+        with pytest.raises(KeyError, match="no evaluation 7"):
+            store.set_label(run_id, 7, "a", "ana", agree=True)
+        with pytest.raises(ValueError, match="Your name"):
+            store.set_label(run_id, 0, "a", " ", agree=True)
+        with pytest.raises(ValueError, match="mark it 'disagree'"):
+            store.set_label(run_id, 0, "a", "ana", agree=True, correct=False)
+        assert store.delete_label(run_id, 0, "a", "bo")
+        store.delete_run(run_id)
+        assert store.labels() == []  # labels go with their evaluations
+
+
+def test_rubric_version_keeps_its_preset_and_identical_saves_write_nothing(
+    tmp_path: Path,
+) -> None:
+    preset = RunSettings(prompt="Write a haiku", rubric="ignored", max_iterations=5,
+                         grader_tools=("word_count",))
+    with Store(tmp_path / "db.sqlite3") as store:
+        assert store.save_rubric_version("h", "- a", settings=preset) == (1, True)
+        assert store.save_rubric_version("h", "- a", settings=preset) == (1, False)
+        assert store.save_rubric("h", "- a") == 1  # no preset given: the text decides
+        assert store.save_rubric_version("h", "- a", settings=preset.replace(
+            max_iterations=4)) == (2, True)
+        loaded = store.load_preset("h", 1)
+        assert loaded == preset.replace(rubric="- a")
+        assert store.load_preset("h").max_iterations == 4
+        assert store.save_rubric("plain", "- b") == 1 and store.load_preset("plain") is None
+        with pytest.raises(KeyError):
+            store.load_preset("h", 9)
+
+
+def test_schema_3_file_is_upgraded_to_4_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    with Store(path) as store:
+        run_id = _graded_run(store)
+        store.save_rubric("h", "- a")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP TABLE labels")
+        conn.execute("ALTER TABLE rubric_versions DROP COLUMN settings_json")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+    with Store(path) as store:
+        assert store.load_rubric("h") == "- a" and store.load_preset("h") is None
+        store.set_label(run_id, 0, "b", "ana", agree=True)
+        assert len(store.labels()) == 1
+    conn = sqlite3.connect(path)
+    assert dict(conn.execute("SELECT key, value FROM meta"))["schema_version"] == "4"
+    conn.close()
+    assert SCHEMA_VERSION == 4
+
+
+def test_runs_for_rubric_ignores_surrounding_whitespace(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite3") as store:
+        a = store.create_run(title="a", prompt="p", rubric="- a\n- b\n")
+        store.create_run(title="b", prompt="p", rubric="- other")
+        assert [r.run_id for r in store.runs_for_rubric("  - a\n- b")] == [a.run_id]

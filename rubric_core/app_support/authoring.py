@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from langchain_core.tools import BaseTool
 
+    from rubric_core.settings import RunSettings
     from rubric_core.store import Store
 
 
@@ -211,31 +212,64 @@ def lint_for_ui(
 
 
 def load_library_rubric(state: MutableMapping[str, Any], store: Store) -> None:
-    """Button callback: put the chosen saved rubric version into the form.
+    """Button callback: put the chosen saved rubric version, and its preset, into the form.
 
     Reads ``library_select`` and ``library_version`` from ``state``; leaves a message in
-    ``state["author_notice"]``.
+    ``state["author_notice"]``. A version saved with a `RunSettings` preset also sets the
+    prompt, system prompts, grader tools, models, base URL and iteration cap
+    (`apply_preset`); one saved without (before presets were kept) sets the rubric alone.
     """
     name = state.get("library_select")
     version = state.get("library_version")
     if not name:
         state["author_notice"] = UiMessage("warning", "Choose a saved rubric to load first.")
         return
+    wanted = version if isinstance(version, int) else None
     try:
-        text = store.load_rubric(name, version if isinstance(version, int) else None)
-    except (KeyError, StoreError) as exc:
+        text = store.load_rubric(name, wanted)
+        preset = store.load_preset(name, wanted)
+    except (KeyError, ValueError, StoreError) as exc:
         state["author_notice"] = UiMessage("error", f"Could not load the rubric: {exc}")
         return
     state["rubric_text"] = text
     state["rubric_name"] = name
     label = f"version {version}" if isinstance(version, int) else "latest version"
-    state["author_notice"] = UiMessage("success", f"Loaded “{name}” ({label}).")
+    if preset is None:
+        state["author_notice"] = UiMessage(
+            "success", f"Loaded “{name}” ({label}): the rubric only, as this version was saved "
+                       "without a prompt and settings.")
+        return
+    apply_preset(state, preset)
+    state["author_notice"] = UiMessage(
+        "success", f"Loaded “{name}” ({label}) with its prompt, grader tools and settings.")
 
 
-def save_library_rubric(store: Store, name: str, text: str) -> UiMessage:
-    """Save the rubric text under a name as a new version; the outcome as a page message."""
+def apply_preset(state: MutableMapping[str, Any], preset: RunSettings) -> None:
+    """Fill the form and the sidebar's model settings from a saved preset."""
+    state["prompt"] = preset.prompt
+    state["rubric_text"] = preset.rubric
+    state["worker_system_prompt"] = preset.worker_system_prompt
+    state["grader_system_prompt"] = preset.grader_system_prompt
+    state["grader_tools"] = list(preset.grader_tools)
+    state["example_name"] = preset.example_name
+    state["worker_model"] = preset.worker_model
+    state["grader_model"] = preset.grader_model
+    state["base_url"] = preset.base_url or ""
+    state["max_iterations"] = preset.max_iterations
+
+
+def save_library_rubric(
+    store: Store, name: str, text: str, preset: RunSettings | None = None
+) -> UiMessage:
+    """Save the rubric (with the form's settings as its preset); the outcome as a message.
+
+    Saving the same text and preset as the latest version writes nothing and says so.
+    """
     try:
-        version = store.save_rubric(name, text)
-    except (ValueError, StoreError) as exc:
+        version, created = store.save_rubric_version(name, text, settings=preset)
+    except (ValueError, TypeError, StoreError) as exc:
         return UiMessage("error", f"Not saved: {exc}")
-    return UiMessage("success", f"Saved “{name.strip()}” as version {version}.")
+    if not created:
+        return UiMessage("info", f"“{name.strip()}” unchanged: version {version} kept.")
+    with_preset = " with its prompt, grader tools and settings" if preset is not None else ""
+    return UiMessage("success", f"Saved “{name.strip()}” as version {version}{with_preset}.")

@@ -112,7 +112,36 @@ def check_form(
         build_grader_tools(settings.grader_tools, settings.example_name)
     except ValueError as exc:
         out.append(UiMessage("error", str(exc)))
+    if (notice := demo_notice(settings)) is not None:
+        out.append(notice)
     return sorted(out, key=lambda m: m.level != "error")
+
+
+def demo_notice(settings: RunSettings) -> UiMessage | None:
+    """A warning before the run when the offline ``demo`` worker cannot answer the prompt.
+
+    The demo worker answers only the bundled examples and dataset rows
+    (`rubric_core.offline.demo.demo_knows`); for any other prompt, say so and how to plug in a
+    real model. None when the worker is another model, the prompt is empty or known.
+    """
+    from rubric_core.offline.demo import demo_knows
+
+    if settings.worker_model.strip() != "demo" or not settings.prompt.strip():
+        return None
+    if demo_knows(settings.prompt):
+        return None
+    return UiMessage(
+        "warning",
+        "The offline `demo` worker does not know this prompt: it only answers the bundled "
+        "examples (load one on the Author page), so this run would get the reply \"I can only "
+        "answer the bundled examples\" instead of an answer. To run your own prompt, choose a "
+        "real worker model in the sidebar: with an API key (set `OPENAI_API_KEY` or "
+        "`ANTHROPIC_API_KEY` in the environment or `.streamlit/secrets.toml`), e.g. "
+        "`openai:gpt-4.1-mini` or `anthropic:claude-haiku-4-5`; or with an OpenAI-compatible "
+        "local server such as Ollama: start it (`ollama serve`, then `ollama pull llama3.1`), "
+        "set the sidebar's base URL to `http://127.0.0.1:11434/v1` and choose "
+        "`openai-compatible:llama3.1`.",
+    )
 
 
 def progress(iteration: int, cap: int) -> tuple[float, str]:

@@ -353,3 +353,13 @@ class DemoWorker(BaseChatModel):
             if run_manager:
                 run_manager.on_llm_new_token(piece, chunk=chunk)
             yield chunk
+
+
+def demo_knows(prompt: str) -> bool:
+    """Whether the demo worker has a real answer for this prompt.
+
+    True for a bundled example (its exact text or keywords) or a bundled dataset row (exact
+    text), the prompts `demo_answer` answers; any other prompt only gets the reply that it
+    can answer the bundled examples alone.
+    """
+    return demo_row_for(prompt) is not None or _script_for(prompt) is not None

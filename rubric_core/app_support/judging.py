@@ -1,0 +1,228 @@
+"""Judging the grader: people's labels, grader-vs-people agreement, loop analytics, answers.
+
+What the Review page's Labels, Agreement and Loop analytics tabs draw, and the labelled final
+answers of the Run and Review pages. Numbering for people is 1-based ("pass 1").
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from rubric_core.analytics import loop_analytics
+from rubric_core.app_support._common import UiMessage
+from rubric_core.attempts import ShownAnswer, final_answers
+from rubric_core.export import to_csv
+from rubric_core.labels import agreement_table, disagreements, labelled_verdicts
+from rubric_core.store import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from rubric_core.labels import LabelledVerdict
+    from rubric_core.store import RunRecord, Store
+    from rubric_core.types import CriterionLabel, RubricEvaluation
+
+LABEL_CHOICES = ("agree", "disagree")
+"""What a person says about a grader verdict."""
+
+CORRECT_CHOICES = ("not given", "pass", "fail")
+"""The optional correct verdict a person gives with a disagreement."""
+
+LABEL_EXPORT_COLUMNS = (
+    "run_id", "run_title", "evaluation_seq", "pass", "criterion", "grader_verdict", "labeller",
+    "label", "correct_verdict", "person_verdict", "note", "created_at", "updated_at",
+)
+"""Columns of `labels_csv`."""
+
+
+def default_labeller() -> str:
+    """The OS user name, the default for "Your name" (``"me"`` when it cannot be read)."""
+    try:
+        return getpass.getuser() or "me"
+    except (KeyError, OSError):
+        return "me"
+
+
+def picked_row(selection: Any, ids: Sequence[str]) -> str | None:
+    """The id of the row selected in a single-row ``st.dataframe`` selection, or None."""
+    try:
+        rows = list(selection["selection"]["rows"])
+    except (KeyError, TypeError):
+        return None
+    if not rows or not 0 <= int(rows[0]) < len(ids):
+        return None
+    return ids[int(rows[0])]
+
+
+def label_targets(evaluations: Sequence[RubricEvaluation]) -> list[tuple[int, str]]:
+    """Every criterion verdict of a run that can be labelled: ``(evaluation seq, criterion)``."""
+    return [(seq, str(c.get("name", ""))) for seq, ev in enumerate(evaluations)
+            for c in ev.get("criteria") or []]
+
+
+def target_label(evaluations: Sequence[RubricEvaluation], target: tuple[int, str]) -> str:
+    """A verdict as a person reads it: "Pass 2 · criterion — grader: fail"."""
+    seq, name = target
+    ev = evaluations[seq]
+    passed = next((bool(c.get("passed")) for c in ev.get("criteria") or []
+                   if c.get("name") == name), None)
+    verdict = "pass" if passed else "fail"
+    return f"Pass {int(ev.get('iteration', 0)) + 1} · {name} — grader: {verdict}"
+
+
+def run_labels_frame(
+    evaluations: Sequence[RubricEvaluation], labels: Sequence[CriterionLabel]
+) -> pd.DataFrame:
+    """This run's labels as a table (1-based pass, the grader's verdict beside each)."""
+    verdicts = labelled_verdicts(labels, {lb["run_id"]: evaluations for lb in labels})
+    by_key = {(lb["seq"], lb["criterion"], lb["labeller"]): lb for lb in labels}
+    rows = [{
+        "pass": v.iteration + 1, "criterion": v.criterion,
+        "grader": "pass" if v.grader else "fail", "labeller": v.labeller,
+        "label": "agree" if v.grader == v.person else "disagree",
+        "person": "pass" if v.person else "fail", "note": v.note,
+        "updated": by_key[(v.seq, v.criterion, v.labeller)]["updated_at"][:19].replace("T", " "),
+    } for v in verdicts]
+    return pd.DataFrame(rows, columns=["pass", "criterion", "grader", "labeller", "label",
+                                       "person", "note", "updated"])
+
+
+@dataclass(frozen=True)
+class LabelInput:
+    """What the labelling form holds."""
+
+    run_id: str
+    """The run."""
+    target: tuple[int, str]
+    """``(evaluation seq, criterion)`` being labelled."""
+    labeller: str
+    """"Your name"."""
+    label: str
+    """One of :data:`LABEL_CHOICES`."""
+    correct: str = "not given"
+    """One of :data:`CORRECT_CHOICES` (used with ``disagree``)."""
+    note: str = ""
+    """Free text."""
+
+
+def save_label(store: Store, form: LabelInput) -> UiMessage:
+    """Store a label from the form (upsert); the outcome as a page message."""
+    agree = form.label == "agree"
+    correct = None if agree or form.correct == "not given" else form.correct == "pass"
+    seq, criterion = form.target
+    try:
+        store.set_label(form.run_id, seq, criterion, form.labeller, agree=agree,
+                        correct=correct, note=form.note)
+    except (KeyError, ValueError, StoreError) as exc:
+        return UiMessage("error", f"Label not saved: {exc}")
+    verb = "agrees" if agree else "disagrees"
+    return UiMessage("success",
+                     f"Saved: {form.labeller.strip()} {verb} with the grader on “{criterion}”.")
+
+
+def _all_verdicts(store: Store) -> tuple[list[LabelledVerdict], dict[str, RunRecord]]:
+    labels = store.labels()
+    run_ids = list(dict.fromkeys(lb["run_id"] for lb in labels))
+    evaluations = store.evaluations_for_runs(run_ids)
+    records = {rid: r for rid in run_ids if (r := store.get_run(rid)) is not None}
+    return labelled_verdicts(labels, evaluations), records
+
+
+@dataclass(frozen=True)
+class AgreementView:
+    """The Agreement tab: the table, and the disagreements with the runs they open."""
+
+    table: pd.DataFrame
+    """`rubric_core.labels.agreement_table` over every labelled run."""
+    disagreements: pd.DataFrame
+    """One row per disagreement (1-based pass)."""
+    run_ids: list[str]
+    """The run of each disagreement row, in row order."""
+
+
+def agreement_view(store: Store) -> AgreementView:
+    """Grader vs people over every labelled verdict in the database, across runs."""
+    verdicts, records = _all_verdicts(store)
+    differ = disagreements(verdicts)
+    rows = [{
+        "run": (records[v.run_id].title if v.run_id in records else "") + f" · {v.run_id[:8]}",
+        "pass": v.iteration + 1, "criterion": v.criterion,
+        "grader": "pass" if v.grader else "fail", "person": "pass" if v.person else "fail",
+        "labeller": v.labeller, "note": v.note,
+    } for v in differ]
+    frame = pd.DataFrame(rows, columns=["run", "pass", "criterion", "grader", "person",
+                                        "labeller", "note"])
+    return AgreementView(agreement_table(verdicts), frame, [v.run_id for v in differ])
+
+
+def labels_csv(store: Store) -> bytes:
+    """Every label in the database as formula-safe UTF-8 CSV (:data:`LABEL_EXPORT_COLUMNS`)."""
+    labels = store.labels()
+    verdicts, records = _all_verdicts(store)
+    by_key = {(lb["run_id"], lb["seq"], lb["criterion"], lb["labeller"]): lb for lb in labels}
+    rows = []
+    for v in verdicts:
+        lb = by_key[(v.run_id, v.seq, v.criterion, v.labeller)]
+        correct = lb["correct"]
+        rows.append((
+            v.run_id, records[v.run_id].title if v.run_id in records else "", v.seq,
+            v.iteration + 1, v.criterion, "pass" if v.grader else "fail", v.labeller,
+            "agree" if lb["agree"] else "disagree",
+            "" if correct is None else "pass" if correct else "fail",
+            "pass" if v.person else "fail", v.note, lb["created_at"], lb["updated_at"],
+        ))
+    return to_csv(pd.DataFrame(rows, columns=list(LABEL_EXPORT_COLUMNS))).encode("utf-8")
+
+
+ANALYTICS_SCOPES = ("This run", "All runs of this rubric")
+"""What the Loop analytics tab can cover."""
+
+
+def analytics_for(store: Store, record: RunRecord, scope: str) -> tuple[pd.DataFrame, int]:
+    """`rubric_core.analytics.loop_analytics` for a run or every run of its rubric.
+
+    Returns:
+        The table and how many runs it covers.
+
+    """
+    runs = [record] if scope == ANALYTICS_SCOPES[0] else store.runs_for_rubric(record.rubric)
+    by_run = store.evaluations_for_runs(r.run_id for r in runs)
+    return loop_analytics([ev for r in runs for ev in by_run[r.run_id]]), len(runs)
+
+
+CHART_MEASURES = {"first_pass_fail_rate": "First-pass fail rate",
+                  "mean_passes_to_fix": "Mean passes to fix"}
+"""Columns of the analytics table the chart can show, with their titles."""
+
+
+def analytics_chart(table: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """One measure per criterion, indexed by criterion, for ``st.bar_chart``."""
+    return table.set_index("criterion")[[measure]].astype(float).fillna(0.0)
+
+
+def analytics_csv(table: pd.DataFrame) -> bytes:
+    """The analytics table as formula-safe UTF-8 CSV."""
+    return to_csv(table).encode("utf-8")
+
+
+def shown_answers(evaluations: Sequence[RubricEvaluation]) -> list[ShownAnswer]:
+    """The answers the Run and Review pages show, labelled (`rubric_core.attempts`)."""
+    return final_answers(evaluations)
+
+
+def answer_heading(answer: ShownAnswer, first: bool) -> str:
+    """Markdown heading of a shown answer: "Final answer — last attempt (pass 3 of 3)"."""
+    counts = f" · {answer.passed}/{answer.total} criteria pass" if answer.total else ""
+    if answer.label == "Final answer":
+        return f"**Final answer**{counts}"
+    return (f"**Final answer — {answer.label}**{counts}" if first
+            else f"**The {answer.label}**{counts}")
+
+
+def labelled_keys(labels: Sequence[Mapping[str, Any]]) -> set[tuple[int, str]]:
+    """The ``(seq, criterion)`` pairs of a run that carry at least one label."""
+    return {(int(lb["seq"]), str(lb["criterion"])) for lb in labels}
