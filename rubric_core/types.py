@@ -49,6 +49,17 @@ RESUMABLE_STATUSES: frozenset[str] = frozenset({"interrupted", "error"})
 """Statuses offered for Resume; a ``running`` run whose owner died is shown and resumed as
 ``interrupted`` (`rubric_core.session.is_stale`)."""
 
+ExperimentStatus = Literal["running", "stopped", "finished"]
+"""An experiment's lifecycle: ``running`` while a process drives its cells (or until that
+process is found dead), ``stopped`` after Stop, ``finished`` when every cell has ended. Each
+cell's own status is its run's (`RunStatus`), or ``pending`` before its run starts."""
+
+EXPERIMENT_STATUSES: frozenset[str] = frozenset(get_args(ExperimentStatus))
+"""Every status an experiment may have."""
+
+CELL_PENDING = "pending"
+"""The status of an experiment cell whose run has not started."""
+
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
 

@@ -510,7 +510,7 @@ def test_version_2_file_is_upgraded_and_its_runs_get_settings(tmp_path: Path) ->
                              (new.run_id,)).fetchone()
     (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert RunSettings.from_json(stored) == new.settings and version == "3"
+    assert RunSettings.from_json(stored) == new.settings and version == str(SCHEMA_VERSION)
 
 
 def test_a_revision_pass_leaves_the_run_running(store: Store) -> None:
