@@ -239,3 +239,79 @@ def evaluation_summary(evaluation: RubricEvaluation) -> dict[str, Any]:
     passed = sum(1 for c in evaluation["criteria"] if c["passed"])
     return {"passed": passed, "failed": len(evaluation["criteria"]) - passed,
             "total": len(evaluation["criteria"])}
+
+
+class ExperimentProgress(TypedDict):
+    """Where one configuration of an experiment stands; sent after every cell that ends."""
+
+    type: Literal["experiment_progress"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    config_index: int
+    """0-based index of the configuration."""
+    label: str
+    """The configuration's label."""
+    done: int
+    """Cells of this configuration that have ended (any final status, errors included)."""
+    total: int
+    """Cells of this configuration (rows × repeats)."""
+    satisfied: int
+    """Ended cells whose run was satisfied."""
+    errors: int
+    """Ended cells whose run ended ``error`` or ``grader_error`` (retryable alone)."""
+    satisfied_rate: float | None
+    """``satisfied / done`` (None while nothing has ended)."""
+    eta_s: float | None
+    """Seconds until the whole experiment ends, at this session's pace (None at first)."""
+
+
+class CellFinished(TypedDict):
+    """One cell's run ended (or was stopped) in this session."""
+
+    type: Literal["cell_finished"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    row_id: str
+    """The dataset row."""
+    config_index: int
+    """0-based index of the configuration."""
+    repeat_index: int
+    """0-based repeat."""
+    run_id: str | None
+    """The cell's run in the run index (open it in Review)."""
+    status: str
+    """The run's status (`RunStatus`)."""
+    error: str | None
+    """The error of a run that ended ``error``."""
+
+
+class ExperimentBackoff(TypedDict):
+    """A model server answered 429 or 5xx: every cell's next request waits (shared backoff)."""
+
+    type: Literal["experiment_backoff"]
+    """Event tag."""
+    status_code: int
+    """The HTTP status that caused it."""
+    wait_s: float
+    """How long new requests wait."""
+    hits: int
+    """Rate-limit or server errors absorbed so far in this session."""
+
+
+class ExperimentFinished(TypedDict):
+    """The session ended: every cell ended (``finished``) or it was stopped (``stopped``)."""
+
+    type: Literal["experiment_finished"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    status: ExperimentStatus
+    """The experiment's status now."""
+    duration_s: float
+    """Wall-clock seconds of this session."""
+
+
+ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished
+"""What `rubric_core.experiments.run_experiment` yields."""
