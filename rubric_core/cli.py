@@ -1,4 +1,4 @@
-"""Command line: ``rubric-studio run ...``, ``rubric-studio examples``, ``rubric-studio app``.
+"""Command line: ``rubric-studio run|eval|datasets|examples|analytics|app ...``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -9,6 +9,7 @@ ends otherwise, 2 for bad arguments or configuration (with a message, not a trac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import uuid
@@ -116,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--db", required=True, help="the SQLite database to read")
     stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
+    _add_eval_parsers(sub)
     sub.add_parser(
         "app", help="start the Streamlit app (streamlit run serve.py)",
         description="Start the Streamlit app from the clone it was installed from. Arguments "
@@ -355,6 +357,209 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# -- experiments: eval and datasets --------------------------------------------------------------
+
+_CONFIG_KEYS = {
+    "worker": "worker_model", "grader": "grader_model", "rubric": "rubric",
+    "system": "worker_system_prompt", "tools": "grader_tools", "cap": "max_iterations",
+    "max_iterations": "max_iterations", "label": "label", "base_url": "base_url",
+}
+
+
+def _add_eval_parsers(sub: Any) -> None:
+    ev = sub.add_parser(
+        "eval", help="run a dataset through one or more configurations (an experiment)",
+        description="Every dataset row runs the rubric loop under every --config (and every "
+        "repeat), recorded in --db; prints progress and a summary. Exit 0 when every "
+        "configuration's satisfied rate reaches --min-pass-rate, 1 otherwise, 2 for bad input.",
+    )
+    ev.add_argument("--dataset", help="a CSV or JSONL file, or 'bundled' for the offline demo")
+    ev.add_argument("--dataset-name", default=None, help="store it under this name")
+    ev.add_argument("--rubric", default=None,
+                    help="TEXT or @FILE: the rubric for rows without their own")
+    ev.add_argument("--config", action="append", default=[], metavar="KEY=VALUE,...",
+                    help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
+                    "[,label=L][,base_url=URL]; repeat for more (default worker=demo,grader=rules)")
+    ev.add_argument("--repeats", type=int, default=1)
+    ev.add_argument("--concurrency", type=int, default=None, help="cells at once (default 4)")
+    ev.add_argument("--min-pass-rate", type=float, default=1.0,
+                    help="satisfied share each configuration needs for exit 0 (default 1.0)")
+    ev.add_argument("--db", required=True, help="the SQLite database")
+    ev.add_argument("--resume", default=None, metavar="EXP_ID",
+                    help="continue a stopped or killed experiment")
+    ev.add_argument("--retry-errors", action="store_true",
+                    help="with --resume: run again the cells that ended in an error")
+    ev.add_argument("--csv", default=None, help="write every pass × criterion as CSV here")
+    ev.add_argument("--summary-csv", default=None, help="write the summary table as CSV here")
+    ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
+    ds.add_argument("--db", required=True, help="the SQLite database")
+    ds.add_argument("action", nargs="?", default="list", choices=("list", "show", "delete"))
+    ds.add_argument("name", nargs="?", default=None)
+
+
+def _config(text: str) -> Any:
+    from rubric_core.settings import ExperimentConfig
+
+    values: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        field = _CONFIG_KEYS.get(key.strip())
+        if not sep or field is None:
+            msg = (f"--config {text!r}: {part!r} is not KEY=VALUE with KEY one of "
+                   f"{', '.join(sorted(_CONFIG_KEYS))}")
+            raise UsageError(msg)
+        value = value.strip()
+        if field in ("rubric", "worker_system_prompt"):
+            values[field] = _text_arg(value, key)
+        elif field == "grader_tools":
+            values[field] = tuple(t for t in value.split("+") if t)
+        elif field == "max_iterations":
+            try:
+                values[field] = int(value)
+            except ValueError:
+                msg = f"--config {text!r}: cap must be a whole number"
+                raise UsageError(msg) from None
+        else:
+            values[field] = value
+    return ExperimentConfig(**values)
+
+
+def _load_dataset(args: argparse.Namespace) -> Any:
+    from rubric_core.datasets import parse_dataset
+
+    if args.dataset == "bundled":
+        from rubric_core.offline.demo_dataset import demo_dataset
+
+        return demo_dataset()
+    path = Path(args.dataset)
+    if not path.is_file():
+        msg = f"--dataset {args.dataset!r} is not a file (or give 'bundled')"
+        raise UsageError(msg)
+    name = args.dataset_name or path.stem
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return parse_dataset(path.read_bytes(), name=name, fmt="jsonl")
+    return parse_dataset(path.read_bytes(), name=name)
+
+
+def _print_progress(event: Any, out: TextIO) -> None:
+    if event["type"] == "experiment_progress":
+        rate = event["satisfied_rate"]
+        eta = "" if event["eta_s"] is None else f", ETA {event['eta_s']:.0f}s"
+        shown = "–" if rate is None else f"{rate:.0%}"
+        out.write(f"[{event['config_index']}] {event['label']}: {event['done']}/"
+                  f"{event['total']} done, {shown} satisfied, {event['errors']} error(s){eta}\n")
+    elif event["type"] == "cell_finished" and event["status"] not in ("satisfied",):
+        out.write(f"    row {event['row_id']} [{event['config_index']}]: {event['status']}"
+                  + (f" — {redact(event['error'])}" if event["error"] else "") + "\n")
+    elif event["type"] == "experiment_backoff":
+        out.write(f"    server answered {event['status_code']}: waiting {event['wait_s']:.2f}s "
+                  f"({event['hits']} so far)\n")
+    out.flush()
+
+
+def _eval(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.experiments import (
+        DEFAULT_CONCURRENCY,
+        SUMMARY_COLUMNS,
+        create_experiment,
+        experiment_results,
+        export_columns,
+        export_experiment_rows,
+        run_experiment,
+        summary_rows,
+    )
+    from rubric_core.export import write_csv
+    from rubric_core.store import Store
+
+    for path in (args.csv, args.summary_csv):
+        if path:
+            _check_output(path)
+    if (args.concurrency is not None and args.concurrency < 1) or args.repeats < 1:
+        msg = "--concurrency and --repeats must be at least 1"
+        raise UsageError(msg)
+    if args.resume is None and not args.dataset:
+        msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
+        raise UsageError(msg)
+    store = Store(args.db)
+    try:
+        if args.resume:
+            if args.dataset or args.config:
+                msg = "--resume continues an experiment as it was created: drop --dataset/--config"
+                raise UsageError(msg)
+            experiment = store.get_experiment(args.resume)
+            if experiment is None:
+                msg = f"no experiment {args.resume!r} in {args.db}"
+                raise UsageError(msg)
+        else:
+            dataset = _load_dataset(args)
+            rubric = _text_arg(args.rubric, "rubric") if args.rubric else ""
+            configs = [_config(c) for c in args.config] or [_config("worker=demo,grader=rules")]
+            configs = [c if c.rubric else dataclasses.replace(c, rubric=rubric) for c in configs]
+            experiment = create_experiment(store, dataset, configs, repeats=args.repeats)
+        exp_id = experiment.experiment_id
+        out.write(f"experiment {exp_id} ({experiment.name}): "
+                  f"{len(experiment.configurations)} configuration(s), "
+                  f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
+                  f"resume with: rubric-studio eval --resume {exp_id} --db {args.db}\n")
+        for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
+                                    concurrency=args.concurrency or DEFAULT_CONCURRENCY):
+            _print_progress(event, out)
+        results = experiment_results(store, exp_id)
+        summary = results.summary()
+        out.write("\n" + redact(summary.to_string(index=False)) + "\n")
+        if args.csv:
+            with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+                count = write_csv(export_experiment_rows(store, exp_id), handle,
+                                  export_columns(store, exp_id))
+            out.write(f"wrote {count} rows to {args.csv}\n")
+        if args.summary_csv:
+            with open(args.summary_csv, "w", encoding="utf-8", newline="") as handle:
+                write_csv(summary_rows(results), handle, SUMMARY_COLUMNS)
+            out.write(f"wrote the summary to {args.summary_csv}\n")
+    finally:
+        store.close()
+    rates = [(row["satisfied_pct"] or 0.0) / 100 if row["done"] == row["cells"] else -1.0
+             for row in summary.to_dict("records")]
+    return 0 if all(r >= args.min_pass_rate for r in rates) else 1
+
+
+def _datasets(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.datasets import preview
+    from rubric_core.store import Store
+
+    if args.action != "list" and not args.name:
+        msg = f"datasets {args.action} needs a NAME"
+        raise UsageError(msg)
+    store = Store(args.db)
+    try:
+        if args.action == "list":
+            infos = store.list_datasets()
+            for info in infos:
+                out.write(f"{info.name:24} v{info.version:<3} {info.row_count:6} rows  "
+                          f"{info.created_at[:19]}\n")
+            if not infos:
+                out.write(f"no datasets in {args.db}\n")
+        elif args.action == "show":
+            try:
+                dataset, version = store.load_dataset(args.name)
+            except KeyError as exc:
+                raise UsageError(str(exc.args[0])) from exc
+            out.write(f"{dataset.name} v{version}: {len(dataset.rows)} rows, columns "
+                      f"{', '.join(dataset.columns)}\n")
+            for record in preview(dataset, 10):
+                out.write(redact(" | ".join(f"{k}={v[:40]!r}" for k, v in record.items()))
+                          + "\n")
+        else:
+            deleted = store.delete_dataset(args.name)
+            if not deleted:
+                msg = f"no dataset {args.name!r} in {args.db}"
+                raise UsageError(msg)
+            out.write(f"deleted {deleted} version(s) of {args.name}\n")
+    finally:
+        store.close()
+    return 0
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit status."""
     out = out or sys.stdout
@@ -379,6 +584,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return _start_app([])
         if args.command == "analytics":
             return _analytics(args, out)
+        if args.command == "eval":
+            return _eval(args, out)
+        if args.command == "datasets":
+            return _datasets(args, out)
         return _run(args, out)
     except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")

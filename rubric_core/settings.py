@@ -14,11 +14,14 @@ import dataclasses
 import json
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.middleware import MAX_ITERATIONS
 from rubric_core.redact import redact, redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
+
+if TYPE_CHECKING:
+    from rubric_core.datasets import DatasetRow
 
 TITLE_CHARS = 60
 """Longest run title taken from a prompt."""
@@ -237,6 +240,100 @@ class RunSettings:
             max_iterations=max_iterations, example_name=example.name if example else None,
             title=title,
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExperimentConfig:
+    """One configuration of an experiment: the models, rubric and prompts every row runs with.
+
+    A cell of the experiment is a dataset row run with a configuration: `settings_for` gives
+    its `RunSettings`, so a cell is an ordinary run (Review, export and Resume read it as one).
+    Like `RunSettings` it round-trips through JSON and never holds a credential.
+    """
+
+    worker_model: str = "demo"
+    """``provider:model`` of the worker."""
+    grader_model: str = "rules"
+    """``provider:model`` of the grader."""
+    rubric: str = ""
+    """The experiment's rubric for rows without their own (``""``: every row must have one)."""
+    rubric_name: str | None = None
+    """The saved rubric it came from, for labels (None when typed in)."""
+    rubric_version: int | None = None
+    """That rubric's version."""
+    worker_system_prompt: str = ""
+    """The worker's system prompt (``""`` for none)."""
+    grader_tools: tuple[str, ...] = ()
+    """Names of the grader's evidence tools."""
+    max_iterations: int = 3
+    """Cap on grader passes per cell."""
+    base_url: str | None = None
+    """OpenAI-compatible server for ``openai``/``openai-compatible`` models."""
+    label: str = ""
+    """Short human label; `display_label` derives one when empty."""
+
+    def __post_init__(self) -> None:
+        tools = self.grader_tools
+        if isinstance(tools, str) or not isinstance(tools, Sequence):
+            msg = f"grader_tools must be a list of tool names, got {type(tools).__name__}"
+            raise TypeError(msg)
+        object.__setattr__(self, "grader_tools", tuple(str(t) for t in tools))
+        object.__setattr__(self, "base_url", (self.base_url or "").strip() or None)
+
+    def display_label(self) -> str:
+        """The label, else ``worker × grader`` (with the rubric's name and version)."""
+        if self.label.strip():
+            return self.label.strip()
+        text = f"{self.worker_model} × {self.grader_model}"
+        if self.rubric_name:
+            version = f" v{self.rubric_version}" if self.rubric_version else ""
+            text += f" · {self.rubric_name}{version}"
+        return text
+
+    def settings_for(self, row: DatasetRow) -> RunSettings:
+        """The run of one dataset row under this configuration (``dataset_row`` set).
+
+        The row's own rubric wins over the configuration's. ``dataset_row`` keeps the row's
+        id, prompt, own rubric and variables, so the dataset's columns travel with the run.
+
+        Raises:
+            ValueError: The row has no rubric and neither has the configuration.
+
+        """
+        rubric = row.rubric or self.rubric
+        if not rubric.strip():
+            msg = (f"dataset row {row.id!r} has no 'rubric' and the configuration gives none: "
+                   "pass a rubric for the experiment (--rubric) or add a 'rubric' column")
+            raise ValueError(msg)
+        record: dict[str, Any] = {"id": row.id, "prompt": row.prompt, "rubric": row.rubric,
+                                  **row.variables}
+        return RunSettings(
+            prompt=row.prompt, rubric=rubric, worker_model=self.worker_model,
+            grader_model=self.grader_model, base_url=self.base_url,
+            worker_system_prompt=self.worker_system_prompt, grader_tools=self.grader_tools,
+            max_iterations=self.max_iterations, dataset_row=record,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as JSON-ready values."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["grader_tools"] = list(self.grader_tools)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExperimentConfig:
+        """A configuration from :meth:`to_dict`'s shape.
+
+        Raises:
+            ValueError: Unknown keys.
+
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            msg = f"unknown configuration setting(s) {unknown}; known: {sorted(known)}"
+            raise ValueError(msg)
+        return cls(**data)
 
 
 def run_title(settings: RunSettings) -> str:

@@ -11,6 +11,10 @@ This is the only module that knows which database Rubric Studio talks to. The fi
   `RunSettings` preset it was saved with (``settings_json``: prompt, tools, models, cap);
 - ``labels``: people's verdicts on the grader's criterion verdicts (agree / disagree, the
   correct verdict, a note), keyed by run, evaluation, criterion and labeller;
+- ``datasets``: saved datasets, every version kept (as the checked JSONL of its rows);
+- ``experiments`` and ``experiment_cells``: an experiment's configurations, and one cell per
+  dataset row × configuration × repeat, each naming the LangGraph thread its run uses (the
+  cell's status and results are its run's, read from ``runs``: one shape, no second copy);
 - ``meta``: which application owns the file and its schema version.
 
 Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
@@ -43,8 +47,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from rubric_core.settings import RunSettings
-from rubric_core.types import RUN_STATUSES, TERMINAL_STATUSES
+from rubric_core.datasets import Dataset, rows_from_jsonl
+from rubric_core.settings import ExperimentConfig, RunSettings
+from rubric_core.types import CELL_PENDING, EXPERIMENT_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -54,14 +59,14 @@ if TYPE_CHECKING:
     from rubric_core.types import CriterionLabel, RubricEvaluation
 
 __all__ = [
-    "APPLICATION_ID", "APP_ID", "DB_ENV_VAR", "RUN_STATUSES", "SCHEMA_VERSION", "RunRecord",
-    "Store", "StoreError", "default_db_path",
+    "APPLICATION_ID", "APP_ID", "DB_ENV_VAR", "RUN_STATUSES", "SCHEMA_VERSION", "CellRecord",
+    "DatasetInfo", "ExperimentRecord", "RunRecord", "Store", "StoreError", "default_db_path",
 ]
 
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database file."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -70,7 +75,9 @@ Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
 rows in that status (runs whose process died between passes) become ``interrupted``. Older
 files are upgraded in place on open; their rows without ``settings_json`` get settings derived
 from their columns (`RunSettings.from_columns`). Version 4 added the ``labels`` table and
-``rubric_versions.settings_json`` (a saved rubric's `RunSettings` preset; NULL in upgraded rows).
+``rubric_versions.settings_json`` (a saved rubric's `RunSettings` preset; NULL in upgraded rows);
+version 5 added ``datasets``, ``experiments`` and ``experiment_cells`` (new tables only: older
+files gain them in place).
 """
 
 APP_ID = "rubric-studio"
@@ -127,6 +134,22 @@ _SCHEMA = (
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
         PRIMARY KEY (run_id, seq, criterion, labeller),
         FOREIGN KEY (run_id, seq) REFERENCES evaluations (run_id, seq) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS datasets (
+        name TEXT NOT NULL, version INTEGER NOT NULL, jsonl TEXT NOT NULL,
+        columns_json TEXT NOT NULL, row_count INTEGER NOT NULL, created_at TEXT NOT NULL,
+        PRIMARY KEY (name, version))""",
+    """CREATE TABLE IF NOT EXISTS experiments (
+        experiment_id TEXT PRIMARY KEY, name TEXT NOT NULL, dataset_name TEXT NOT NULL,
+        dataset_version INTEGER NOT NULL, configs_json TEXT NOT NULL, repeats INTEGER NOT NULL,
+        status TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+        FOREIGN KEY (dataset_name, dataset_version) REFERENCES datasets (name, version))""",
+    "CREATE INDEX IF NOT EXISTS rs_experiments_created ON experiments (created_at)",
+    """CREATE TABLE IF NOT EXISTS experiment_cells (
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, row_id TEXT NOT NULL, config_index INTEGER NOT NULL,
+        repeat_index INTEGER NOT NULL, thread_id TEXT NOT NULL UNIQUE,
+        PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
+    "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
 )
 # Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
 _ADDED_RUN_COLUMNS = {
@@ -201,6 +224,74 @@ class RunRecord:
                 grader_system_prompt=self.grader_system_prompt, grader_tools=self.grader_tools,
             )
             object.__setattr__(self, "settings", derived)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DatasetInfo:
+    """One stored version of a dataset (without its rows)."""
+
+    name: str
+    """The dataset's name."""
+    version: int
+    """1 for the first version stored under the name."""
+    row_count: int
+    """Rows in this version."""
+    columns: tuple[str, ...]
+    """The columns as read, in order."""
+    created_at: str
+    """ISO 8601 UTC timestamp of when the version was stored."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExperimentRecord:
+    """An experiment: a stored dataset version × configurations × repeats."""
+
+    experiment_id: str
+    """Unique id (uuid4 hex)."""
+    name: str
+    """Short human label."""
+    dataset_name: str
+    """The dataset's name."""
+    dataset_version: int
+    """The dataset version its cells run."""
+    configurations: tuple[ExperimentConfig, ...]
+    """The configurations, in order; a cell's ``config_index`` points here."""
+    repeats: int
+    """Runs of each row under each configuration."""
+    status: str
+    """One of `rubric_core.types.EXPERIMENT_STATUSES`."""
+    created_at: str
+    """ISO 8601 UTC timestamp of creation."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last status change."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CellRecord:
+    """One cell of an experiment: a dataset row under one configuration, one repeat."""
+
+    experiment_id: str
+    """The experiment."""
+    row_id: str
+    """The dataset row's id."""
+    config_index: int
+    """0-based index into `ExperimentRecord.configurations`."""
+    repeat_index: int
+    """0-based repeat."""
+    thread_id: str
+    """The LangGraph thread the cell's run uses (fixed when the experiment is created)."""
+    run: RunRecord | None
+    """The cell's run (the latest on its thread), or None before it started."""
+
+    @property
+    def status(self) -> str:
+        """The run's stored status, or ``pending`` (`rubric_core.types.CELL_PENDING`)."""
+        return self.run.status if self.run is not None else CELL_PENDING
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """``(row_id, config_index, repeat_index)``: the cell's identity in its experiment."""
+        return self.row_id, self.config_index, self.repeat_index
 
 
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
@@ -288,6 +379,23 @@ def _row_to_label(row: sqlite3.Row) -> CriterionLabel:
             "note": row["note"], "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
+    )
+
+
+def _dataset_info(row: sqlite3.Row) -> DatasetInfo:
+    return DatasetInfo(name=row["name"], version=int(row["version"]),
+                       row_count=int(row["row_count"]),
+                       columns=tuple(json.loads(row["columns_json"])),
+                       created_at=row["created_at"])
+
+
+def _experiment(row: sqlite3.Row) -> ExperimentRecord:
+    configs = tuple(ExperimentConfig.from_dict(c) for c in json.loads(row["configs_json"]))
+    return ExperimentRecord(
+        experiment_id=row["experiment_id"], name=row["name"], dataset_name=row["dataset_name"],
+        dataset_version=int(row["dataset_version"]), configurations=configs,
+        repeats=int(row["repeats"]), status=row["status"], created_at=row["created_at"],
+        updated_at=row["updated_at"],
     )
 
 
@@ -921,6 +1029,239 @@ class Store:
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE trim(rubric, ?) = ? "
                 "ORDER BY created_at DESC, rowid DESC", (blank, rubric.strip(blank)))
             return [_record(row) for row in rows]
+
+    # -- datasets -------------------------------------------------------------------------------
+
+    def save_dataset(self, dataset: Dataset, name: str | None = None) -> int:
+        """Store a checked dataset (from `rubric_core.datasets.parse_dataset`) as a new version.
+
+        All its rows are written in one transaction, or none are.
+
+        Args:
+            dataset: The parsed dataset.
+            name: Store it under this name instead of ``dataset.name``.
+
+        Returns:
+            The new version (1 for a new name); when the rows equal the latest version's, that
+            version's number and nothing is written.
+
+        """
+        name = (name if name is not None else dataset.name).strip()
+        if not name:
+            msg = "a dataset needs a name: give it a short non-empty name"
+            raise ValueError(msg)
+        if not dataset.rows:
+            msg = f"dataset {name!r} has no rows"
+            raise ValueError(msg)
+        jsonl = dataset.to_jsonl()
+        columns = json.dumps(list(dataset.columns), ensure_ascii=False)
+        with self._connect(write=True) as conn:
+            latest = conn.execute(
+                "SELECT version, jsonl, columns_json FROM datasets WHERE name = ? "
+                "ORDER BY version DESC LIMIT 1", (name,),
+            ).fetchone()
+            if latest is not None and (latest["jsonl"], latest["columns_json"]) == (jsonl,
+                                                                                      columns):
+                return int(latest["version"])
+            version = 1 if latest is None else int(latest["version"]) + 1
+            conn.execute(
+                "INSERT INTO datasets (name, version, jsonl, columns_json, row_count, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, version, jsonl, columns, len(dataset.rows), _now()),
+            )
+        return version
+
+    def list_datasets(self) -> list[DatasetInfo]:
+        """The latest version of every stored dataset, by name."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT d.name, d.version, d.row_count, d.columns_json, d.created_at "
+                "FROM datasets d WHERE d.version = (SELECT MAX(version) FROM datasets "
+                "WHERE name = d.name) ORDER BY d.name"
+            ).fetchall()
+        return [_dataset_info(row) for row in rows]
+
+    def dataset_versions(self, name: str) -> list[DatasetInfo]:
+        """Every stored version of a dataset, oldest first (empty for an unknown name)."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT name, version, row_count, columns_json, created_at FROM datasets "
+                "WHERE name = ? ORDER BY version", (name.strip(),),
+            ).fetchall()
+        return [_dataset_info(row) for row in rows]
+
+    def load_dataset(self, name: str, version: int | None = None) -> tuple[Dataset, int]:
+        """A stored dataset and its version number.
+
+        Args:
+            name: The dataset's name.
+            version: A version; the latest when None.
+
+        Raises:
+            KeyError: No such dataset or version.
+
+        """
+        sql = "SELECT version, jsonl, columns_json FROM datasets WHERE name = ?"
+        params: list[Any] = [name.strip()]
+        if version is None:
+            sql += " ORDER BY version DESC LIMIT 1"
+        else:
+            sql += " AND version = ?"
+            params.append(version)
+        with self._connect() as conn:
+            row = conn.execute(sql, params).fetchone()
+        if row is None:
+            which = "" if version is None else f" version {version}"
+            msg = f"no stored dataset {name!r}{which}: see `rubric-studio datasets --db PATH`"
+            raise KeyError(msg)
+        dataset = rows_from_jsonl(row["jsonl"], name=name.strip())
+        columns = tuple(json.loads(row["columns_json"]))
+        return dataclasses.replace(dataset, columns=columns), int(row["version"])
+
+    def delete_dataset(self, name: str) -> int:
+        """Delete every version of a dataset that no experiment uses.
+
+        Returns:
+            How many versions were deleted (0 for an unknown name).
+
+        Raises:
+            ValueError: An experiment runs one of its versions (delete the experiment first).
+
+        """
+        with self._connect(write=True) as conn:
+            used = [r[0] for r in conn.execute(
+                "SELECT experiment_id FROM experiments WHERE dataset_name = ? LIMIT 3",
+                (name.strip(),))]
+            if used:
+                msg = (f"dataset {name!r} is used by experiment(s) "
+                       f"{', '.join(u[:8] for u in used)}: delete them first")
+                raise ValueError(msg)
+            return int(conn.execute("DELETE FROM datasets WHERE name = ?",
+                                    (name.strip(),)).rowcount)
+
+    # -- experiments ----------------------------------------------------------------------------
+
+    def create_experiment(
+        self, *, name: str, dataset_name: str, dataset_version: int,
+        configurations: Sequence[ExperimentConfig], repeats: int, row_ids: Sequence[str],
+    ) -> ExperimentRecord:
+        """Add an experiment and all its cells (pending, each with its own thread), at once.
+
+        Raises:
+            ValueError: No configurations or rows, a repeat count below 1.
+            KeyError: No such dataset version.
+
+        """
+        if not configurations or not row_ids:
+            msg = "an experiment needs at least one configuration and one dataset row"
+            raise ValueError(msg)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            msg = "repeats must be a whole number of at least 1"
+            raise ValueError(msg)
+        now = _now()
+        record = ExperimentRecord(
+            experiment_id=uuid.uuid4().hex, name=name.strip() or dataset_name,
+            dataset_name=dataset_name, dataset_version=dataset_version,
+            configurations=tuple(configurations), repeats=repeats, status="running",
+            created_at=now, updated_at=now,
+        )
+        configs = json.dumps([c.to_dict() for c in configurations], ensure_ascii=False)
+        cells = [
+            (record.experiment_id, seq, row_id, ci, ri, uuid.uuid4().hex)
+            for seq, (ri, ci, row_id) in enumerate(
+                (ri, ci, row_id) for ri in range(repeats) for row_id in row_ids
+                for ci in range(len(configurations)))
+        ]
+        with self._connect(write=True) as conn:
+            known = conn.execute("SELECT 1 FROM datasets WHERE name = ? AND version = ?",
+                                 (dataset_name, dataset_version)).fetchone()
+            if known is None:
+                msg = f"no stored dataset {dataset_name!r} version {dataset_version}"
+                raise KeyError(msg)
+            conn.execute(
+                "INSERT INTO experiments (experiment_id, name, dataset_name, dataset_version, "
+                "configs_json, repeats, status, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.experiment_id, record.name, dataset_name, dataset_version, configs,
+                 repeats, record.status, now, now),
+            )
+            conn.executemany(
+                "INSERT INTO experiment_cells (experiment_id, seq, row_id, config_index, "
+                "repeat_index, thread_id) VALUES (?, ?, ?, ?, ?, ?)", cells,
+            )
+        return record
+
+    def get_experiment(self, experiment_id: str) -> ExperimentRecord | None:
+        """The experiment with this id, or None."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM experiments WHERE experiment_id = ?",
+                               (experiment_id,)).fetchone()
+        return _experiment(row) if row else None
+
+    def list_experiments(self, *, limit: int | None = 100) -> list[ExperimentRecord]:
+        """Experiments, most recent first."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM experiments ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (-1 if limit is None else limit,),
+            ).fetchall()
+        return [_experiment(row) for row in rows]
+
+    def set_experiment_status(self, experiment_id: str, status: str) -> None:
+        """Set an experiment's lifecycle status (`rubric_core.types.EXPERIMENT_STATUSES`)."""
+        if status not in EXPERIMENT_STATUSES:
+            msg = f"unknown experiment status {status!r}; expected {sorted(EXPERIMENT_STATUSES)}"
+            raise ValueError(msg)
+        with self._connect(write=True) as conn:
+            conn.execute("UPDATE experiments SET status = ?, updated_at = ? "
+                         "WHERE experiment_id = ?", (status, _now(), experiment_id))
+
+    def delete_experiment(self, experiment_id: str) -> bool:
+        """Delete an experiment and its cells; its runs stay in the run index (and Review)."""
+        with self._connect(write=True) as conn:
+            return bool(conn.execute("DELETE FROM experiments WHERE experiment_id = ?",
+                                     (experiment_id,)).rowcount)
+
+    def experiment_cells(self, experiment_id: str) -> list[CellRecord]:
+        """Every cell of an experiment with its run (the latest on its thread), in run order."""
+        columns = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT c.row_id, c.config_index, c.repeat_index, c.thread_id, {columns} "
+                "FROM experiment_cells c LEFT JOIN runs r ON r.rowid = (SELECT rowid FROM runs "
+                "WHERE thread_id = c.thread_id ORDER BY created_at DESC, rowid DESC LIMIT 1) "
+                "WHERE c.experiment_id = ? ORDER BY c.seq", (experiment_id,),
+            ).fetchall()
+        return [
+            CellRecord(experiment_id=experiment_id, row_id=row[0], config_index=row[1],
+                       repeat_index=row[2], thread_id=row[3],
+                       run=_record(tuple(row)[4:]) if row[4] is not None else None)
+            for row in rows
+        ]
+
+    def renew_cell_thread(self, experiment_id: str, key: tuple[str, int, int]) -> str:
+        """Give a cell a fresh thread, so that its next run starts over (a retry).
+
+        The old run stays in the index; the cell's run is the one on the new thread.
+
+        Returns:
+            The new thread id.
+
+        Raises:
+            KeyError: No such cell.
+
+        """
+        thread_id = uuid.uuid4().hex
+        with self._connect(write=True) as conn:
+            changed = conn.execute(
+                "UPDATE experiment_cells SET thread_id = ? WHERE experiment_id = ? AND "
+                "row_id = ? AND config_index = ? AND repeat_index = ?",
+                (thread_id, experiment_id, *key),
+            ).rowcount
+        if not changed:
+            msg = f"no cell {key} in experiment {experiment_id!r}"
+            raise KeyError(msg)
+        return thread_id
 
     # -- private --------------------------------------------------------------------------------
 

@@ -49,6 +49,17 @@ RESUMABLE_STATUSES: frozenset[str] = frozenset({"interrupted", "error"})
 """Statuses offered for Resume; a ``running`` run whose owner died is shown and resumed as
 ``interrupted`` (`rubric_core.session.is_stale`)."""
 
+ExperimentStatus = Literal["running", "stopped", "finished"]
+"""An experiment's lifecycle: ``running`` while a process drives its cells (or until that
+process is found dead), ``stopped`` after Stop, ``finished`` when every cell has ended. Each
+cell's own status is its run's (`RunStatus`), or ``pending`` before its run starts."""
+
+EXPERIMENT_STATUSES: frozenset[str] = frozenset(get_args(ExperimentStatus))
+"""Every status an experiment may have."""
+
+CELL_PENDING = "pending"
+"""The status of an experiment cell whose run has not started."""
+
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
 
@@ -251,3 +262,79 @@ class CriterionLabel(TypedDict):
     """ISO 8601 UTC timestamp of the first label."""
     updated_at: str
     """ISO 8601 UTC timestamp of the last change."""
+
+
+class ExperimentProgress(TypedDict):
+    """Where one configuration of an experiment stands; sent after every cell that ends."""
+
+    type: Literal["experiment_progress"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    config_index: int
+    """0-based index of the configuration."""
+    label: str
+    """The configuration's label."""
+    done: int
+    """Cells of this configuration that have ended (any final status, errors included)."""
+    total: int
+    """Cells of this configuration (rows × repeats)."""
+    satisfied: int
+    """Ended cells whose run was satisfied."""
+    errors: int
+    """Ended cells whose run ended ``error`` or ``grader_error`` (retryable alone)."""
+    satisfied_rate: float | None
+    """``satisfied / done`` (None while nothing has ended)."""
+    eta_s: float | None
+    """Seconds until the whole experiment ends, at this session's pace (None at first)."""
+
+
+class CellFinished(TypedDict):
+    """One cell's run ended (or was stopped) in this session."""
+
+    type: Literal["cell_finished"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    row_id: str
+    """The dataset row."""
+    config_index: int
+    """0-based index of the configuration."""
+    repeat_index: int
+    """0-based repeat."""
+    run_id: str | None
+    """The cell's run in the run index (open it in Review)."""
+    status: str
+    """The run's status (`RunStatus`)."""
+    error: str | None
+    """The error of a run that ended ``error``."""
+
+
+class ExperimentBackoff(TypedDict):
+    """A model server answered 429 or 5xx: every cell's next request waits (shared backoff)."""
+
+    type: Literal["experiment_backoff"]
+    """Event tag."""
+    status_code: int
+    """The HTTP status that caused it."""
+    wait_s: float
+    """How long new requests wait."""
+    hits: int
+    """Rate-limit or server errors absorbed so far in this session."""
+
+
+class ExperimentFinished(TypedDict):
+    """The session ended: every cell ended (``finished``) or it was stopped (``stopped``)."""
+
+    type: Literal["experiment_finished"]
+    """Event tag."""
+    experiment_id: str
+    """The experiment."""
+    status: ExperimentStatus
+    """The experiment's status now."""
+    duration_s: float
+    """Wall-clock seconds of this session."""
+
+
+ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished
+"""What `rubric_core.experiments.run_experiment` yields."""

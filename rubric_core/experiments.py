@@ -1,0 +1,753 @@
+"""Experiments: one dataset × configurations × repeats, each cell a recorded rubric-loop run.
+
+`create_experiment` stores the dataset (when given one) and the experiment with all its cells;
+each cell gets its own LangGraph thread up front. `run_experiment` runs the cells that are not
+done, yielding progress events (`rubric_core.types.ExperimentEvent`):
+
+- Every cell is an ordinary run started or resumed by `rubric_core.session` on the cell's
+  thread, with `RunSettings.dataset_row` set, so it is recorded, shown in Review and exported
+  like any run. A cell's status is its run's status: nothing else is written per cell.
+- Concurrency: one asyncio event loop schedules the cells, at most ``concurrency`` at a time
+  (and at most ``per_model[m]`` using model ``m``). The runner and the session layer are
+  synchronous (LangGraph's SQLite saver has no async path), so each running cell's loop
+  executes on a worker thread of a pool of ``concurrency`` threads; the event loop only admits,
+  awaits and counts.
+- A 429 or 5xx from an OpenAI-compatible server does not fail the row: the HTTP client the
+  default models use (`experiment_models`) waits and retries it, and the wait is shared
+  (`SharedBackoff`), so the whole experiment slows down instead of hammering the server.
+- Stop (closing the generator, or setting ``stop``), a closed tab or a killed process leave
+  cells ``interrupted`` or stale ``running``; running the experiment again continues them on
+  their own threads (`rubric_core.session.resume`). A cell whose run ended is never run again;
+  one that ended ``error`` or ``grader_error`` runs again only when asked (`retry_errors`, or
+  `retry_cell` for one cell).
+
+Results (`experiment_results`) and the streamed export (`export_experiment_rows`) read the
+cells' runs and evaluations back from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from rubric_core import session
+from rubric_core.analytics import Comparison, compare_outcomes, loop_analytics
+from rubric_core.export import EXPORT_COLUMNS, export_rows
+from rubric_core.grader import retry_after_s
+from rubric_core.models import resolve_model
+from rubric_core.redact import redact
+from rubric_core.types import TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from langchain_core.language_models import BaseChatModel
+
+    from rubric_core.datasets import Dataset, DatasetRow
+    from rubric_core.settings import ExperimentConfig, RunSettings
+    from rubric_core.store import CellRecord, ExperimentRecord, Store
+    from rubric_core.types import (
+        ExperimentEvent,
+        ExperimentFinished,
+        ExperimentProgress,
+        RubricEvaluation,
+    )
+
+DEFAULT_CONCURRENCY = 4
+"""Cells run at once unless the caller says otherwise."""
+
+RETRY_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses that slow the experiment down instead of failing a row."""
+
+ERROR_STATUSES = frozenset({"error", "grader_error"})
+"""Cell statuses that are recorded as ended but can be retried alone."""
+
+ENDED_STATUSES = TERMINAL_STATUSES | {"error"}
+"""Cell statuses that count as done: a cell in one of them is not run again by itself."""
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "config_index", "configuration", "worker_model", "grader_model", "cells", "done",
+    "satisfied_pct", "first_pass_satisfied_pct", "mean_passes", "errors", "input_tokens",
+    "output_tokens", "mean_duration_s",
+)
+"""Columns of `ExperimentResults.summary`, in order."""
+
+CRITERIA_COLUMNS: tuple[str, ...] = (
+    "config_index", "criterion", "cells", "first_pass_rate", "final_pass_rate",
+    "mean_passes_to_fix",
+)
+"""Columns of `ExperimentResults.criteria`, in order."""
+
+_CELL_COLUMNS = ("experiment_id", "configuration", "config_index", "repeat_index")
+_STALE_POLL_S = 1.0
+_RUNS_PER_READ = 100
+
+
+# -- shared backoff -------------------------------------------------------------------------------
+
+
+class SharedBackoff:
+    """One wait shared by every request of an experiment, raised by each 429 or 5xx.
+
+    Thread-safe: cells call models on worker threads. A failed request waits the server's
+    ``Retry-After`` or an exponential delay (``base_s`` doubling per consecutive failure, at most
+    ``max_s``), whichever is longer, and every other request waits for the same moment before it
+    is sent. A success resets the doubling. After ``max_attempts`` retries of one request its
+    error goes to the client (and the grader's own bounded retry, or the cell's error status).
+
+    Args:
+        base_s: First delay.
+        max_s: Longest delay.
+        max_attempts: Retries of one request before its error is passed on.
+
+    """
+
+    def __init__(self, *, base_s: float = 0.5, max_s: float = 30.0, max_attempts: int = 8) -> None:
+        if base_s < 0 or max_s < base_s or max_attempts < 0:
+            msg = "need 0 <= base_s <= max_s and max_attempts >= 0"
+            raise ValueError(msg)
+        self.base_s, self.max_s, self.max_attempts = base_s, max_s, max_attempts
+        self.hits = 0
+        """429/5xx answers absorbed so far."""
+        self.listeners: list[Any] = []
+        """Callables ``(status_code, wait_s, hits)`` told of every backoff."""
+        self._lock = threading.Lock()
+        self._resume_at = 0.0
+        self._streak = 0
+        self._client: Any = None
+
+    def wait(self) -> None:
+        """Block until the shared wait is over."""
+        while True:
+            with self._lock:
+                delay = self._resume_at - time.monotonic()
+            if delay <= 0:
+                return
+            time.sleep(delay)
+
+    def failed(self, status_code: int, retry_after: float | None) -> float:
+        """Record a 429/5xx; returns the wait every request now observes."""
+        with self._lock:
+            delay = min(self.max_s, self.base_s * 2 ** self._streak)
+            delay = max(delay, retry_after or 0.0)
+            self._streak += 1
+            self.hits += 1
+            self._resume_at = max(self._resume_at, time.monotonic() + delay)
+            hits = self.hits
+        for listener in list(self.listeners):
+            listener(status_code, delay, hits)
+        return delay
+
+    def succeeded(self) -> None:
+        """A request went through: the next failure starts the doubling again."""
+        with self._lock:
+            self._streak = 0
+
+    def http_client(self) -> Any:
+        """The ``openai.DefaultHttpxClient`` whose requests go through this backoff.
+
+        One client (one connection pool) is shared by every model of the experiment: building
+        one per model would cost each cell a TLS context and new connections.
+        """
+        with self._lock:
+            if self._client is None:
+                self._client = _backoff_client_class()(backoff=self)
+            return self._client
+
+
+@dataclasses.dataclass
+class _ClientClass:
+    cls: type | None = None
+
+
+_CLIENT = _ClientClass()
+
+
+def _backoff_client_class() -> type:
+    if _CLIENT.cls is None:
+        from openai import DefaultHttpxClient
+
+        class BackoffClient(DefaultHttpxClient):
+            """The openai SDK's HTTP client, retrying 429/5xx through a `SharedBackoff`."""
+
+            def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
+                super().__init__(**kwargs)
+                self._backoff = backoff
+
+            def send(self, request: Any, **kwargs: Any) -> Any:
+                request.read()  # the body is sent again on a retry
+                for attempt in range(self._backoff.max_attempts + 1):
+                    self._backoff.wait()
+                    response = super().send(request, **kwargs)
+                    if (response.status_code not in RETRY_STATUS_CODES
+                            or attempt == self._backoff.max_attempts):
+                        break
+                    wait = retry_after_s(response.headers)
+                    response.close()
+                    self._backoff.failed(response.status_code, wait)
+                if response.status_code < 400:
+                    self._backoff.succeeded()
+                return response
+
+        _CLIENT.cls = BackoffClient
+    return _CLIENT.cls
+
+
+def _uses_openai_client(model: str) -> bool:
+    provider = model.removeprefix("hybrid:").partition(":")[0]
+    return provider == "openai-compatible" or provider == "openai"
+
+
+def experiment_models(
+    backoff: SharedBackoff, *, api_key: str | None = None, env_keys: bool = True
+) -> session.ModelResolver:
+    """Models for an experiment: `rubric_core.models.resolve_model`, through ``backoff``.
+
+    OpenAI and OpenAI-compatible models (also inside ``hybrid:``) get an HTTP client that
+    retries 429/5xx through the shared backoff; other models are built as for one run.
+
+    Args:
+        backoff: The experiment's shared backoff.
+        api_key: A key for the models' endpoint (never stored); the environment's otherwise.
+        env_keys: Whether a base URL may receive ``OPENAI_API_KEY`` from the environment.
+
+    """
+
+    def resolve(model: str, role: session.Role, base_url: str | None) -> BaseChatModel:
+        del role  # every role gets the same client
+        extra: dict[str, Any] = {}
+        if _uses_openai_client(model):
+            extra["http_client"] = backoff.http_client()
+        return resolve_model(model, base_url=base_url, api_key=api_key, env_keys=env_keys,
+                             **extra)
+
+    return resolve
+
+
+# -- creating -------------------------------------------------------------------------------------
+
+
+def create_experiment(
+    store: Store,
+    dataset: Dataset | str,
+    configurations: Sequence[ExperimentConfig],
+    *,
+    repeats: int = 1,
+    name: str = "",
+    dataset_version: int | None = None,
+    models: session.ModelResolver | None = None,
+) -> ExperimentRecord:
+    """Check and store an experiment with all its cells; nothing runs yet.
+
+    Args:
+        store: The database.
+        dataset: A parsed dataset (stored as a new version unless unchanged) or a stored
+            dataset's name.
+        configurations: One or more configurations.
+        repeats: Runs of every row under every configuration.
+        name: A label (the dataset's name when empty).
+        dataset_version: With a stored name: that version (the latest when None).
+        models: Builds the chat models to check them (`session.default_models()` if omitted).
+
+    Raises:
+        ValueError: No configurations, a row that cannot run under a configuration (the
+            message names the row), a bad repeat count. Nothing is stored.
+        KeyError: No such stored dataset.
+        ModelConfigError: A configuration's model cannot be built. Nothing is stored.
+
+    """
+    if not configurations:
+        msg = "an experiment needs at least one configuration (worker, grader, rubric)"
+        raise ValueError(msg)
+    if isinstance(dataset, str):
+        dataset, version = store.load_dataset(dataset, dataset_version)
+    else:
+        version = None
+    for config in configurations:
+        for row in dataset.rows:
+            config.settings_for(row).validate()
+        session.build_spec(config.settings_for(dataset.rows[0]), models)
+    if version is None:
+        version = store.save_dataset(dataset)
+    return store.create_experiment(
+        name=name or dataset.name, dataset_name=dataset.name, dataset_version=version,
+        configurations=configurations, repeats=repeats, row_ids=[r.id for r in dataset.rows],
+    )
+
+
+def retry_cell(store: Store, experiment_id: str, key: tuple[str, int, int]) -> str:
+    """Make one ended cell run again from the start on a fresh thread (its old run stays).
+
+    The next `run_experiment` runs it. Returns the new thread id.
+
+    Raises:
+        KeyError: No such cell.
+
+    """
+    return store.renew_cell_thread(experiment_id, key)
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Tally:
+    total: int = 0
+    done: int = 0
+    satisfied: int = 0
+    errors: int = 0
+
+    def add(self, status: str) -> None:
+        if status in ENDED_STATUSES:
+            self.done += 1
+            self.satisfied += status == "satisfied"
+            self.errors += status in ERROR_STATUSES
+
+
+def _needs_run(cell: CellRecord, retry_errors: bool) -> bool:
+    return cell.status not in ENDED_STATUSES or (retry_errors and cell.status in ERROR_STATUSES)
+
+
+def run_experiment(
+    store: Store,
+    experiment_id: str,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    per_model: Mapping[str, int] | None = None,
+    models: session.ModelResolver | None = None,
+    backoff: SharedBackoff | None = None,
+    retry_errors: bool = False,
+    stop: threading.Event | None = None,
+) -> Iterator[ExperimentEvent]:
+    """Run (or continue) an experiment's cells, yielding progress as cells end.
+
+    Closing the iterator early is Stop: running cells are closed (their runs become
+    ``interrupted``) and the experiment ``stopped``; calling this again continues it.
+
+    Args:
+        store: The database.
+        experiment_id: The experiment.
+        concurrency: Cells run at once (at least 1).
+        per_model: At most this many cells at once using a model (worker or grader), by model
+            string.
+        models: Builds the chat models (`experiment_models(backoff)` when omitted; a custom
+            resolver gets the shared backoff only if it uses ``backoff.http_client()``).
+        backoff: The shared backoff (a new `SharedBackoff` when omitted).
+        retry_errors: Also run again the cells that ended ``error`` (continuing their
+            threads) or ``grader_error`` (on a fresh thread).
+        stop: Set it (from any thread) to stop, like closing the iterator.
+
+    Yields:
+        ``experiment_progress`` for every configuration at the start and after each cell,
+        ``cell_finished``, ``experiment_backoff``, and one ``experiment_finished`` at the end.
+
+    Raises:
+        KeyError: No such experiment.
+        ValueError: A bad concurrency or per-model limit.
+
+    """
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        msg = f"no experiment with id {experiment_id!r} in {store.path}"
+        raise KeyError(msg)
+    if concurrency < 1 or any(n < 1 for n in (per_model or {}).values()):
+        msg = "concurrency and per-model limits must be at least 1"
+        raise ValueError(msg)
+    backoff = backoff or SharedBackoff()
+    models = models or experiment_models(backoff)
+    stop = stop or threading.Event()
+    events: queue.Queue[ExperimentEvent | None] = queue.Queue()
+
+    def on_backoff(status_code: int, wait_s: float, hits: int) -> None:
+        events.put({"type": "experiment_backoff", "status_code": status_code,
+                    "wait_s": round(wait_s, 3), "hits": hits})
+
+    backoff.listeners.append(on_backoff)
+    driver = _Driver(store, experiment, models, stop, events, concurrency, dict(per_model or {}),
+                     retry_errors)
+    thread = threading.Thread(target=driver.run, name=f"experiment-{experiment_id[:8]}",
+                              daemon=True)
+    thread.start()
+    try:
+        while (event := events.get()) is not None:
+            yield event
+    finally:
+        stop.set()
+        thread.join()
+        backoff.listeners.remove(on_backoff)
+        if driver.failure is not None:
+            raise driver.failure
+
+
+class _Driver:
+    """Runs one session of an experiment on its own event loop (in its own thread)."""
+
+    def __init__(self, store: Store, experiment: ExperimentRecord,
+                 models: session.ModelResolver, stop: threading.Event,
+                 events: queue.Queue[ExperimentEvent | None], concurrency: int,
+                 per_model: dict[str, int], retry_errors: bool) -> None:
+        self.store, self.experiment, self.models, self.stop = store, experiment, models, stop
+        self.events, self.concurrency, self.per_model = events, concurrency, per_model
+        self.retry_errors = retry_errors
+        self.failure: BaseException | None = None
+        self.started = time.monotonic()
+
+    def run(self) -> None:
+        status = "stopped"
+        try:
+            status = asyncio.run(self._main())
+        except BaseException as exc:  # handed to the consumer's thread
+            self.failure = exc
+        finally:
+            with contextlib.suppress(Exception):
+                self.store.set_experiment_status(self.experiment.experiment_id, status)
+            finished: ExperimentFinished = {
+                "type": "experiment_finished", "experiment_id": self.experiment.experiment_id,
+                "status": "finished" if status == "finished" else "stopped",
+                "duration_s": round(time.monotonic() - self.started, 3)}
+            self.events.put(finished)
+            self.events.put(None)
+
+    async def _main(self) -> str:
+        exp = self.experiment
+        dataset, _ = self.store.load_dataset(exp.dataset_name, exp.dataset_version)
+        rows = {r.id: r for r in dataset.rows}
+        self.store.set_experiment_status(exp.experiment_id, "running")
+        cells = self.store.experiment_cells(exp.experiment_id)
+        self.tallies = [_Tally() for _ in exp.configurations]
+        todo = []
+        for cell in cells:
+            self.tallies[cell.config_index].total += 1
+            if _needs_run(cell, self.retry_errors):
+                todo.append(cell)
+            else:
+                self.tallies[cell.config_index].add(cell.status)
+        self.remaining, self.finished_here = len(todo), 0
+        for index in range(len(exp.configurations)):
+            self.events.put(self._progress(index))
+        limit = asyncio.Semaphore(self.concurrency)
+        model_limits = {m: asyncio.Semaphore(n) for m, n in self.per_model.items()}
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="cell") as pool:
+            await asyncio.gather(*(self._cell(cell, rows[cell.row_id], limit, model_limits, pool)
+                                   for cell in todo))
+        if self.stop.is_set():
+            return "stopped"
+        left = [c for c in self.store.experiment_cells(exp.experiment_id)
+                if c.status not in ENDED_STATUSES]
+        return "stopped" if left else "finished"
+
+    async def _cell(self, cell: CellRecord, row: DatasetRow, limit: asyncio.Semaphore,
+                    model_limits: dict[str, asyncio.Semaphore], pool: ThreadPoolExecutor) -> None:
+        config = self.experiment.configurations[cell.config_index]
+        names = sorted({config.worker_model, config.grader_model} & model_limits.keys())
+        async with contextlib.AsyncExitStack() as stack:
+            for name in names:  # always in the same order, so no two cells deadlock
+                await stack.enter_async_context(model_limits[name])
+            await stack.enter_async_context(limit)
+            if self.stop.is_set():
+                return
+            loop = asyncio.get_running_loop()
+            status, run_id, error = await loop.run_in_executor(
+                pool, self._run_cell, cell, self._settings(cell, row))
+        if status in ENDED_STATUSES:
+            self.tallies[cell.config_index].add(status)
+            self.finished_here += 1
+            self.remaining -= 1
+        self.events.put({"type": "cell_finished", "experiment_id": cell.experiment_id,
+                         "row_id": cell.row_id, "config_index": cell.config_index,
+                         "repeat_index": cell.repeat_index, "run_id": run_id,
+                         "status": status, "error": error})
+        self.events.put(self._progress(cell.config_index))
+
+    def _settings(self, cell: CellRecord, row: DatasetRow) -> RunSettings:
+        config = self.experiment.configurations[cell.config_index]
+        repeat = f" · #{cell.repeat_index + 1}" if self.experiment.repeats > 1 else ""
+        return config.settings_for(row).replace(
+            title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
+
+    def _run_cell(self, cell: CellRecord, settings: RunSettings
+                  ) -> tuple[str, str | None, str | None]:
+        """One cell on a worker thread: start, continue or skip its run; (status, run, error)."""
+        store, thread_id = self.store, cell.thread_id
+        record = store.latest_run_for_thread(thread_id)
+        if record is not None and record.status == "grader_error" and self.retry_errors:
+            thread_id = store.renew_cell_thread(cell.experiment_id, cell.key)
+            record = None
+        if record is None:
+            run = session.start(store, settings, models=self.models, thread_id=thread_id)
+        elif record.status in TERMINAL_STATUSES:
+            return record.status, record.run_id, record.error
+        else:
+            opened = self._resume(record.run_id)
+            if opened is None:
+                return "interrupted", record.run_id, None
+            run = opened
+        status, error = "interrupted", None
+        try:
+            for event in run:
+                if self.stop.is_set():
+                    break
+                if event["type"] == "run_finished":
+                    status, error = event["status"], event["error"]
+        except Exception as exc:  # recorded as the run's error by the session layer
+            status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+        finally:
+            run.close()
+        return status, run.run_id, error
+
+    def _resume(self, run_id: str) -> session.Session | None:
+        """Resume a cell's run, waiting for a lost owner's run to go stale; None on Stop."""
+        while not self.stop.is_set():
+            try:
+                return session.resume(self.store, run_id, models=self.models)
+            except RuntimeError:  # still 'running' for another process, or not yet stale
+                self.stop.wait(_STALE_POLL_S)
+                record = self.store.get_run(run_id)
+                if record is not None and record.status in ENDED_STATUSES:
+                    return session.resume(self.store, run_id, models=self.models)
+        return None
+
+    def _progress(self, index: int) -> ExperimentProgress:
+        tally = self.tallies[index]
+        elapsed = time.monotonic() - self.started
+        eta = (round(self.remaining * elapsed / self.finished_here, 1)
+               if self.finished_here else None)
+        return {"type": "experiment_progress", "experiment_id": self.experiment.experiment_id,
+                "config_index": index,
+                "label": self.experiment.configurations[index].display_label(),
+                "done": tally.done, "total": tally.total, "satisfied": tally.satisfied,
+                "errors": tally.errors,
+                "satisfied_rate": round(tally.satisfied / tally.done, 4) if tally.done else None,
+                "eta_s": eta}
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentResults:
+    """An experiment's cells with their runs' evaluations, and the tables derived from them."""
+
+    experiment: ExperimentRecord
+    """The experiment."""
+    cells: list[CellRecord]
+    """Every cell, in run order."""
+    evaluations: dict[str, list[RubricEvaluation]]
+    """Evaluations by run id (cells that ran)."""
+
+    def _final(self, cell: CellRecord) -> list[RubricEvaluation]:
+        """The evaluations of the cell's last grading run."""
+        if cell.run is None:
+            return []
+        evs = self.evaluations.get(cell.run.run_id, [])
+        last = evs[-1]["grading_run_id"] if evs else None
+        return [e for e in evs if e["grading_run_id"] == last]
+
+    def grid(self) -> pd.DataFrame:
+        """One row per cell: row, configuration, repeat, status, passes, tokens, time, run id."""
+        records = []
+        for c in self.cells:
+            run = c.run
+            tokens = (None if run is None or run.input_tokens is None
+                      else run.input_tokens + (run.output_tokens or 0))
+            records.append({
+                "row_id": c.row_id, "config_index": c.config_index,
+                "configuration": self.experiment.configurations[c.config_index].display_label(),
+                "repeat_index": c.repeat_index, "status": c.status,
+                "passes": run.iterations if run else 0, "tokens": tokens,
+                "duration_s": run.duration_s if run else None,
+                "run_id": run.run_id if run else None,
+            })
+        return pd.DataFrame.from_records(records, columns=[
+            "row_id", "config_index", "configuration", "repeat_index", "status", "passes",
+            "tokens", "duration_s", "run_id"])
+
+    def summary(self) -> pd.DataFrame:
+        """Per configuration (`SUMMARY_COLUMNS`); percentages over the cells that ended."""
+        records = []
+        for index, config in enumerate(self.experiment.configurations):
+            cells = [c for c in self.cells if c.config_index == index]
+            done = [c for c in cells if c.status in ENDED_STATUSES]
+            finals = [self._final(c) for c in done]
+            first_ok = sum(1 for evs in finals if evs and evs[0]["result"] == "satisfied")
+            runs = [c.run for c in done if c.run is not None]
+            durations = [r.duration_s for r in runs if r.duration_s is not None]
+            records.append({
+                "config_index": index, "configuration": config.display_label(),
+                "worker_model": config.worker_model, "grader_model": config.grader_model,
+                "cells": len(cells), "done": len(done),
+                "satisfied_pct": _pct(sum(c.status == "satisfied" for c in done), len(done)),
+                "first_pass_satisfied_pct": _pct(first_ok, len(done)),
+                "mean_passes": (round(sum(len(evs) for evs in finals) / len(done), 3)
+                                if done else None),
+                "errors": sum(c.status in ERROR_STATUSES for c in done),
+                "input_tokens": sum(r.input_tokens or 0 for r in runs),
+                "output_tokens": sum(r.output_tokens or 0 for r in runs),
+                "mean_duration_s": (round(sum(durations) / len(durations), 3)
+                                    if durations else None),
+            })
+        return pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
+
+    def criteria(self) -> pd.DataFrame:
+        """Per configuration and criterion (`CRITERIA_COLUMNS`).
+
+        Pass rate at the first and at the last pass of each cell, and the mean passes needed
+        to fix it (`loop_analytics`).
+        """
+        frames = []
+        for index in range(len(self.experiment.configurations)):
+            finals = [self._final(c) for c in self.cells if c.config_index == index]
+            finals = [evs for evs in finals if evs and evs[0]["criteria"]]
+            analytics = loop_analytics([e for evs in finals for e in evs])
+            if analytics.empty:
+                continue
+            first = _pass_rates([evs[0] for evs in finals])
+            last = _pass_rates([next((e for e in reversed(evs) if e["criteria"]), evs[0])
+                                for evs in finals])
+            frame = pd.DataFrame({
+                "config_index": index, "criterion": analytics["criterion"],
+                "cells": analytics["grading_runs"],
+                "first_pass_rate": analytics["criterion"].map(first),
+                "final_pass_rate": analytics["criterion"].map(last),
+                "mean_passes_to_fix": analytics["mean_passes_to_fix"],
+            })
+            frames.append(frame)
+        if not frames:
+            return pd.DataFrame(columns=list(CRITERIA_COLUMNS))
+        return pd.concat(frames, ignore_index=True)[list(CRITERIA_COLUMNS)]
+
+    def outcomes(self, config_index: int) -> dict[str, bool]:
+        """``row_id`` (``row_id#repeat`` with repeats) → satisfied, for the cells that ended."""
+        out = {}
+        for c in self.cells:
+            if c.config_index == config_index and c.status in ENDED_STATUSES:
+                key = c.row_id if self.experiment.repeats == 1 else f"{c.row_id}#{c.repeat_index}"
+                out[key] = c.status == "satisfied"
+        return out
+
+    def compare(self, a: int, b: int) -> Comparison:
+        """Configuration ``a`` against ``b`` on the rows both ended: flips and McNemar's p."""
+        return compare_outcomes(self.outcomes(a), self.outcomes(b))
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 2) if whole else None
+
+
+def _pass_rates(evaluations: Sequence[RubricEvaluation]) -> dict[str, float]:
+    from rubric_core.rubric import normalize_name
+
+    counts: dict[str, list[int]] = {}
+    names: dict[str, str] = {}
+    for ev in evaluations:
+        for c in ev["criteria"]:
+            key = normalize_name(c["name"])
+            names.setdefault(key, c["name"])
+            tally = counts.setdefault(key, [0, 0])
+            tally[0] += bool(c["passed"])
+            tally[1] += 1
+    return {names[k]: round(p / n, 4) for k, (p, n) in counts.items()}
+
+
+def experiment_results(store: Store, experiment_id: str) -> ExperimentResults:
+    """The experiment's cells and evaluations, read once, for the result tables.
+
+    Raises:
+        KeyError: No such experiment.
+
+    """
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        msg = f"no experiment with id {experiment_id!r} in {store.path}"
+        raise KeyError(msg)
+    cells = store.experiment_cells(experiment_id)
+    evaluations = store.evaluations_for_runs(c.run.run_id for c in cells if c.run is not None)
+    return ExperimentResults(experiment, cells, evaluations)
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def export_columns(store: Store, experiment_id: str) -> tuple[str, ...]:
+    """Columns of `export_experiment_rows`.
+
+    The cell's columns, ``row_<column>`` for each dataset column (``row_id``, ``row_prompt``,
+    ...), then `rubric_core.export.EXPORT_COLUMNS`.
+
+    Raises:
+        KeyError: No such experiment.
+
+    """
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        msg = f"no experiment with id {experiment_id!r}"
+        raise KeyError(msg)
+    dataset, _ = store.load_dataset(experiment.dataset_name, experiment.dataset_version)
+    return (*_CELL_COLUMNS, *_data_columns(dataset), *EXPORT_COLUMNS)
+
+
+def _data_columns(dataset: Dataset) -> list[str]:
+    names = ["id", "prompt", "rubric", *(c for c in dataset.columns
+                                         if c not in ("id", "prompt", "rubric"))]
+    return [f"row_{name}" for name in names]
+
+
+def export_experiment_rows(store: Store, experiment_id: str) -> Iterator[tuple[Any, ...]]:
+    """One row per dataset row × configuration × repeat × pass × criterion, produced lazily.
+
+    Runs are read from the store a hundred at a time, so memory stays flat in the rows
+    written. Pass the rows to `rubric_core.export.write_csv` (formula-safe) or ``write_json``
+    with `export_columns`. Text cells are scrubbed of secrets.
+
+    Raises:
+        KeyError: No such experiment.
+
+    """
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        msg = f"no experiment with id {experiment_id!r}"
+        raise KeyError(msg)
+    dataset, _ = store.load_dataset(experiment.dataset_name, experiment.dataset_version)
+    names = [c.removeprefix("row_") for c in _data_columns(dataset)]
+    rows = {r.id: r for r in dataset.rows}
+    labels = [c.display_label() for c in experiment.configurations]
+    cells = [c for c in store.experiment_cells(experiment_id) if c.run is not None]
+    for start in range(0, len(cells), _RUNS_PER_READ):
+        chunk = cells[start : start + _RUNS_PER_READ]
+        by_run = store.evaluations_for_runs(c.run.run_id for c in chunk if c.run)
+        for cell in chunk:
+            assert cell.run is not None
+            row = rows.get(cell.row_id)
+            record = ({} if row is None else
+                      {"id": row.id, "prompt": row.prompt, "rubric": row.rubric, **row.variables})
+            head = (experiment.experiment_id, labels[cell.config_index], cell.config_index,
+                    cell.repeat_index, *(_text(record.get(n)) for n in names))
+            for line in export_rows([(cell.run, by_run[cell.run.run_id])]):
+                yield (*head, *line)
+
+
+def summary_rows(results: ExperimentResults) -> Iterator[tuple[Any, ...]]:
+    """`ExperimentResults.summary` as rows in `SUMMARY_COLUMNS` order, for ``write_csv``."""
+    frame = results.summary().astype(object).where(lambda f: f.notna(), None)
+    for values in frame.itertuples(index=False, name=None):
+        yield tuple(_text(v) for v in values)
+
+
+def _text(value: Any) -> Any:
+    return redact(value) if isinstance(value, str) else value
+
+
+__all__ = [
+    "CRITERIA_COLUMNS", "DEFAULT_CONCURRENCY", "ENDED_STATUSES", "ERROR_STATUSES",
+    "RETRY_STATUS_CODES", "SUMMARY_COLUMNS", "ExperimentResults", "SharedBackoff",
+    "create_experiment", "experiment_models", "experiment_results", "export_columns",
+    "export_experiment_rows", "retry_cell", "run_experiment", "summary_rows",
+]

@@ -1,0 +1,149 @@
+"""`rubric-studio eval` and `rubric-studio datasets`: exit codes, progress, export, and resume
+after a kill -9 of a real CLI process."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from test_experiments import Server, runs_per_thread
+
+from rubric_core import session
+from rubric_core.cli import main
+from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _count(path: Path, table: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_bundled_dataset_satisfied_exit_0_with_export(tmp_path: Path) -> None:
+    db, out_csv, summary = tmp_path / "db.sqlite3", tmp_path / "o.csv", tmp_path / "s.csv"
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--db", str(db), "--config",
+                 "worker=demo,grader=rules", "--concurrency", "3", "--csv", str(out_csv),
+                 "--summary-csv", str(summary)], out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "24/24 done, 100% satisfied" in text and "resume with: rubric-studio eval" in text
+    with out_csv.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["run_status"] for r in rows} == {"satisfied"}
+    assert len({r["row_id"] for r in rows}) == 24
+    with summary.open(newline="", encoding="utf-8") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert row["satisfied_pct"] == "100.0" and row["cells"] == "24"
+
+
+def test_a_configuration_below_the_pass_rate_exits_1(tmp_path: Path) -> None:
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--db", str(tmp_path / "db.sqlite3"),
+                 "--config", "worker=demo,grader=rules,cap=1,label=one pass"], out)
+    assert code == 1 and "0% satisfied" in out.getvalue()
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    pytest.param("id,prompt\na,hello\nb,\n", "row 3, column 'prompt'", id="empty_prompt"),
+    pytest.param("id,text\na,hello\n", "no 'prompt' column", id="missing_prompt"),
+    pytest.param("prompt\nabout {topic}\n", "row 2, column 'prompt' uses {topic}",
+                 id="unknown_variable"),
+])
+def test_bad_dataset_exits_2_naming_row_and_column_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, where: str
+) -> None:
+    data, db = tmp_path / "d.csv", tmp_path / "db.sqlite3"
+    data.write_text(content, encoding="utf-8")
+    code = main(["eval", "--dataset", str(data), "--rubric", "- short", "--db", str(db)],
+                io.StringIO())
+    assert code == 2 and where in capsys.readouterr().err
+    if db.exists() and db.stat().st_size:
+        assert _count(db, "datasets") == 0 and _count(db, "experiments") == 0
+
+
+def test_datasets_list_show_delete(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite3"
+    data = tmp_path / "pets.csv"
+    data.write_text("prompt,rubric\nWrite about cats,- mentions cats\n", encoding="utf-8")
+    assert main(["eval", "--dataset", str(data), "--db", str(db)], io.StringIO()) in (0, 1)
+    out = io.StringIO()
+    assert main(["datasets", "--db", str(db)], out) == 0 and "pets" in out.getvalue()
+    out = io.StringIO()
+    assert main(["datasets", "--db", str(db), "show", "pets"], out) == 0
+    assert "1 rows, columns prompt, rubric" in out.getvalue()
+    # Used by an experiment: refused with a message, exit 2.
+    assert main(["datasets", "--db", str(db), "delete", "pets"], io.StringIO()) == 2
+    with Store(db) as store:
+        store.delete_experiment(store.list_experiments()[0].experiment_id)
+    out = io.StringIO()
+    assert main(["datasets", "--db", str(db), "delete", "pets"], out) == 0
+    assert main(["datasets", "--db", str(db), "show", "pets"], io.StringIO()) == 2
+
+
+def test_resume_after_kill_9_runs_every_cell_exactly_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = Server(delay_s=0.1)
+    db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
+    data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(16)),
+                    encoding="utf-8")
+    config = ("worker=openai-compatible:w,grader=openai-compatible:g,"
+              f"base_url={server.fake.base_url}")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    with server.fake:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+             "- c1\n- c2", "--config", config, "--concurrency", "2", "--db", str(db)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        satisfied = 0
+        while satisfied < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            if db.exists() and db.stat().st_size:
+                try:
+                    satisfied = _satisfied(db)
+                except sqlite3.OperationalError:  # tables not there yet
+                    continue
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with Store(db) as store:
+            [exp] = store.list_experiments()
+            cells = store.experiment_cells(exp.experiment_id)
+        before = [c.status for c in cells]
+        assert "running" in before and before.count("satisfied") < 16
+        # The killed process's runs go stale after STALE_AFTER_S; shorten it for the test.
+        monkeypatch.setattr(session, "STALE_AFTER_S", 1.0)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        out = io.StringIO()
+        code = main(["eval", "--resume", exp.experiment_id, "--db", str(db)], out)
+        assert code == 0, out.getvalue()
+    with Store(db) as store:
+        assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"satisfied"}
+    assert runs_per_thread(db, exp.experiment_id) == [1] * 16
+
+
+def _satisfied(db: Path) -> int:
+    conn = sqlite3.connect(db, timeout=5)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'satisfied'")
+                   .fetchone()[0])
+    finally:
+        conn.close()

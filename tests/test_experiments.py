@@ -1,0 +1,249 @@
+"""Experiments: the bundled dataset end to end, concurrency and shared backoff over real HTTP,
+Stop and Resume, retries, results and the streamed export."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from openai_server import FakeOpenAI, Reply, error, text, verdict
+
+from rubric_core.datasets import Dataset, DatasetRow, parse_dataset
+from rubric_core.experiments import (
+    SharedBackoff,
+    create_experiment,
+    experiment_models,
+    experiment_results,
+    export_columns,
+    export_experiment_rows,
+    retry_cell,
+    run_experiment,
+)
+from rubric_core.export import write_csv
+from rubric_core.offline.demo_dataset import demo_dataset
+from rubric_core.settings import ExperimentConfig
+from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+RUBRIC = "- c1\n- c2"
+
+
+def runs_per_thread(path: Path, experiment_id: str) -> list[int]:
+    """How many runs each cell's thread holds (exactly one when nothing ran twice)."""
+    conn = sqlite3.connect(path)
+    try:
+        return [n for (n,) in conn.execute(
+            "SELECT (SELECT COUNT(*) FROM runs r WHERE r.thread_id = c.thread_id) "
+            "FROM experiment_cells c WHERE c.experiment_id = ?", (experiment_id,))]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "db.sqlite3") as s:
+        yield s
+
+
+def test_bundled_dataset_runs_end_to_end(store: Store) -> None:
+    exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
+    events = list(run_experiment(store, exp.experiment_id))
+    assert events[-1]["type"] == "experiment_finished" and events[-1]["status"] == "finished"
+    progress = [e for e in events if e["type"] == "experiment_progress"]
+    assert progress[0]["done"] == 0 and progress[-1]["done"] == progress[-1]["total"] == 24
+    assert progress[-1]["satisfied_rate"] == 1.0
+    results = experiment_results(store, exp.experiment_id)
+    assert {c.status for c in results.cells} == {"satisfied"}
+    [summary] = results.summary().to_dict("records")
+    assert summary["satisfied_pct"] == 100.0 and summary["done"] == 24
+    assert 1 < summary["mean_passes"] <= 3
+    criteria = results.criteria()
+    assert set(criteria["final_pass_rate"]) == {1.0}
+    assert (criteria["first_pass_rate"] < 1).any()
+    assert runs_per_thread(store.path, exp.experiment_id) == [1] * 24
+    # Each cell is an ordinary run, recorded with its dataset row, listed for Review.
+    run = results.cells[0].run
+    assert run is not None and run.settings.dataset_row is not None
+    assert run.settings.dataset_row["id"] == results.cells[0].row_id
+    assert store.count_runs() == 24
+    assert store.get_experiment(exp.experiment_id).status == "finished"  # type: ignore[union-attr]
+
+
+def test_compare_two_configurations(store: Store) -> None:
+    rows = demo_dataset().rows[:6]
+    ds = Dataset("six", ("id", "prompt", "rubric", "kind", "topic"), rows)
+    exp = create_experiment(store, ds, [ExperimentConfig(),
+                                        ExperimentConfig(max_iterations=1, label="one pass")])
+    list(run_experiment(store, exp.experiment_id))
+    comparison = experiment_results(store, exp.experiment_id).compare(0, 1)
+    assert comparison.n == 6 and len(comparison.broken) == 6 and not comparison.fixed
+    assert comparison.p_value == pytest.approx(2 / 2**6)
+
+
+def test_stop_then_resume_runs_every_cell_once(store: Store) -> None:
+    exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
+    events = run_experiment(store, exp.experiment_id, concurrency=2)
+    ended = 0
+    for event in events:
+        ended += event["type"] == "cell_finished"
+        if ended == 3:
+            break
+    events.close()  # Stop
+    assert store.get_experiment(exp.experiment_id).status == "stopped"  # type: ignore[union-attr]
+    statuses = [c.status for c in store.experiment_cells(exp.experiment_id)]
+    assert statuses.count("pending") > 0 and statuses.count("satisfied") >= 3
+    finished = [e for e in run_experiment(store, exp.experiment_id) if e["type"] == "cell_finished"]
+    assert len(finished) == 24 - statuses.count("satisfied")  # ended cells are not run again
+    assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"satisfied"}
+    assert runs_per_thread(store.path, exp.experiment_id) == [1] * 24
+
+
+def test_row_that_cannot_run_stores_nothing(store: Store) -> None:
+    ds = parse_dataset("id,prompt\na,hello\n", name="norubric")
+    with pytest.raises(ValueError, match="row 'a' has no 'rubric'"):
+        create_experiment(store, ds, [ExperimentConfig()])
+    assert store.list_datasets() == [] and store.list_experiments() == []
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+
+class Server:
+    """FakeOpenAI answering as worker and grader after a fixed delay, counting requests."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s, self.in_flight, self.peak = delay_s, 0, 0
+        self.grader_reply: Reply = verdict("satisfied")
+        self._lock = threading.Lock()
+        self.fake = FakeOpenAI(default=self.respond)
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            time.sleep(self.delay_s)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        return self.grader_reply if "GraderResponse" in names else text("an answer")
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server(delay_s=0.1)
+    with s.fake:
+        yield s
+
+
+def _http_experiment(store: Store, server: Server, rows: int, backoff: SharedBackoff) -> str:
+    ds = parse_dataset("prompt\n" + "".join(f"question {i}\n" for i in range(rows)), name="q")
+    config = ExperimentConfig(worker_model="openai-compatible:w",
+                              grader_model="openai-compatible:g", rubric=RUBRIC,
+                              base_url=server.fake.base_url)
+    exp = create_experiment(store, ds, [config],
+                            models=experiment_models(backoff, api_key="test-key"))
+    return exp.experiment_id
+
+
+def _run(store: Store, experiment_id: str, backoff: SharedBackoff, **kwargs: Any
+         ) -> list[Any]:
+    return list(run_experiment(store, experiment_id, backoff=backoff,
+                               models=experiment_models(backoff, api_key="test-key"), **kwargs))
+
+
+def test_concurrency_is_bounded_and_speeds_up(tmp_path: Path, server: Server) -> None:
+    timings = {}
+    for concurrency in (1, 4):
+        with Store(tmp_path / f"c{concurrency}.sqlite3") as store:
+            backoff = SharedBackoff()
+            exp_id = _http_experiment(store, server, 12, backoff)
+            server.peak = 0
+            started = time.perf_counter()
+            _run(store, exp_id, backoff, concurrency=concurrency)
+            timings[concurrency] = time.perf_counter() - started
+            assert server.peak <= concurrency
+            cells = store.experiment_cells(exp_id)
+            assert {c.status for c in cells} == {"satisfied"}
+    # 12 cells × 2 calls × 0.1 s: about 2.4 s at C = 1 and 0.6 s at C = 4.
+    assert timings[1] >= 2.4
+    assert timings[1] / timings[4] > 2.0, timings
+
+
+def test_per_model_limit_holds(store: Store, server: Server) -> None:
+    backoff = SharedBackoff()
+    exp_id = _http_experiment(store, server, 6, backoff)
+    _run(store, exp_id, backoff, concurrency=6, per_model={"openai-compatible:w": 2})
+    assert server.peak <= 2
+
+
+def test_a_429_burst_slows_the_experiment_but_fails_no_row(store: Store, server: Server) -> None:
+    backoff = SharedBackoff(base_s=0.05, max_s=1.0)
+    exp_id = _http_experiment(store, server, 8, backoff)
+    server.fake.enqueue(*[error(429, "slow down")] * 5, error(503, "busy"))
+    started = time.perf_counter()
+    events = _run(store, exp_id, backoff, concurrency=4)
+    elapsed = time.perf_counter() - started
+    backoffs = [e for e in events if e["type"] == "experiment_backoff"]
+    assert [e["hits"] for e in backoffs] == [1, 2, 3, 4, 5, 6]
+    assert {e["status_code"] for e in backoffs} == {429, 503}
+    assert {c.status for c in store.experiment_cells(exp_id)} == {"satisfied"}
+    # Six consecutive waits starting at 0.05 s cannot all overlap: at least the first one's.
+    assert elapsed >= 0.05 + 8 * 2 * 0.1 / 4
+
+
+def test_grader_error_cell_is_recorded_and_retried_alone(store: Store, server: Server) -> None:
+    backoff = SharedBackoff()
+    exp_id = _http_experiment(store, server, 3, backoff)
+    server.grader_reply = error(400, "bad request")  # not retryable: grader_error
+    _run(store, exp_id, backoff)
+    cells = store.experiment_cells(exp_id)
+    assert {c.status for c in cells} == {"grader_error"}
+    assert store.get_experiment(exp_id).status == "finished"  # type: ignore[union-attr]
+    _run(store, exp_id, backoff)  # ended cells are not run again by themselves
+    assert {c.status for c in store.experiment_cells(exp_id)} == {"grader_error"}
+    server.grader_reply = verdict("satisfied")
+    retry_cell(store, exp_id, cells[0].key)
+    events = _run(store, exp_id, backoff)
+    assert [e["row_id"] for e in events if e["type"] == "cell_finished"] == [cells[0].row_id]
+    assert [c.status for c in store.experiment_cells(exp_id)] == [
+        "satisfied", "grader_error", "grader_error"]
+    _run(store, exp_id, backoff, retry_errors=True)
+    assert {c.status for c in store.experiment_cells(exp_id)} == {"satisfied"}
+    assert store.count_runs() == 6  # the failed runs stay in the index
+
+
+# -- export -----------------------------------------------------------------------------------
+
+
+def test_export_is_streamed_formula_safe_and_carries_the_dataset_columns(store: Store) -> None:
+    base = demo_dataset().rows[:2]
+    rows = tuple(DatasetRow(r.id, r.prompt, r.rubric, {"note": "=HYPERLINK(\"x\")",
+                                                       "kind": r.variables["kind"]}) for r in base)
+    ds = Dataset("risky", ("id", "prompt", "rubric", "note", "kind"), rows)
+    exp = create_experiment(store, ds, [ExperimentConfig()], repeats=2)
+    list(run_experiment(store, exp.experiment_id))
+    columns = export_columns(store, exp.experiment_id)
+    assert columns[:9] == ("experiment_id", "configuration", "config_index", "repeat_index",
+                           "row_id", "row_prompt", "row_rubric", "row_note", "row_kind")
+    produced = export_experiment_rows(store, exp.experiment_id)
+    assert inspect.isgenerator(produced)
+    out = io.StringIO(newline="")
+    count = write_csv(produced, out, columns)
+    records = list(csv.DictReader(io.StringIO(out.getvalue(), newline="")))
+    assert len(records) == count
+    evaluations = experiment_results(store, exp.experiment_id).evaluations
+    assert count == sum(len(ev["criteria"]) for evs in evaluations.values() for ev in evs)
+    assert {r["row_note"] for r in records} == {"'=HYPERLINK(\"x\")"}
+    assert {(r["row_id"], r["repeat_index"]) for r in records} == {
+        (r.id, str(i)) for r in rows for i in (0, 1)}
