@@ -70,10 +70,12 @@ def _damage_fullest_leaf_page(path: Path) -> int:
     # Page 1 starts with the 100-byte file header; the run rows are on later pages.
     # Page 2 is ``meta``'s (created first), which the ownership check reads before
     # quick_check runs; a run row may hold fewer cells per page than it.
+    # Leaves of the schema table itself (its CREATE statements outgrow page 1) are skipped
+    # too: SQLite cannot open a file whose schema is broken, so quick_check would not run.
     leaves = [
         (int.from_bytes(data[start + 3 : start + 5], "big"), start)
         for start in range(2 * size, len(data), size)
-        if data[start] == 0x0D
+        if data[start] == 0x0D and b"CREATE " not in data[start : start + size]
     ]
     _, start = max(leaves)
     data[start + 1 : start + 64] = b"\xff" * 63  # keep the page type: a leaf with bad pointers
