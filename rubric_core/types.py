@@ -6,7 +6,7 @@ app is defined here, so that one import tells a reader the whole contract.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, get_args
+from typing import Annotated, Literal, NotRequired, get_args
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
 from pydantic import BaseModel, Field, model_validator
@@ -221,24 +221,6 @@ class GraderResponse(BaseModel):
                 msg = f"criterion {c.name!r} fails without a gap saying what to fix"
                 raise ValueError(msg)
         return self
-
-
-def criteria_as_dicts(graded: list[GradedCriterion]) -> list[CriterionVerdict]:
-    """Convert pydantic criteria into the plain dicts that evaluations carry."""
-    out: list[CriterionVerdict] = []
-    for c in graded:
-        item: CriterionVerdict = {"name": c.name, "passed": c.passed}
-        if not c.passed:
-            item["gap"] = c.gap or ""
-        out.append(item)
-    return out
-
-
-def evaluation_summary(evaluation: RubricEvaluation) -> dict[str, Any]:
-    """The counts a UI line needs: passed, failed and total criteria."""
-    passed = sum(1 for c in evaluation["criteria"] if c["passed"])
-    return {"passed": passed, "failed": len(evaluation["criteria"]) - passed,
-            "total": len(evaluation["criteria"])}
 
 
 class CriterionLabel(TypedDict):
