@@ -228,6 +228,8 @@ def _check_resume_arguments(args: argparse.Namespace, stored: RunSettings) -> No
 
 
 def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
+    from rubric_core.export import criterion_rows
+
     lines: list[str] = []
     if event["type"] == "worker_message" and not quiet:
         lines.append(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
@@ -237,10 +239,12 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
         ev = event["evaluation"]
         flag = " (unverified)" if ev.get("unverified") else ""
         lines.append(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
-        for c in ev["criteria"]:
-            mark = "PASS" if c["passed"] else "FAIL"
-            gap = "" if c["passed"] else f" — {c.get('gap', '')}"
-            lines.append(f"  [{mark}] {c['name']}{gap}\n")
+        for row in criterion_rows(ev):
+            if row["index"] is None:
+                continue
+            mark = "PASS" if row["passed"] else "FAIL"
+            gap = "" if row["passed"] else f" — {row['gap'] or ''}"
+            lines.append(f"  [{mark}] {row['criterion']}{gap}\n")
     if lines:
         out.write(redact("".join(lines)))
     out.flush()

@@ -99,6 +99,32 @@ def _run_columns(run: RunLike | None, text: Callable[[Any], Any]) -> tuple[Any, 
                  ("run_id", "title", "worker_model", "grader_model", "status"))
 
 
+def pass_number(evaluation: Mapping[str, Any]) -> int:
+    """The pass as people count it (1-based): the seed's 0-based ``iteration`` plus one.
+
+    Everything shown to people (the app, the CLI) says "pass k" with this number; only the
+    evaluations themselves and the exports keep the seed's 0-based ``iteration``.
+    """
+    return int(evaluation.get("iteration") or 0) + 1
+
+
+def criterion_rows(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An evaluation's criteria flattened to rows, the one way every table and export does it.
+
+    Each row is ``{"index", "criterion", "passed", "gap"}`` in rubric order; ``gap`` is None
+    when the criterion passed. A pass without criteria (``grader_error``) gives one row whose
+    fields are all None, so it still shows up.
+    """
+    criteria = evaluation.get("criteria") or []
+    if not criteria:
+        return [{"index": None, "criterion": None, "passed": None, "gap": None}]
+    return [
+        {"index": index, "criterion": c.get("name"), "passed": c.get("passed"),
+         "gap": None if c.get("passed") else c.get("gap")}
+        for index, c in enumerate(criteria)
+    ]
+
+
 def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Iterator[tuple]:
     secrets = secret_values()  # read once per run, not once per cell
 
@@ -114,14 +140,9 @@ def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Itera
             ev.get("output_tokens"),
         )
         answer = _text(ev.get("answer"))
-        criteria = ev.get("criteria") or []
-        if not criteria:
-            yield (*start, None, None, None, None, *middle, answer)
-        for index, c in enumerate(criteria):
-            passed = c.get("passed")
-            gap = None if passed else _text(c.get("gap"))
-            yield (*start, index, _text(c.get("name")), passed, gap, *middle,
-                   answer if index == 0 else None)
+        for n, row in enumerate(criterion_rows(ev)):
+            yield (*start, row["index"], _text(row["criterion"]), row["passed"],
+                   _text(row["gap"]), *middle, answer if n == 0 else None)
 
 
 def _pairs(

@@ -447,3 +447,16 @@ def test_export_rows_from_a_store_reads_runs_in_creation_order(tmp_path: Path) -
         store.close()
     assert [row[0] for row in rows] == ids
     assert [row[-1] for row in rows] == ["a0", "a1", "a2"]
+
+
+def test_criterion_rows_is_the_one_flattening() -> None:
+    from rubric_core.export import criterion_rows, pass_number
+
+    ev = _ev(2, {"c1": True, "c2": False})
+    assert criterion_rows(ev) == [
+        {"index": 0, "criterion": "c1", "passed": True, "gap": None},
+        {"index": 1, "criterion": "c2", "passed": False, "gap": "fix c2"},
+    ]
+    assert pass_number(ev) == 3  # people count passes from 1; the seed's iteration is 0-based
+    assert criterion_rows(_ev(0, {})) == [
+        {"index": None, "criterion": None, "passed": None, "gap": None}]

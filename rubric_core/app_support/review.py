@@ -12,8 +12,10 @@ import pandas as pd
 from rubric_core.app_support._common import HISTORY_PAGE_SIZE, UiMessage
 from rubric_core.export import (
     criteria_changes,
+    criterion_rows,
     heatmap_frame,
     iteration_diff,
+    pass_number,
     to_csv,
     to_json,
     write_csv,
@@ -23,7 +25,7 @@ from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.types import RUN_STATUSES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     from rubric_core.store import RunRecord, Store
     from rubric_core.types import RubricEvaluation
@@ -86,12 +88,10 @@ def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
             tokens = (ev.get("input_tokens") or 0) + (ev.get("output_tokens") or 0)
         base = {"verdict": ev.get("result"), "explanation": ev.get("explanation", ""),
                 "duration_s": ev.get("duration_s"), "tokens": tokens}
-        criteria: list[Mapping[str, Any]] = list(ev.get("criteria") or []) or [{}]
-        for c in criteria:
-            passed = c.get("passed")
+        for row in criterion_rows(ev):
             rows.append({
-                "iteration": int(ev.get("iteration", 0)) + 1, "criterion": c.get("name", ""),
-                "passed": passed, "gap": "" if passed else c.get("gap", ""), **base,
+                "iteration": pass_number(ev), "criterion": row["criterion"] or "",
+                "passed": row["passed"], "gap": row["gap"] or "", **base,
             })
     frame = pd.DataFrame(rows, columns=["iteration", "criterion", "passed", "gap", "verdict",
                                         "explanation", "duration_s", "tokens"])

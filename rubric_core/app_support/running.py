@@ -19,6 +19,7 @@ from rubric_core.app_support.settings import (
     model_problem,
     same_url,
 )
+from rubric_core.export import criterion_rows
 from rubric_core.session import build_grader_tools
 from rubric_core.settings import RunSettings
 
@@ -180,9 +181,8 @@ def pass_headline(evaluation: Mapping[str, Any]) -> str:
 def verdict_frame(evaluation: Mapping[str, Any]) -> pd.DataFrame:
     """Per-criterion pass/fail table of one pass, with the gaps."""
     rows = [
-        {"criterion": c.get("name", ""), "passed": bool(c.get("passed")),
-         "gap": "" if c.get("passed") else c.get("gap", "")}
-        for c in evaluation.get("criteria") or []
+        {"criterion": row["criterion"], "passed": bool(row["passed"]), "gap": row["gap"] or ""}
+        for row in criterion_rows(evaluation) if row["index"] is not None
     ]
     return pd.DataFrame(rows, columns=["criterion", "passed", "gap"])
 
