@@ -808,7 +808,7 @@ def test_bundled_dataset_experiment_finishes_satisfied(app: AppTest, db_path: Pa
     summary = _frame_with(app, "satisfied_pct")
     assert summary["done"].tolist() == [24] and summary["satisfied_pct"].tolist() == [100.0]
     grid = _frame_with(app, "1. demo × rules")
-    assert len(grid) == 24 and grid["1. demo × rules"].str.startswith("✅ satisfied").all()
+    assert len(grid) == 24 and grid["1. demo × rules"].str.startswith("satisfied").all()
     with Store(db_path) as store:
         cells = store.experiment_cells(exp_id)
     assert {c.status for c in cells} == {"satisfied"} and len(cells) == 24

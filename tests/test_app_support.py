@@ -460,7 +460,7 @@ def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
     grid = sup.results_grid(results)
     assert list(grid.table.columns) == ["row", "1. demo × rules", "2. demo × rules"]
     assert len(grid.table) == 24
-    assert grid.table.iloc[0, 1].startswith("✅ satisfied · 2 passes")
+    assert grid.table.iloc[0, 1].startswith("satisfied · 2 passes")
     cell = results.cells[0]
     assert sup.picked_cell({"selection": {"cells": [[0, "1. demo × rules"]]}}, grid) == (
         cell.run.run_id)

@@ -46,7 +46,6 @@ from rubric_core.app_support.authoring import (
     welcome_message,
 )
 from rubric_core.app_support.experimenting import (
-    CELL_ICONS,
     MAX_CONCURRENCY,
     MAX_CONFIGS,
     MAX_REPEATS,
@@ -154,7 +153,6 @@ from rubric_core.app_support.settings import (
 
 __all__ = [
     "ANALYTICS_SCOPES",
-    "CELL_ICONS",
     "CHART_MEASURES",
     "CORRECT_CHOICES",
     "DEFAULT_TOKEN_DELAY_S",

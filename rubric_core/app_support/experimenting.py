@@ -56,11 +56,6 @@ _CONFIG_FIELDS: dict[str, Any] = {
     "worker": "demo", "grader": "rules", "system": "", "tools": [], "label": "",
 }
 
-CELL_ICONS = {
-    "satisfied": "✅", "max_iterations_reached": "🟡", "failed": "❌", "grader_error": "⚠️",
-    "error": "⚠️", "interrupted": "⏸", "running": "⏳", "pending": "·",
-}
-"""A mark per cell status for the results grid."""
 
 
 # -- datasets -------------------------------------------------------------------------------------
@@ -341,7 +336,7 @@ def config_column(results: ExperimentResults, index: int) -> str:
 
 def _cell_text(row: Mapping[Any, Any]) -> str:
     status, passes = row["status"], row["passes"]
-    parts = [f"{CELL_ICONS.get(status, '')} {status}".strip()]
+    parts = [str(status)]
     if row["run_id"] is not None:
         parts.append(f"{passes} pass{'es' if passes != 1 else ''}")
         if row["tokens"] is not None and not pd.isna(row["tokens"]):
@@ -451,7 +446,7 @@ def summary_csv(results: ExperimentResults) -> str:
 
 
 __all__ = [
-    "CELL_ICONS", "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView",
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView",
     "ResultsGrid", "can_resume", "cell_label", "check_configs", "comparison_view",
     "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
     "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
