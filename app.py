@@ -100,6 +100,7 @@ pages = [
     st.Page("pages/author.py", title="Author", icon=":material/edit_note:", default=True),
     st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
     st.Page("pages/review.py", title="Review", icon=":material/compare_arrows:"),
+    st.Page("pages/experiments.py", title="Experiments", icon=":material/table_chart:"),
 ]
 page = st.navigation(pages)
 if wanted := state.pop("_wanted_page", None):

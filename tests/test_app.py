@@ -97,7 +97,7 @@ def run_loop(at: AppTest) -> Store:
 # --------------------------------------------------------------------------- pages
 
 
-@pytest.mark.parametrize("page", ["author", "run", "review"])
+@pytest.mark.parametrize("page", ["author", "run", "review", "experiments"])
 def test_every_page_renders(app: AppTest, page: str, db_path: Path) -> None:
     goto(app, page)
     assert db_path.exists()
@@ -778,3 +778,114 @@ def test_final_answer_is_labelled_when_the_best_attempt_is_not_the_last(
     assert "**Final answer — last attempt (pass 2 of 2)**" in shown
     assert "**The best attempt (pass 1 of 2)**" in shown and "best draft" in shown
     assert session.run_status(store.get_run(run.run_id)) == "max_iterations_reached"
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+def _frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The first dataframe on the page that has this column."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def start_bundled_experiment(at: AppTest, *, configs: int = 1) -> str:
+    goto(at, "experiments")
+    at.button(key="load_demo_dataset").click().run()
+    assert "Bundled dataset 'bundled-demo' is stored as version 1" in _texts(at.success)
+    if configs > 1:
+        at.number_input(key="exp_config_count").set_value(configs).run()
+    button = at.button(key="exp_start")
+    assert not button.disabled, _messages(at)
+    button.click().run()
+    assert not at.exception, at.exception
+    assert "Experiment finished" in _texts(at.success), _messages(at)
+    return str(at.session_state["exp_pick"])
+
+
+def test_bundled_dataset_experiment_finishes_satisfied(app: AppTest, db_path: Path) -> None:
+    exp_id = start_bundled_experiment(app)
+    assert "finished · 24/24 cells ended" in _texts(app.caption)
+    summary = _frame_with(app, "satisfied_pct")
+    assert summary["done"].tolist() == [24] and summary["satisfied_pct"].tolist() == [100.0]
+    grid = _frame_with(app, "1. demo × rules")
+    assert len(grid) == 24 and grid["1. demo × rules"].str.startswith("satisfied").all()
+    with Store(db_path) as store:
+        cells = store.experiment_cells(exp_id)
+    assert {c.status for c in cells} == {"satisfied"} and len(cells) == 24
+    # Selecting a cell opens its run in Review.
+    app.session_state[f"exp_grid_{exp_id}"] = {
+        "selection": {"rows": [], "columns": [], "cells": [[2, "1. demo × rules"]]}}
+    app.run()
+    assert not app.exception, app.exception
+    assert app.selectbox(key="review_run").value == cells[2].run.run_id
+
+
+def test_a_bad_dataset_names_row_and_column_and_stores_nothing(
+    app: AppTest, db_path: Path
+) -> None:
+    goto(app, "experiments")
+    app.text_area(key="dataset_paste").input("id,prompt\na,Say hi\nb,\n").run()
+    app.text_input(key="dataset_name").input("broken").run()
+    app.button(key="store_dataset").click().run()
+    assert not app.exception
+    assert "Nothing was stored: row 3, column 'prompt': the prompt is empty" in _texts(app.error)
+    with Store(db_path) as store:
+        assert store.list_datasets() == []
+    assert "Datasets (0 stored)" in [e.label for e in app.expander]
+
+
+def test_a_pasted_dataset_is_stored_previewed_and_deleted(app: AppTest, db_path: Path) -> None:
+    goto(app, "experiments")
+    app.text_area(key="dataset_paste").input(
+        '{"prompt": "Translate {word} into French", "word": "cat"}\n').run()
+    app.text_input(key="dataset_name").input("mine").run()
+    app.button(key="store_dataset").click().run()
+    assert "Stored dataset 'mine' version 1 (1 rows)" in _texts(app.success)
+    assert "Translate cat into French" in app.dataframe[1].value["prompt"].tolist()
+    # Its prompts are unknown to the demo worker: the form says so before the run.
+    assert "knows only the bundled examples" in _texts(app.warning)
+    app.button(key="delete_dataset").click().run()
+    with Store(db_path) as store:
+        assert store.list_datasets() == []
+
+
+def test_compare_two_configurations_shows_flips(app: AppTest) -> None:
+    goto(app, "experiments")
+    app.session_state[sup.config_key(1, "cap")] = 1
+    app.session_state[sup.config_key(1, "label")] = "one pass"
+    start_bundled_experiment(app, configs=2)
+    summary = _frame_with(app, "satisfied_pct")
+    assert summary["configuration"].tolist() == ["demo × rules", "one pass"]
+    assert summary["satisfied_pct"].iloc[0] == 100.0 and summary["satisfied_pct"].iloc[1] < 100
+    flips = _frame_with(app, "change")
+    assert len(flips) > 0 and set(flips["change"]) == {"pass → fail"}
+    text = _texts(app.markdown)
+    assert f"{len(flips)} pass → fail, 0 fail → pass. McNemar's exact p =" in text
+    assert "equally good" in _texts(app.caption)
+
+
+def test_a_stopped_experiment_resumes_to_the_end(app: AppTest, db_path: Path) -> None:
+    from rubric_core.experiments import create_experiment, run_experiment
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+
+    with Store(db_path) as store:
+        exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
+        events = run_experiment(store, exp.experiment_id, concurrency=1)
+        for event in events:
+            if event["type"] == "cell_finished":
+                break
+        events.close()  # Stop after the first cell
+        assert store.get_experiment(exp.experiment_id).status == "stopped"
+    goto(app, "experiments")
+    assert "stopped ·" in _texts(app.caption)
+    assert app.button(key="exp_stop").disabled
+    app.button(key="exp_resume").click().run()
+    assert not app.exception, app.exception
+    assert "finished · 24/24 cells ended" in _texts(app.caption)
+    assert app.button(key="exp_resume_after").disabled
+    app.run()
+    assert app.button(key="exp_resume").disabled and app.button(key="exp_stop").disabled
+    with Store(db_path) as store:
+        cells = store.experiment_cells(exp.experiment_id)
+    assert {c.status for c in cells} == {"satisfied"}

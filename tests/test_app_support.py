@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -392,3 +394,105 @@ def test_changes_summary_across_rubrics() -> None:
         "can be compared. Only in the first: A. Only in the second: Z."]
     same = sup.changes_summary(a, a, rubrics=("- A\n- B", "- A\n- B"))
     assert all("different rubrics" not in m.text for m in same)
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+def _bundled(store: Store, configs: list[Any] | None = None) -> str:
+    from rubric_core.experiments import create_experiment
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+
+    exp = create_experiment(store, demo_dataset(), configs or [ExperimentConfig()])
+    return exp.experiment_id
+
+
+def test_import_dataset_stores_whole_or_nothing(store: Store) -> None:
+    bad = sup.import_dataset(store, "id,prompt\na,hi\na,again\n", name="dup")
+    assert bad.level == "error" and "row 3, column 'id'" in bad.text
+    assert store.list_datasets() == []
+    ok = sup.import_dataset(store, b"prompt\nhi\n", name="one")
+    assert ok.level == "success" and "version 1" in ok.text
+    again = sup.import_dataset(store, b"prompt\nhi\n", name="one")
+    assert again.level == "info" and "unchanged" in again.text
+    assert sup.dataset_name_for("dir/my data.csv") == "my data"
+    assert sup.import_dataset(store, b"prompt\nhi\n", name=" ").level == "error"
+
+
+def test_configs_from_state_reads_every_block() -> None:
+    state = sup.form_defaults({"rubric_text": "- c1", "max_iterations": 4})
+    state.update({"exp_config_count": 2, sup.config_key(1, "worker"): "openai:gpt-4.1-mini",
+                  sup.config_key(1, "tools"): ["word_count"], "base_url": " http://h/v1 "})
+    first, second = sup.configs_from_state(state)
+    assert (first.worker_model, first.grader_model, first.max_iterations) == ("demo", "rules", 4)
+    assert first.rubric == "- c1" and first.base_url == "http://h/v1"
+    assert second.worker_model == "openai:gpt-4.1-mini" and second.grader_tools == ("word_count",)
+
+
+def test_stop_from_another_rerun_stops_the_registered_experiment(store: Store) -> None:
+    from rubric_core.experiments import SharedBackoff
+
+    exp_id = _bundled(store)
+    backoff = SharedBackoff()
+    models = sup.app_models({}, session_key=None, sidebar_base_url=None, token_delay_s=0.0,
+                            backoff=backoff)
+    events = sup.live_experiment(store, exp_id, models=models, backoff=backoff, concurrency=1)
+    assert next(events)["type"] == "experiment_progress"
+    assert sup.experiment_active(exp_id)
+    with pytest.raises(RuntimeError, match="already running"):
+        next(sup.live_experiment(store, exp_id, models=models, backoff=backoff))
+    assert sup.stop_experiment(exp_id)
+    last = list(events)[-1]
+    assert last["type"] == "experiment_finished" and last["status"] == "stopped"
+    assert not sup.experiment_active(exp_id) and not sup.stop_experiment(exp_id)
+    assert sup.wait_experiment_inactive(exp_id, timeout_s=0.1)
+    assert sup.can_resume(store.get_experiment(exp_id))
+
+
+def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
+    from rubric_core.experiments import experiment_results, export_columns, run_experiment
+    from rubric_core.settings import ExperimentConfig
+
+    exp_id = _bundled(store, [ExperimentConfig(), ExperimentConfig(max_iterations=1)])
+    list(run_experiment(store, exp_id))
+    results = experiment_results(store, exp_id)
+    grid = sup.results_grid(results)
+    assert list(grid.table.columns) == ["row", "1. demo × rules", "2. demo × rules"]
+    assert len(grid.table) == 24
+    assert grid.table.iloc[0, 1].startswith("satisfied · 2 passes")
+    cell = results.cells[0]
+    assert sup.picked_cell({"selection": {"cells": [[0, "1. demo × rules"]]}}, grid) == (
+        cell.run.run_id)
+    assert sup.picked_cell({"selection": {"cells": []}}, grid) is None
+    assert sup.picked_cell({"selection": {"cells": [[99, "x"]]}}, grid) is None
+    view = sup.comparison_view(results, 0, 1)
+    assert set(view.flips["change"]) == {"pass → fail"}
+    assert "McNemar's exact p = " in view.headline
+    assert sup.failed_cells(results) == []
+    csv_text = sup.export_data(store, exp_id, "csv")().decode()
+    frame = pd.read_csv(io.StringIO(csv_text))
+    assert tuple(frame.columns) == export_columns(store, exp_id)
+    assert set(frame["config_index"]) == {0, 1}
+    records = json.loads(sup.export_data(store, exp_id, "json")())
+    assert len(records) == len(frame)
+    summary = pd.read_csv(io.StringIO(sup.summary_csv(results)))
+    assert summary["satisfied_pct"].iloc[0] == 100.0 and len(summary) == 2
+
+
+def test_experiment_models_share_the_backoff_client_and_keep_the_key_rule(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.experiments import SharedBackoff
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-" + "x" * 16)
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    backoff = SharedBackoff()
+    models = sup.app_models({}, session_key=None, sidebar_base_url="http://127.0.0.1:9/v1",
+                            token_delay_s=0.0, backoff=backoff)
+    model = models("openai-compatible:m", "worker", "http://127.0.0.1:9/v1")
+    assert model.http_client is backoff.http_client()  # type: ignore[attr-defined]
+    # A typed base URL never gets the stored key.
+    key = model.openai_api_key  # type: ignore[attr-defined]
+    assert key is None or "sk-env" not in key.get_secret_value()
+    assert models("demo", "worker", None) is not None

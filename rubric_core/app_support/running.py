@@ -18,6 +18,7 @@ from rubric_core.app_support.settings import (
     check_max_iterations,
     model_problem,
     same_url,
+    uses_openai_client,
 )
 from rubric_core.export import criterion_rows
 from rubric_core.session import build_grader_tools
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from rubric_core.app_support._common import Level
+    from rubric_core.experiments import SharedBackoff
     from rubric_core.session import ModelResolver, Role
 
 
@@ -68,20 +70,32 @@ def app_models(
     session_key: str | None,
     sidebar_base_url: str | None,
     token_delay_s: float,
+    backoff: SharedBackoff | None = None,
 ) -> ModelResolver:
     """The app's model builder for `rubric_core.session.start`/`resume` (`build_model`).
 
     A key from the environment or secrets goes only to the endpoint it was configured for
     (`base_url_trusted`). The session key was typed for the sidebar's base URL, so it goes to a
     run's base URL only when that is the same server.
+
+    Args:
+        secrets: The app's secrets.
+        session_key: The key typed in the sidebar (`session_key`).
+        sidebar_base_url: The base URL typed in the sidebar.
+        token_delay_s: Seconds between the demo worker's chunks.
+        backoff: An experiment's shared backoff: OpenAI-compatible models then send through
+            its HTTP client, so a 429 or 5xx slows the whole experiment down.
+
     """
 
     def resolve(model: str, role: Role, base_url: str | None) -> BaseChatModel:
         key = session_key if sidebar_base_url and base_url and same_url(
             base_url, sidebar_base_url) else None
+        client = (backoff.http_client() if backoff is not None and uses_openai_client(model)
+                  else None)
         return build_model(model, base_url=base_url, secrets=secrets,
                            token_delay_s=token_delay_s if role == "worker" else 0.0,
-                           session_key=key)
+                           session_key=key, http_client=client)
 
     return resolve
 

@@ -206,6 +206,12 @@ def same_url(a: str, b: str) -> bool:
     return a.strip().rstrip("/").lower() == b.strip().rstrip("/").lower()
 
 
+def uses_openai_client(model: str) -> bool:
+    """Whether a model string talks to the OpenAI SDK (``openai``, ``openai-compatible``)."""
+    return model.strip().removeprefix("hybrid:").partition(":")[0] in (
+        "openai", "openai-compatible")
+
+
 def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
     """Whether stored keys may go to ``base_url``.
 
@@ -225,6 +231,7 @@ def build_model(
     secrets: Mapping[str, Any],
     token_delay_s: float = 0.0,
     session_key: str | None = None,
+    http_client: Any = None,
 ) -> BaseChatModel:
     """Resolve a model string with its key (never stored).
 
@@ -232,18 +239,28 @@ def build_model(
     the provider's default, or the operator's base URL. A base URL typed into the app gets
     ``session_key`` (typed into the app for this session) or no key at all.
 
+    Args:
+        model: The model string.
+        base_url: The run's OpenAI-compatible base URL, if any.
+        secrets: The app's secrets.
+        token_delay_s: Seconds between the demo worker's chunks.
+        session_key: The key typed in the sidebar for ``base_url``.
+        http_client: For ``openai``/``openai-compatible`` models (also inside ``hybrid:``):
+            the HTTP client to use, e.g. an experiment's shared-backoff client
+            (`rubric_core.experiments.SharedBackoff.http_client`); ignored for others.
+
     Raises:
         ModelConfigError: Unknown provider, missing package or key, malformed string.
 
     """
-    provider = model.strip().removeprefix("hybrid:").partition(":")[0]
-    if provider not in ("openai", "openai-compatible") or base_url_trusted(base_url, secrets):
-        key = session_key if session_key and provider in ("openai", "openai-compatible") else (
-            api_key_for(model, secrets))
+    openai_client = uses_openai_client(model)
+    extra = {"http_client": http_client} if openai_client and http_client is not None else {}
+    if not openai_client or base_url_trusted(base_url, secrets):
+        key = session_key if session_key and openai_client else api_key_for(model, secrets)
         return resolve_model(model, base_url=base_url or None, api_key=key,
-                             token_delay_s=token_delay_s)
+                             token_delay_s=token_delay_s, **extra)
     return resolve_model(model, base_url=base_url, api_key=session_key or None,
-                         token_delay_s=token_delay_s, env_keys=False)
+                         token_delay_s=token_delay_s, env_keys=False, **extra)
 
 
 def model_problem(

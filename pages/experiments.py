@@ -1,0 +1,243 @@
+"""Experiments: datasets, a dataset × configurations run live (Stop, Resume, retry), results."""
+
+from __future__ import annotations
+
+import os
+from contextlib import closing
+
+import streamlit as st
+
+from rubric_core import app_support as sup
+from rubric_core.experiments import SharedBackoff, experiment_results, retry_cell
+
+state = st.session_state
+if "store" not in state:
+    # Opened without app.py (Streamlit's legacy pages/ mode on a fresh server): go through it.
+    state["_wanted_page"] = "pages/experiments.py"
+    st.switch_page("app.py")
+store = state.get("store")
+secrets = sup.safe_mapping(st.secrets)
+key = sup.session_key(state)
+sup.keep_form(state)
+backoff = SharedBackoff()  # one per script run: the experiment it starts shares it
+models = sup.app_models(secrets, session_key=key, sidebar_base_url=state.get("base_url"),
+                        token_delay_s=0.0, backoff=backoff)
+RESUME_HELP = "Continue the cells that have not ended, each on its own thread."
+
+
+def show(message: sup.UiMessage | None) -> None:
+    if message is not None:
+        getattr(st, message.level)(message.text)
+
+
+def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -> None:
+    bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
+    note = st.empty()
+    try:
+        events = sup.live_experiment(store, experiment_id, models=models, backoff=backoff,
+                                     concurrency=state["exp_concurrency"],
+                                     retry_errors=retry_errors)
+        with closing(events) as stream:
+            for event in stream:
+                if event["type"] == "experiment_progress":
+                    bars[event["config_index"]].progress(*sup.progress_text(event))
+                elif event["type"] == "experiment_backoff":
+                    note.info(f"The model server answered {event['status_code']}: every cell "
+                              f"waits {event['wait_s']:.1f} s (shared backoff, "
+                              f"{event['hits']} so far).")
+                elif event["type"] == "experiment_finished":
+                    note.success(f"Experiment {event['status']} after {event['duration_s']:.1f} s.")
+    except RuntimeError as exc:
+        st.error(str(exc))
+
+
+st.header("Experiments", divider="gray")
+if store is None:
+    st.error(state.get("store_error") or "The database cannot be used.")
+    st.stop()
+
+# -- 1. datasets
+datasets = store.list_datasets()
+with st.expander(f"Datasets ({len(datasets)} stored)", expanded=not datasets):
+    st.caption("CSV or JSONL with a `prompt` column (it may use `{column}` variables), an "
+               "optional `rubric` (a row's own rubric wins) and `id`; other columns are kept.")
+    upload = st.file_uploader("Upload a dataset", type=["csv", "jsonl"], key="dataset_upload")
+    st.text_area("…or paste CSV / JSONL", key="dataset_paste", height=100)
+    name_col, store_col, demo_col = st.columns([3, 1, 2], vertical_alignment="bottom")
+    name = name_col.text_input("Dataset name", key="dataset_name",
+                               placeholder=sup.dataset_name_for(upload.name if upload else None))
+    if store_col.button("Store dataset", key="store_dataset", icon=":material/upload:"):
+        data = upload.getvalue() if upload is not None else state["dataset_paste"]
+        show(sup.import_dataset(store, data, name=name or sup.dataset_name_for(
+            upload.name if upload else None)))
+        datasets = store.list_datasets()
+    if demo_col.button("Load the bundled demo dataset", key="load_demo_dataset",
+                       icon=":material/dataset:"):
+        show(sup.import_demo_dataset(store))
+        datasets = store.list_datasets()
+    if datasets:
+        st.dataframe(sup.datasets_frame(datasets), hide_index=True, width="stretch")
+        ds_col, ver_col, del_col = st.columns([3, 1, 1], vertical_alignment="bottom")
+        shown = ds_col.selectbox("Preview", [d.name for d in datasets], key="dataset_shown")
+        versions = [v.version for v in store.dataset_versions(shown)]
+        version = ver_col.selectbox("Version", versions[::-1], key=f"dataset_version_{shown}")
+        if del_col.button("Delete dataset", key="delete_dataset", icon=":material/delete:"):
+            show(sup.delete_dataset(store, shown))
+            st.rerun()
+        st.dataframe(sup.dataset_preview(store, shown, version), hide_index=True,
+                     width="stretch", height=220)
+
+# -- 2. a new experiment
+started = None
+experiments = store.list_experiments()
+with st.expander("New experiment", expanded=not experiments):
+    if not datasets:
+        st.info("Store a dataset first (or load the bundled demo dataset above).")
+    else:
+        d_col, v_col, n_col = st.columns([3, 1, 3])
+        ds = d_col.selectbox("Dataset", [d.name for d in datasets], key="exp_dataset")
+        ds_versions = [v.version for v in store.dataset_versions(ds)][::-1]
+        ds_version = v_col.selectbox("Version", ds_versions, key=f"exp_dataset_version_{ds}")
+        n_col.text_input("Experiment name (optional)", key="exp_name")
+        st.text_area("Rubric — for rows without their own (a row's rubric wins)",
+                     key="exp_rubric", height=100)
+        r_col, c_col, k_col = st.columns(3)
+        k_col.number_input("Configurations", 1, sup.MAX_CONFIGS, key="exp_config_count")
+        r_col.number_input("Repeats", 1, sup.MAX_REPEATS, key="exp_repeats")
+        c_col.number_input("Concurrency (cells at once)", 1, sup.MAX_CONCURRENCY,
+                           key="exp_concurrency")
+        tools = sup.default_tool_names()
+        for i in range(state["exp_config_count"]):
+            with st.container(border=True, key=f"exp_cfg_{i}"):
+                st.markdown(f"**Configuration {i + 1}**")
+                cols = st.columns([2, 2, 1, 2])
+                for col, field, role in ((cols[0], "worker", "Worker"),
+                                         (cols[1], "grader", "Grader")):
+                    choices = sup.model_options(role.lower(), env=os.environ, secrets=secrets,
+                                                base_url=state["base_url"],
+                                                current=state[sup.config_key(i, field)])
+                    col.selectbox(f"{role} model", [c.value for c in choices],
+                                  key=sup.config_key(i, field), accept_new_options=True)
+                cols[2].number_input("Cap", sup.MIN_ITERATIONS, sup.MAX_ITERATIONS,
+                                     key=sup.config_key(i, "cap"), help="Grader passes per cell")
+                cols[3].text_input("Label (optional)", key=sup.config_key(i, "label"))
+                s_col, t_col = st.columns(2)
+                s_col.text_input("Worker system prompt", key=sup.config_key(i, "system"))
+                t_col.multiselect("Grader tools", tools, key=sup.config_key(i, "tools"))
+        configs = sup.configs_from_state(state)
+        dataset, _ = store.load_dataset(ds, ds_version)
+        problems = sup.check_configs(configs, secrets=secrets, session_key=key,
+                                     prompts=[r.prompt for r in dataset.rows])
+        for problem in problems:
+            show(problem)
+        cells = len(dataset.rows) * len(configs) * state["exp_repeats"]
+        if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
+                     icon=":material/play_arrow:",
+                     disabled=any(p.level == "error" for p in problems)):
+            started, problem = sup.new_experiment(
+                store, ds, ds_version, configs, repeats=state["exp_repeats"],
+                name=state["exp_name"], models=models)
+            show(problem)
+            if started is not None:
+                state["exp_pick"] = started.experiment_id
+                experiments = store.list_experiments()
+
+# -- 3. the experiment: live progress, Stop, Resume, retries
+if not experiments:
+    st.stop()
+st.subheader("Experiment")
+by_id = {e.experiment_id: e for e in experiments}
+exp_id = st.selectbox("Experiment", list(by_id), key="exp_pick",
+                      format_func=lambda eid: sup.experiment_label(by_id[eid]),
+                      label_visibility="collapsed")
+stopping = not sup.wait_experiment_inactive(exp_id, timeout_s=5.0) and not started
+experiment = store.get_experiment(exp_id) or by_id[exp_id]
+results = experiment_results(store, exp_id)
+failed = sup.failed_cells(results)
+labels = [sup.config_column(results, i) for i in range(len(experiment.configurations))]
+
+stop_col, resume_col, retry_col, retry_btn = st.columns([1, 1, 3, 1],
+                                                        vertical_alignment="bottom")
+resume_slot = resume_col.empty()
+resume = resume_slot.button("Resume", key="exp_resume", icon=":material/replay:",
+                            disabled=not sup.can_resume(experiment) or started is not None,
+                            help=RESUME_HELP)
+retry = None
+if failed:
+    picked = retry_col.selectbox("Failed cell", failed, key="exp_retry_pick",
+                                 format_func=lambda k: sup.cell_label(results, k))
+    if retry_btn.button("Retry cell", key="exp_retry", icon=":material/restart_alt:"):
+        retry = picked
+running = started is not None or resume or retry is not None
+active = running or sup.experiment_active(exp_id)
+stop_slot = stop_col.empty()
+stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not active,
+                 on_click=sup.stop_experiment, args=(exp_id,),
+                 help="Stops the running cells; Resume continues them on their threads."
+                 if active else "This experiment is not running in this session.")
+if stopping:
+    st.info("This experiment is still stopping (or running in another tab). Refresh in a moment.")
+if retry is not None:
+    retry_cell(store, exp_id, retry)
+if running:
+    live(exp_id, labels)
+    stop_slot.button("Stop", key="exp_stop_idle", icon=":material/stop:", disabled=True,
+                     help="This experiment is not running in this session.")
+    results = experiment_results(store, exp_id)
+    experiment = results.experiment
+    resume_slot.button("Resume", key="exp_resume_after", icon=":material/replay:",
+                       disabled=not sup.can_resume(experiment), help=RESUME_HELP)
+
+# -- 4. results
+summary = results.summary()
+done = int(summary["done"].sum())
+st.caption(f"{experiment.status} · {done}/{len(results.cells)} cells ended · dataset "
+           f"{experiment.dataset_name} v{experiment.dataset_version} · "
+           f"{experiment.repeats} repeat(s) · id {exp_id}")
+grid_tab, summary_tab, criteria_tab, compare_tab, export_tab = st.tabs(
+    ["Grid", "Summary", "Per criterion", "Compare", "Export"])
+with grid_tab:
+    grid = sup.results_grid(results)
+    st.caption("Rows × configurations: final status, passes, grader tokens, time. Select a "
+               "cell to open its run in Review.")
+    chosen = st.dataframe(grid.table, hide_index=True, width="stretch", on_select="rerun",
+                          selection_mode="single-cell", key=f"exp_grid_{exp_id}",
+                          height=min(600, 38 + 35 * len(grid.table)))
+    opened = sup.picked_cell(chosen, grid)
+    if opened is not None and opened != state.get("exp_grid_opened"):
+        state["exp_grid_opened"] = opened
+        state["open_request"] = opened  # the Review page's run picker takes it
+        st.switch_page("pages/review.py")
+    state["exp_grid_opened"] = opened
+with summary_tab:
+    st.dataframe(summary, hide_index=True, width="stretch", key="exp_summary")
+with criteria_tab:
+    st.caption("Per configuration and criterion: pass rate at each cell's first grader pass "
+               "and at its last, and the mean passes needed to fix it.")
+    st.dataframe(results.criteria(), hide_index=True, width="stretch")
+with compare_tab:
+    if len(labels) < 2:
+        st.info("Compare needs two configurations: start an experiment with more than one.")
+    else:
+        a_col, b_col = st.columns(2)
+        a = a_col.selectbox("A", range(len(labels)), key="exp_cmp_a",
+                            format_func=labels.__getitem__)
+        b = b_col.selectbox("B", range(len(labels)), index=1, key="exp_cmp_b",
+                            format_func=labels.__getitem__)
+        view = sup.comparison_view(results, a, b)
+        st.markdown(view.headline)
+        st.caption(view.meaning)
+        st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips")
+with export_tab:
+    st.caption("One row per dataset row × configuration × repeat × pass × criterion, with the "
+               "dataset's columns; formula-safe CSV.")
+    e1, e2, e3 = st.columns(3)
+    e1.download_button("Download experiment CSV", sup.export_data(store, exp_id, "csv"),
+                       f"experiment-{exp_id[:8]}.csv", "text/csv", key="exp_download_csv",
+                       on_click="ignore", icon=":material/download:")
+    e2.download_button("Download experiment JSON", sup.export_data(store, exp_id, "json"),
+                       f"experiment-{exp_id[:8]}.json", "application/json",
+                       key="exp_download_json", on_click="ignore", icon=":material/download:")
+    e3.download_button("Download summary CSV", sup.summary_csv(results),
+                       f"experiment-{exp_id[:8]}-summary.csv", "text/csv",
+                       key="exp_download_summary", on_click="ignore", icon=":material/download:")

@@ -1,0 +1,456 @@
+"""Experiments page: datasets, the configuration form, live runs with Stop, results and exports.
+
+Creating, running and reading experiments is `rubric_core.experiments`'s; this module turns
+the page's widgets into `ExperimentConfig` values, keeps the registry of experiments this
+process is running (so a rerun of the page knows what it may stop, like
+`rubric_core.session.is_active` for runs) and shapes results for the page's tables.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from rubric_core.app_support._common import FORM_DEFAULTS, UiMessage
+from rubric_core.app_support.settings import check_max_iterations, model_problem
+from rubric_core.datasets import DatasetError, parse_dataset, preview
+from rubric_core.experiments import (
+    DEFAULT_CONCURRENCY,
+    ERROR_STATUSES,
+    SUMMARY_COLUMNS,
+    create_experiment,
+    export_columns,
+    export_experiment_rows,
+    run_experiment,
+    summary_rows,
+)
+from rubric_core.export import write_csv, write_json
+from rubric_core.models import ModelConfigError
+from rubric_core.offline.demo_dataset import demo_dataset
+from rubric_core.settings import ExperimentConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+
+    from rubric_core.experiments import ExperimentResults, SharedBackoff
+    from rubric_core.session import ModelResolver
+    from rubric_core.store import DatasetInfo, ExperimentRecord, Store
+    from rubric_core.types import ExperimentEvent, ExperimentProgress
+
+MAX_CONFIGS = 6
+"""Configuration blocks the form offers."""
+
+MAX_REPEATS = 20
+"""Highest repeat count the form accepts."""
+
+MAX_CONCURRENCY = 32
+"""Highest concurrency the form accepts."""
+
+_CONFIG_FIELDS: dict[str, Any] = {
+    "worker": "demo", "grader": "rules", "system": "", "tools": [], "label": "",
+}
+
+
+
+# -- datasets -------------------------------------------------------------------------------------
+
+
+def dataset_name_for(file_name: str | None) -> str:
+    """A dataset name from an uploaded file's name (its stem), or ``""``."""
+    return PurePath(file_name).stem.strip() if file_name else ""
+
+
+def import_dataset(store: Store, data: bytes | str, *, name: str) -> UiMessage:
+    """Check a whole uploaded or pasted dataset and store it as a new version.
+
+    Nothing is stored when any row is bad: the message is `DatasetError`'s, naming the row
+    and the column.
+    """
+    name = name.strip()
+    if not name:
+        return UiMessage("error", "Give the dataset a name, then store it again.")
+    try:
+        dataset = parse_dataset(data, name=name)
+    except DatasetError as exc:
+        return UiMessage("error", f"Nothing was stored: {exc}.")
+    before = {i.version for i in store.dataset_versions(name)}
+    version = store.save_dataset(dataset)
+    if version in before:
+        return UiMessage("info", f"Dataset {name!r} is unchanged: still version {version} "
+                                 f"({len(dataset.rows)} rows).")
+    return UiMessage("success", f"Stored dataset {name!r} version {version} "
+                                f"({len(dataset.rows)} rows).")
+
+
+def import_demo_dataset(store: Store) -> UiMessage:
+    """Store the bundled offline dataset (it runs end to end with ``demo`` + ``rules``)."""
+    dataset = demo_dataset()
+    version = store.save_dataset(dataset)
+    return UiMessage("success", f"Bundled dataset {dataset.name!r} is stored as version "
+                                f"{version} ({len(dataset.rows)} rows, each with its own "
+                                "rubric): start an experiment with it below.")
+
+
+def datasets_frame(infos: Sequence[DatasetInfo]) -> pd.DataFrame:
+    """The stored datasets (latest versions) as a table."""
+    return pd.DataFrame(
+        [{"name": i.name, "version": i.version, "rows": i.row_count,
+          "columns": ", ".join(i.columns), "stored": i.created_at[:19].replace("T", " ")}
+         for i in infos], columns=["name", "version", "rows", "columns", "stored"])
+
+
+def dataset_preview(store: Store, name: str, version: int | None, limit: int = 20
+                    ) -> pd.DataFrame:
+    """The first ``limit`` rows of a stored dataset version."""
+    dataset, _ = store.load_dataset(name, version)
+    return pd.DataFrame(preview(dataset, limit))
+
+
+def delete_dataset(store: Store, name: str) -> UiMessage:
+    """Delete every version of a dataset, unless an experiment uses it."""
+    try:
+        count = store.delete_dataset(name)
+    except ValueError as exc:
+        return UiMessage("error", f"Not deleted: {exc}.")
+    return UiMessage("success", f"Deleted dataset {name!r} ({count} version(s)).")
+
+
+# -- the configuration form -----------------------------------------------------------------------
+
+
+def config_key(index: int, field: str) -> str:
+    """The widget key of one field of configuration block ``index``."""
+    return f"exp_cfg_{index}_{field}"
+
+
+def form_defaults(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The Experiments form's widget keys with their first values.
+
+    One configuration (``demo`` + ``rules``, the sidebar's cap) and the Author page's rubric.
+    """
+    out: dict[str, Any] = {
+        "exp_config_count": 1, "exp_repeats": 1, "exp_concurrency": DEFAULT_CONCURRENCY,
+        "exp_name": "", "exp_rubric": state.get("rubric_text") or "",
+    }
+    cap = state.get("max_iterations", FORM_DEFAULTS["max_iterations"])
+    for index in range(MAX_CONFIGS):
+        for field, value in {**_CONFIG_FIELDS, "cap": cap}.items():
+            out[config_key(index, field)] = value
+    return out
+
+
+def keep_form(state: MutableMapping[str, Any]) -> None:
+    """Give the form its defaults and keep its values while another page is shown.
+
+    Streamlit drops the state of widgets not drawn in a run; re-assigning keeps it.
+    """
+    for key, value in form_defaults(state).items():
+        state[key] = state.get(key, value)
+
+
+def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
+    """The configuration blocks as `ExperimentConfig` values (the sidebar's base URL)."""
+    count = int(state.get("exp_config_count") or 1)
+    base_url = str(state.get("base_url") or "").strip() or None
+    rubric = str(state.get("exp_rubric") or "")
+    out = []
+    for index in range(min(max(count, 1), MAX_CONFIGS)):
+        def get(field: str, i: int = index) -> Any:
+            return state.get(config_key(i, field), _CONFIG_FIELDS.get(field))
+
+        out.append(ExperimentConfig(
+            worker_model=str(get("worker") or "demo").strip(),
+            grader_model=str(get("grader") or "rules").strip(),
+            rubric=rubric, worker_system_prompt=str(get("system") or ""),
+            grader_tools=tuple(get("tools") or ()),
+            max_iterations=get("cap") or FORM_DEFAULTS["max_iterations"],
+            base_url=base_url, label=str(get("label") or "")))
+    return out
+
+
+def check_configs(
+    configs: Sequence[ExperimentConfig], *, secrets: Mapping[str, Any],
+    session_key: str | None = None, prompts: Sequence[str] = (),
+) -> list[UiMessage]:
+    """What stops the experiment (errors) or deserves a look (warnings); nothing is called.
+
+    Args:
+        configs: The configurations.
+        secrets: The app's secrets.
+        session_key: The key typed in the sidebar.
+        prompts: The dataset's prompts (for the ``demo`` worker's notice).
+
+    Returns:
+        Messages, errors first.
+
+    """
+    from rubric_core.offline.demo import demo_knows
+    from rubric_core.session import build_grader_tools
+
+    out: list[UiMessage] = []
+    unknown = sum(1 for p in prompts if not demo_knows(p))
+    for number, config in enumerate(configs, start=1):
+        where = f"Configuration {number}"
+        for role, model in (("worker", config.worker_model), ("grader", config.grader_model)):
+            reason = model_problem(model, base_url=config.base_url, secrets=secrets,
+                                   session_key=session_key)
+            if reason:
+                out.append(UiMessage("error", f"{where}, {role} model: {reason}"))
+        _, problem = check_max_iterations(config.max_iterations)
+        if problem:
+            out.append(UiMessage("error", f"{where}: {problem}"))
+        try:
+            build_grader_tools(config.grader_tools, None)
+        except ValueError as exc:
+            out.append(UiMessage("error", f"{where}: {exc}"))
+        if config.worker_model == "demo" and unknown:
+            out.append(UiMessage(
+                "warning", f"{where}: the offline `demo` worker knows only the bundled "
+                f"examples and dataset; {unknown} of {len(prompts)} rows will get the reply "
+                "\"I can only answer the bundled examples\". Choose a real worker model for "
+                "your own prompts."))
+    return sorted(out, key=lambda m: m.level != "error")
+
+
+def new_experiment(
+    store: Store, dataset_name: str, version: int | None, configs: Sequence[ExperimentConfig],
+    *, repeats: int, name: str, models: ModelResolver,
+) -> tuple[ExperimentRecord | None, UiMessage | None]:
+    """Create the experiment (nothing runs yet); or None and why it was refused."""
+    try:
+        record = create_experiment(store, dataset_name, configs, repeats=repeats,
+                                   name=name.strip(), dataset_version=version, models=models)
+    except (ValueError, KeyError, ModelConfigError) as exc:
+        return None, UiMessage("error", f"The experiment was not created: {exc}")
+    return record, None
+
+
+# -- running: the registry of this process's experiments ------------------------------------------
+
+_ACTIVE: dict[str, threading.Event] = {}
+_CHANGED = threading.Condition()
+# Streamlit reruns a page on a click while the old script thread still runs the experiment:
+# the new run finds its stop event here.
+
+
+def experiment_active(experiment_id: str) -> bool:
+    """Whether this process is running the experiment right now (running or stopping)."""
+    with _CHANGED:
+        return experiment_id in _ACTIVE
+
+
+def stop_experiment(experiment_id: str) -> bool:
+    """Ask this process's run of the experiment to stop; False when none is running."""
+    with _CHANGED:
+        stop = _ACTIVE.get(experiment_id)
+    if stop is None:
+        return False
+    stop.set()
+    return True
+
+
+def wait_experiment_inactive(experiment_id: str, timeout_s: float) -> bool:
+    """Wait for a stopping experiment to unwind; True when it is no longer active."""
+    with _CHANGED:
+        return _CHANGED.wait_for(lambda: experiment_id not in _ACTIVE, timeout=timeout_s)
+
+
+def live_experiment(
+    store: Store, experiment_id: str, *, models: ModelResolver, backoff: SharedBackoff,
+    concurrency: int = DEFAULT_CONCURRENCY, retry_errors: bool = False,
+) -> Iterator[ExperimentEvent]:
+    """`run_experiment`, registered so that `stop_experiment` from another rerun stops it.
+
+    Closing the iterator is Stop too.
+
+    Raises:
+        RuntimeError: This process is already running (or stopping) the experiment.
+
+    """
+    stop = threading.Event()
+    with _CHANGED:
+        if experiment_id in _ACTIVE:
+            msg = (f"Experiment {experiment_id[:8]} is already running or stopping in this "
+                   "server; wait a moment and try again.")
+            raise RuntimeError(msg)
+        _ACTIVE[experiment_id] = stop
+    try:
+        yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
+                                  backoff=backoff, retry_errors=retry_errors, stop=stop)
+    finally:
+        with _CHANGED:
+            _ACTIVE.pop(experiment_id, None)
+            _CHANGED.notify_all()
+
+
+def progress_text(event: ExperimentProgress) -> tuple[float, str]:
+    """Progress bar value and text for one configuration's progress event."""
+    done, total = event["done"], max(event["total"], 1)
+    parts = [f"{event['label']}: {done}/{event['total']} cells"]
+    if event["satisfied_rate"] is not None:
+        parts.append(f"{100 * event['satisfied_rate']:.0f}% satisfied")
+    if event["errors"]:
+        parts.append(f"{event['errors']} error(s)")
+    if event["eta_s"] is not None and done < event["total"]:
+        parts.append(f"ETA {event['eta_s']:.0f} s")
+    return min(done / total, 1.0), " · ".join(parts)
+
+
+def experiment_label(record: ExperimentRecord) -> str:
+    """One line for the experiment picker."""
+    return (f"{record.name} · {record.dataset_name} v{record.dataset_version} · "
+            f"{len(record.configurations)} config(s) · {record.status} · "
+            f"{record.created_at[:16].replace('T', ' ')} · {record.experiment_id[:8]}")
+
+
+def can_resume(record: ExperimentRecord) -> bool:
+    """Whether Resume is offered: not finished and not being run by this process."""
+    return record.status != "finished" and not experiment_active(record.experiment_id)
+
+
+def failed_cells(results: ExperimentResults) -> list[tuple[str, int, int]]:
+    """Keys of the cells that ended ``error`` or ``grader_error`` (each retryable alone)."""
+    return [c.key for c in results.cells if c.status in ERROR_STATUSES]
+
+
+def cell_label(results: ExperimentResults, key: tuple[str, int, int]) -> str:
+    """One line for a cell: row, configuration, repeat."""
+    row_id, index, repeat = key
+    text = f"row {row_id} · {config_column(results, index)}"
+    return text + (f" · repeat {repeat + 1}" if results.experiment.repeats > 1 else "")
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+def config_column(results: ExperimentResults, index: int) -> str:
+    """A configuration's column name: numbered, since two labels may be equal."""
+    return f"{index + 1}. {results.experiment.configurations[index].display_label()}"
+
+
+def _cell_text(row: Mapping[Any, Any]) -> str:
+    status, passes = row["status"], row["passes"]
+    parts = [str(status)]
+    if row["run_id"] is not None:
+        parts.append(f"{passes} pass{'es' if passes != 1 else ''}")
+        if row["tokens"] is not None and not pd.isna(row["tokens"]):
+            parts.append(f"{int(row['tokens'])} tok")
+        if row["duration_s"] is not None and not pd.isna(row["duration_s"]):
+            parts.append(f"{row['duration_s']:.1f} s")
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class ResultsGrid:
+    """Dataset rows × configurations: what each cell shows and which run it opens."""
+
+    table: pd.DataFrame
+    """Cell texts: status, passes, tokens and duration, one column per configuration."""
+    run_ids: pd.DataFrame
+    """The same shape: each cell's run id (None before it ran)."""
+
+
+def results_grid(results: ExperimentResults) -> ResultsGrid:
+    """The results grid, rows in dataset order (a ``row`` column; ``repeat`` with repeats)."""
+    grid = results.grid()
+    columns = [config_column(results, i) for i in range(len(results.experiment.configurations))]
+    index_names = ["row"] + (["repeat"] if results.experiment.repeats > 1 else [])
+    texts: dict[tuple[Any, ...], dict[str, str]] = {}
+    runs: dict[tuple[Any, ...], dict[str, str | None]] = {}
+    for row in grid.astype(object).where(grid.notna(), None).to_dict("records"):
+        key = (row["row_id"], int(row["repeat_index"]) + 1)[: len(index_names)]
+        column = columns[int(row["config_index"])]
+        texts.setdefault(key, {})[column] = _cell_text(row)
+        runs.setdefault(key, {})[column] = row["run_id"]
+    heads = [dict(zip(index_names, key, strict=True)) for key in texts]
+    table = pd.DataFrame([{**h, **texts[k]} for h, k in zip(heads, texts, strict=True)],
+                         columns=index_names + columns)
+    run_ids = pd.DataFrame([{**h, **runs[k]} for h, k in zip(heads, runs, strict=True)],
+                           columns=index_names + columns)
+    return ResultsGrid(table, run_ids)
+
+
+def picked_cell(selection: Any, grid: ResultsGrid) -> str | None:
+    """The run id of the cell selected in a single-cell ``st.dataframe`` selection, or None."""
+    try:
+        row, column = selection["selection"]["cells"][0]
+        value = grid.run_ids.iloc[int(row)][str(column)]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """Two configurations compared on the rows both ended."""
+
+    flips: pd.DataFrame
+    """One row per flipped row: ``row`` and ``change`` (pass → fail or fail → pass)."""
+    headline: str
+    """Counts and McNemar's exact p in one line."""
+    meaning: str
+    """What the p-value means, in one line."""
+
+
+def comparison_view(results: ExperimentResults, a: int, b: int) -> ComparisonView:
+    """Rows that flipped between configurations ``a`` and ``b``, and McNemar's exact p."""
+    cmp = results.compare(a, b)
+    flips = pd.DataFrame(
+        [{"row": r, "change": "pass → fail"} for r in cmp.broken]
+        + [{"row": r, "change": "fail → pass"} for r in cmp.fixed], columns=["row", "change"])
+    headline = (f"{cmp.n} row(s) ended under both: {cmp.both_pass} pass under both, "
+                f"{cmp.both_fail} fail under both, {len(cmp.broken)} pass → fail, "
+                f"{len(cmp.fixed)} fail → pass. McNemar's exact p = {cmp.p_value:.3g}.")
+    meaning = ("p is the chance of flips at least this lopsided if the two configurations were "
+               "equally good: small (say < 0.05) means the difference is unlikely to be luck; "
+               "large means these rows cannot tell them apart.")
+    return ComparisonView(flips, headline, meaning)
+
+
+# -- downloads ------------------------------------------------------------------------------------
+
+
+def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], bytes]:
+    """A callable for ``st.download_button(data=...)``: the full experiment as CSV or JSON.
+
+    Called only when the button is pressed, on Streamlit's download thread. Rows are streamed
+    (`export_experiment_rows`) into a temporary file that spills to disk past 8 MB; Streamlit
+    then holds the finished file's bytes to serve them.
+    """
+
+    def build() -> bytes:
+        columns = export_columns(store, experiment_id)
+        writer = write_csv if fmt == "csv" else write_json
+        with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024, mode="w+b") as out:
+            text = io.TextIOWrapper(out, encoding="utf-8", newline="")
+            writer(export_experiment_rows(store, experiment_id), text, columns)
+            text.flush()
+            text.detach()
+            out.seek(0)
+            return out.read()
+
+    return build
+
+
+def summary_csv(results: ExperimentResults) -> str:
+    """The per-configuration summary as formula-safe CSV."""
+    buf = io.StringIO(newline="")
+    write_csv(summary_rows(results), buf, SUMMARY_COLUMNS)
+    return buf.getvalue()
+
+
+__all__ = [
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView",
+    "ResultsGrid", "can_resume", "cell_label", "check_configs", "comparison_view",
+    "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
+    "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
+    "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
+    "live_experiment", "new_experiment", "picked_cell", "progress_text", "results_grid",
+    "stop_experiment", "summary_csv", "wait_experiment_inactive",
+]
