@@ -889,3 +889,27 @@ def test_a_stopped_experiment_resumes_to_the_end(app: AppTest, db_path: Path) ->
     with Store(db_path) as store:
         cells = store.experiment_cells(exp.experiment_id)
     assert {c.status for c in cells} == {"satisfied"}
+
+
+def test_align_regrades_labelled_answers_both_ways_and_fills_the_grader_prompt(
+    app: AppTest, db_path: Path
+) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    run_id = app.session_state["last_run_id"]
+    first = store.evaluations(run_id)[0]["criteria"]
+    store.set_label(run_id, 0, first[0]["name"], "ana", agree=False, note="it is not")
+    store.set_label(run_id, 1, first[0]["name"], "ana", agree=True)
+    goto(app, "review")
+    assert "4 grader calls" in _texts(app.caption)
+    app.button(key="align_run").click().run()
+    assert not app.exception, app.exception
+    table = app.session_state["align_result"]
+    assert list(table.columns) == ["criterion", "n", "agreement_without", "kappa_without",
+                                   "agreement_with", "kappa_with"]
+    overall = table.iloc[-1]
+    # The rules grader ignores prompts, so the examples change nothing: honest, both ways.
+    assert overall["n"] == 2 and overall["agreement_without"] == overall["agreement_with"]
+    app.button(key="align_use").click().run()
+    prompt = app.session_state["grader_system_prompt"]
+    assert "<labelled_examples>" in prompt and "it is not" in prompt

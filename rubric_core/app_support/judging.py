@@ -12,15 +12,28 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from rubric_core.align import (
+    AlignmentCheck,
+    Example,
+    Item,
+    aligned_prompt,
+    examples_from,
+    items_from,
+    model_grader,
+    regrade,
+)
 from rubric_core.analytics import loop_analytics
 from rubric_core.app_support._common import UiMessage
 from rubric_core.attempts import ShownAnswer, final_answers
 from rubric_core.export import to_csv
-from rubric_core.labels import agreement_table, disagreements, labelled_verdicts
+from rubric_core.labels import OVERALL, agreement_table, disagreements, labelled_verdicts
+from rubric_core.rubric import normalize_name
 from rubric_core.store import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from langchain_core.language_models import BaseChatModel
 
     from rubric_core.labels import LabelledVerdict
     from rubric_core.store import RunRecord, Store
@@ -157,6 +170,74 @@ def agreement_view(store: Store) -> AgreementView:
     frame = pd.DataFrame(rows, columns=["run", "pass", "criterion", "grader", "person",
                                         "labeller", "note"])
     return AgreementView(agreement_table(verdicts), frame, [v.run_id for v in differ])
+
+
+MAX_ALIGN_ANSWERS = 20
+"""At most this many labelled answers are re-graded by one Align check (2 grader calls each)."""
+
+
+@dataclass(frozen=True)
+class AlignmentInputs:
+    """What an Align check needs, read from the labels."""
+
+    items: list[Item]
+    """Labelled answers to re-grade (at most `MAX_ALIGN_ANSWERS`)."""
+    examples: list[Example]
+    """Every labelled verdict as a few-shot example."""
+    names: dict[str, str]
+    """Normalised criterion → display name."""
+
+
+def alignment_inputs(store: Store) -> AlignmentInputs:
+    """The labelled answers and examples for the Align check, from every label."""
+    verdicts, records = _all_verdicts(store)
+    by_run = store.evaluations_for_runs(records)
+    answers = {(rid, seq): str(ev.get("answer") or "")
+               for rid, evs in by_run.items() for seq, ev in enumerate(evs)}
+    runs = {rid: (r.prompt, r.rubric) for rid, r in records.items()}
+    names = {normalize_name(v.criterion): v.criterion for v in reversed(verdicts)}
+    return AlignmentInputs(items_from(verdicts, runs, answers)[:MAX_ALIGN_ANSWERS],
+                           examples_from(verdicts, answers), names)
+
+
+def alignment_frame(check: AlignmentCheck) -> pd.DataFrame:
+    """Agreement without and with the examples, per criterion and overall."""
+    rows = [(name, a.n, a.percent, a.kappa, b.percent, b.kappa)
+            for name, (a, b) in check.per_criterion.items()]
+    rows.append((OVERALL, check.without.n, check.without.percent, check.without.kappa,
+                 check.with_examples.percent, check.with_examples.kappa))
+    return pd.DataFrame.from_records(rows, columns=[
+        "criterion", "n", "agreement_without", "kappa_without", "agreement_with",
+        "kappa_with"])
+
+
+def run_alignment(inputs: AlignmentInputs, grader: BaseChatModel,
+                  base: str | None = None) -> AlignmentCheck:
+    """Re-grade the labelled answers with and without the examples (see `rubric_core.align`)."""
+    return regrade(inputs.items, inputs.examples, model_grader(grader), base,
+                   names=inputs.names)
+
+
+def align_with_sidebar_grader(
+    inputs: AlignmentInputs, state: Mapping[str, Any], secrets: Mapping[str, Any]
+) -> pd.DataFrame:
+    """`run_alignment` with the sidebar's grader (its key rule applies), as a table.
+
+    Raises:
+        ModelConfigError: The grader cannot be built.
+        Exception: Whatever the grader raised; the page shows it.
+    """
+    from rubric_core.app_support.settings import build_model
+
+    grader = build_model(str(state.get("grader_model") or "rules"),
+                         base_url=state.get("base_url") or None, secrets=secrets,
+                         session_key=state.get("session_api_key") or None)
+    return alignment_frame(run_alignment(inputs, grader))
+
+
+def aligned_grader_prompt(inputs: AlignmentInputs) -> str:
+    """The built-in grader prompt with the labelled examples, for the custom grader prompt."""
+    return aligned_prompt(inputs.examples)
 
 
 def labels_csv(store: Store) -> bytes:
