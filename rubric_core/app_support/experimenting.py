@@ -303,9 +303,13 @@ def progress_text(event: ExperimentProgress) -> tuple[float, str]:
 
 
 def experiment_label(record: ExperimentRecord) -> str:
-    """One line for the experiment picker."""
+    """One line for the experiment picker.
+
+    No status in it: the picker is drawn before a run on the page ends, so a status here would
+    still say ``running`` afterwards; the caption under the results gives the status instead.
+    """
     return (f"{record.name} · {record.dataset_name} v{record.dataset_version} · "
-            f"{len(record.configurations)} config(s) · {record.status} · "
+            f"{len(record.configurations)} config(s) · "
             f"{record.created_at[:16].replace('T', ' ')} · {record.experiment_id[:8]}")
 
 
