@@ -162,22 +162,21 @@ def _run(store: Store, experiment_id: str, backoff: SharedBackoff, **kwargs: Any
                                models=experiment_models(backoff, api_key="test-key"), **kwargs))
 
 
-def test_concurrency_is_bounded_and_speeds_up(tmp_path: Path, server: Server) -> None:
-    timings = {}
+def test_concurrency_is_bounded_and_used(tmp_path: Path, server: Server) -> None:
+    # Speed is bench/experiment.py's to measure (shared machines are noisy); this pins the
+    # behaviour: never more than C requests in flight, and more than one when C allows it.
+    peaks = {}
     for concurrency in (1, 4):
         with Store(tmp_path / f"c{concurrency}.sqlite3") as store:
             backoff = SharedBackoff()
             exp_id = _http_experiment(store, server, 12, backoff)
             server.peak = 0
-            started = time.perf_counter()
             _run(store, exp_id, backoff, concurrency=concurrency)
-            timings[concurrency] = time.perf_counter() - started
-            assert server.peak <= concurrency
+            peaks[concurrency] = server.peak
             cells = store.experiment_cells(exp_id)
             assert {c.status for c in cells} == {"satisfied"}
-    # 12 cells × 2 calls × 0.1 s: about 2.4 s at C = 1 and 0.6 s at C = 4.
-    assert timings[1] >= 2.4
-    assert timings[1] / timings[4] > 2.0, timings
+    assert peaks[1] == 1
+    assert 1 < peaks[4] <= 4, peaks
 
 
 def test_per_model_limit_holds(store: Store, server: Server) -> None:
