@@ -335,20 +335,34 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db.sqlite3"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes files whatever their mode")
+def _open_without_file_privileges(path: Path) -> str:
+    """Open ``path`` with a Store as a process that file modes bind: the StoreError text.
+
+    Root ignores file modes through CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH; as root (as in CI)
+    the open runs in a child whose capability bounding set lacks both, so the mode is real.
+    """
+    code = ("import sys\nfrom rubric_core.store import Store, StoreError\n"
+            "try:\n    Store(sys.argv[1]).open()\nexcept StoreError as exc:\n"
+            "    print(exc)\nelse:\n    print('opened')\n")
+    prefix = (["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+              if os.geteuid() == 0 else [])
+    done = subprocess.run([*prefix, sys.executable, "-c", code, str(path)], check=True,
+                          capture_output=True, text=True, timeout=60)
+    return done.stdout.strip()
+
+
 def test_unreadable_file_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
     _ours_with_runs(path)
     before = path.read_bytes()
     path.chmod(0o200)
     try:
-        with pytest.raises(StoreError, match="not readable and writable"):
-            Store(path).open()
+        message = _open_without_file_privileges(path)
     finally:
         path.chmod(0o600)
+    assert "not readable and writable" in message, message
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db.sqlite3"]
-
 
 
 def test_file_in_use_by_another_store_is_accepted(tmp_path: Path) -> None:
