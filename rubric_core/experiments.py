@@ -235,6 +235,22 @@ def experiment_models(
 # -- creating -------------------------------------------------------------------------------------
 
 
+def _require_experiment(store: Store, experiment_id: str) -> ExperimentRecord:
+    """The experiment, or a KeyError naming the id and the database."""
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        msg = f"no experiment with id {experiment_id!r} in {store.path}"
+        raise KeyError(msg)
+    return experiment
+
+
+def _experiment_and_dataset(store: Store, experiment_id: str) -> tuple[ExperimentRecord, Dataset]:
+    """The experiment and the dataset version it runs over."""
+    experiment = _require_experiment(store, experiment_id)
+    dataset, _ = store.load_dataset(experiment.dataset_name, experiment.dataset_version)
+    return experiment, dataset
+
+
 def create_experiment(
     store: Store,
     dataset: Dataset | str,
@@ -354,10 +370,7 @@ def run_experiment(
         ValueError: A bad concurrency or per-model limit.
 
     """
-    experiment = store.get_experiment(experiment_id)
-    if experiment is None:
-        msg = f"no experiment with id {experiment_id!r} in {store.path}"
-        raise KeyError(msg)
+    experiment = _require_experiment(store, experiment_id)
     if concurrency < 1 or any(n < 1 for n in (per_model or {}).values()):
         msg = "concurrency and per-model limits must be at least 1"
         raise ValueError(msg)
@@ -664,10 +677,7 @@ def experiment_results(store: Store, experiment_id: str) -> ExperimentResults:
         KeyError: No such experiment.
 
     """
-    experiment = store.get_experiment(experiment_id)
-    if experiment is None:
-        msg = f"no experiment with id {experiment_id!r} in {store.path}"
-        raise KeyError(msg)
+    experiment = _require_experiment(store, experiment_id)
     cells = store.experiment_cells(experiment_id)
     evaluations = store.evaluations_for_runs(c.run.run_id for c in cells if c.run is not None)
     return ExperimentResults(experiment, cells, evaluations)
@@ -686,11 +696,7 @@ def export_columns(store: Store, experiment_id: str) -> tuple[str, ...]:
         KeyError: No such experiment.
 
     """
-    experiment = store.get_experiment(experiment_id)
-    if experiment is None:
-        msg = f"no experiment with id {experiment_id!r}"
-        raise KeyError(msg)
-    dataset, _ = store.load_dataset(experiment.dataset_name, experiment.dataset_version)
+    _, dataset = _experiment_and_dataset(store, experiment_id)
     return (*_CELL_COLUMNS, *_data_columns(dataset), *EXPORT_COLUMNS)
 
 
@@ -711,11 +717,7 @@ def export_experiment_rows(store: Store, experiment_id: str) -> Iterator[tuple[A
         KeyError: No such experiment.
 
     """
-    experiment = store.get_experiment(experiment_id)
-    if experiment is None:
-        msg = f"no experiment with id {experiment_id!r}"
-        raise KeyError(msg)
-    dataset, _ = store.load_dataset(experiment.dataset_name, experiment.dataset_version)
+    experiment, dataset = _experiment_and_dataset(store, experiment_id)
     names = [c.removeprefix("row_") for c in _data_columns(dataset)]
     rows = {r.id: r for r in dataset.rows}
     labels = [c.display_label() for c in experiment.configurations]

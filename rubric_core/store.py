@@ -852,18 +852,14 @@ class Store:
             )
         return int(version), True
 
-    def load_preset(self, name: str, version: int | None = None) -> RunSettings | None:
-        """The run settings preset saved with a rubric version (None when it has none).
-
-        Args:
-            name: The rubric's name.
-            version: A version number; the latest when None.
+    def _rubric_version(self, name: str, version: int | None, column: str) -> Any:
+        """One column of a saved rubric version (the latest when ``version`` is None).
 
         Raises:
             KeyError: No such rubric or version.
 
         """
-        sql = "SELECT settings_json FROM rubric_versions WHERE name = ?"
+        sql = f"SELECT {column} FROM rubric_versions WHERE name = ?"
         params: list[Any] = [name.strip()]
         if version is None:
             sql += " ORDER BY version DESC LIMIT 1"
@@ -876,7 +872,20 @@ class Store:
             which = "" if version is None else f" version {version}"
             msg = f"no saved rubric {name!r}{which}"
             raise KeyError(msg)
-        raw = row["settings_json"]
+        return row[column]
+
+    def load_preset(self, name: str, version: int | None = None) -> RunSettings | None:
+        """The run settings preset saved with a rubric version (None when it has none).
+
+        Args:
+            name: The rubric's name.
+            version: A version number; the latest when None.
+
+        Raises:
+            KeyError: No such rubric or version.
+
+        """
+        raw = self._rubric_version(name, version, "settings_json")
         return None if raw is None else RunSettings.from_json(raw)
 
     def list_rubrics(self) -> list[dict[str, Any]]:
@@ -899,20 +908,7 @@ class Store:
             KeyError: No such rubric or version.
 
         """
-        sql = "SELECT text FROM rubric_versions WHERE name = ?"
-        params: list[Any] = [name.strip()]
-        if version is None:
-            sql += " ORDER BY version DESC LIMIT 1"
-        else:
-            sql += " AND version = ?"
-            params.append(version)
-        with self._connect() as conn:
-            row = conn.execute(sql, params).fetchone()
-        if row is None:
-            which = "" if version is None else f" version {version}"
-            msg = f"no saved rubric {name!r}{which}"
-            raise KeyError(msg)
-        return str(row["text"])
+        return str(self._rubric_version(name, version, "text"))
 
     def rubric_versions(self, name: str) -> list[dict[str, Any]]:
         """Every version of a rubric, oldest first: ``version``, ``text``, ``created_at``."""
