@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from rubric_core.datasets import parse_dataset
 from rubric_core.experiments import (
@@ -35,36 +33,12 @@ from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test server
-from openai_server import FakeOpenAI, text, verdict
-
-
-class _Server:
-    """The loopback server, answering after a fixed delay and counting requests in flight."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s, self.in_flight, self.peak = delay_s, 0, 0
-        self.done: list[float] = []
-        self._lock = threading.Lock()
-        self.fake = FakeOpenAI(default=self.respond)
-
-    def respond(self, body: dict[str, Any]) -> Any:
-        with self._lock:
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-        try:
-            time.sleep(self.delay_s)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-                self.done.append(time.monotonic())
-        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-        if "GraderResponse" in names:
-            return verdict("satisfied", (), ("answers the question",))
-        return text("an answer")
+from openai_server import DelayedServer, verdict
 
 
 def _one(rows: int, concurrency: int, delay_s: float) -> dict[str, float]:
-    server = _Server(delay_s)
+    server = DelayedServer(
+        delay_s, grader_reply=verdict("satisfied", (), ("answers the question",)))
     with server.fake, tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.sqlite3").open()
         try:

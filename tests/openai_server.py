@@ -493,3 +493,37 @@ __all__ = [
     "text",
     "tool_call",
 ]
+
+
+class DelayedServer:
+    """A `FakeOpenAI` that answers as worker and grader after a fixed delay per call.
+
+    It counts the requests in flight (``peak`` is the most at once) and records when each
+    response was ready (``done``), for concurrency tests and ``bench/experiment.py``. The
+    grader gets ``grader_reply`` (set it to script an error); the worker gets a fixed text.
+
+    Args:
+        delay_s: Seconds each call takes.
+        grader_reply: What a request carrying the GraderResponse tool is answered with.
+    """
+
+    def __init__(self, delay_s: float, grader_reply: Reply | None = None) -> None:
+        self.delay_s, self.in_flight, self.peak = delay_s, 0, 0
+        self.grader_reply: Reply = grader_reply or verdict("satisfied")
+        self.done: list[float] = []
+        self._lock = threading.Lock()
+        self.fake = FakeOpenAI(default=self.respond)
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        """Wait the delay, then answer as the grader or the worker."""
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            time.sleep(self.delay_s)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.done.append(time.monotonic())
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        return self.grader_reply if "GraderResponse" in names else text("an answer")

@@ -7,12 +7,11 @@ import csv
 import inspect
 import io
 import sqlite3
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from openai_server import FakeOpenAI, Reply, error, text, verdict
+from openai_server import DelayedServer, error, verdict
 
 from rubric_core.datasets import Dataset, DatasetRow, parse_dataset
 from rubric_core.experiments import (
@@ -117,36 +116,16 @@ def test_row_that_cannot_run_stores_nothing(store: Store) -> None:
 # -- over HTTP --------------------------------------------------------------------------------
 
 
-class Server:
-    """FakeOpenAI answering as worker and grader after a fixed delay, counting requests."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s, self.in_flight, self.peak = delay_s, 0, 0
-        self.grader_reply: Reply = verdict("satisfied")
-        self._lock = threading.Lock()
-        self.fake = FakeOpenAI(default=self.respond)
-
-    def respond(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-        try:
-            time.sleep(self.delay_s)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-        return self.grader_reply if "GraderResponse" in names else text("an answer")
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    s = Server(delay_s=0.1)
+def server() -> Iterator[DelayedServer]:
+    s = DelayedServer(delay_s=0.1)
     with s.fake:
         yield s
 
 
-def _http_experiment(store: Store, server: Server, rows: int, backoff: SharedBackoff) -> str:
+def _http_experiment(store: Store, server: DelayedServer, rows: int, backoff: SharedBackoff) -> str:
     ds = parse_dataset("prompt\n" + "".join(f"question {i}\n" for i in range(rows)), name="q")
     config = ExperimentConfig(worker_model="openai-compatible:w",
                               grader_model="openai-compatible:g", rubric=RUBRIC,
@@ -162,7 +141,7 @@ def _run(store: Store, experiment_id: str, backoff: SharedBackoff, **kwargs: Any
                                models=experiment_models(backoff, api_key="test-key"), **kwargs))
 
 
-def test_concurrency_is_bounded_and_used(tmp_path: Path, server: Server) -> None:
+def test_concurrency_is_bounded_and_used(tmp_path: Path, server: DelayedServer) -> None:
     # Speed is bench/experiment.py's to measure (shared machines are noisy); this pins the
     # behaviour: never more than C requests in flight, and more than one when C allows it.
     peaks = {}
@@ -179,14 +158,16 @@ def test_concurrency_is_bounded_and_used(tmp_path: Path, server: Server) -> None
     assert 1 < peaks[4] <= 4, peaks
 
 
-def test_per_model_limit_holds(store: Store, server: Server) -> None:
+def test_per_model_limit_holds(store: Store, server: DelayedServer) -> None:
     backoff = SharedBackoff()
     exp_id = _http_experiment(store, server, 6, backoff)
     _run(store, exp_id, backoff, concurrency=6, per_model={"openai-compatible:w": 2})
     assert server.peak <= 2
 
 
-def test_a_429_burst_slows_the_experiment_but_fails_no_row(store: Store, server: Server) -> None:
+def test_a_429_burst_slows_the_experiment_but_fails_no_row(
+    store: Store, server: DelayedServer
+) -> None:
     backoff = SharedBackoff(base_s=0.05, max_s=1.0)
     exp_id = _http_experiment(store, server, 8, backoff)
     server.fake.enqueue(*[error(429, "slow down")] * 5, error(503, "busy"))
@@ -201,7 +182,9 @@ def test_a_429_burst_slows_the_experiment_but_fails_no_row(store: Store, server:
     assert elapsed >= 0.05 + 8 * 2 * 0.1 / 4
 
 
-def test_grader_error_cell_is_recorded_and_retried_alone(store: Store, server: Server) -> None:
+def test_grader_error_cell_is_recorded_and_retried_alone(
+    store: Store, server: DelayedServer
+) -> None:
     backoff = SharedBackoff()
     exp_id = _http_experiment(store, server, 3, backoff)
     server.grader_reply = error(400, "bad request")  # not retryable: grader_error
