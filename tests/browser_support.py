@@ -11,7 +11,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -96,3 +96,48 @@ def streamlit_server(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+ARTIFACTS = ROOT / "artifacts" / "browser"
+"""Where the browser tests keep their screenshots and server logs."""
+
+TIMEOUT_MS = 60_000
+"""Playwright's default timeout for the browser tests."""
+
+
+@contextmanager
+def app_in_browser(db_path: Path, *, log_name: str, last_shot: str,
+                   accept_downloads: bool = False) -> Iterator[Any]:
+    """The real app on a temporary database, open in headless Chromium; yields the page.
+
+    A screenshot of the last state is saved as ``artifacts/browser/<last_shot>.png``.
+    """
+    from playwright.sync_api import sync_playwright
+
+    browser_path = chromium_path()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with streamlit_server(db_path, ARTIFACTS / log_name) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                      accept_downloads=accept_downloads)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url)
+        try:
+            yield page
+        finally:
+            page.screenshot(path=str(ARTIFACTS / f"{last_shot}.png"), full_page=True)
+            context.close()
+            browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    """Save a full-page screenshot as ``artifacts/browser/<name>.png``."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def wait_idle(page: Any) -> None:
+    """Wait until Streamlit has finished the current script run."""
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
+    )

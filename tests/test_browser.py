@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
-from browser_support import CHROMIUM_FLAGS, ROOT, chromium_path, streamlit_server
-from playwright.sync_api import expect, sync_playwright
+from browser_support import ARTIFACTS, TIMEOUT_MS, app_in_browser, shot, wait_idle
+from playwright.sync_api import expect
 
 from rubric_core.export import EXPORT_COLUMNS, restore_cell
 from rubric_core.store import Store
@@ -27,42 +27,13 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.browser
 
-ARTIFACTS = ROOT / "artifacts" / "browser"
-TIMEOUT_MS = 60_000
-
 
 @pytest.fixture
 def app_page(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
-    browser_path = chromium_path()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     db = tmp_path / "browser.sqlite3"
-    with (
-        streamlit_server(db, ARTIFACTS / "streamlit.log") as url,
-        sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000},
-                                      accept_downloads=True)
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
-        try:
-            yield page, db
-        finally:
-            page.screenshot(path=str(ARTIFACTS / "99-last.png"), full_page=True)
-            context.close()
-            browser.close()
-
-
-def shot(page: Any, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def wait_idle(page: Any) -> None:
-    """Wait until Streamlit has finished the current script run."""
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
-    )
+    with app_in_browser(db, log_name="streamlit.log", last_shot="99-last",
+                        accept_downloads=True) as page:
+        yield page, db
 
 
 def choose(page: Any, key: str, label: str) -> None:
