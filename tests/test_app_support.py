@@ -496,3 +496,14 @@ def test_experiment_models_share_the_backoff_client_and_keep_the_key_rule(
     key = model.openai_api_key  # type: ignore[attr-defined]
     assert key is None or "sk-env" not in key.get_secret_value()
     assert models("demo", "worker", None) is not None
+
+
+def test_a_bad_paste_without_a_name_names_the_row_and_column(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite3") as store:
+        bad = sup.import_dataset(store, 'prompt,topic\n"About {topc}",rain\n', name="")
+        assert bad.level == "error" and "row 2, column 'prompt' uses {topc}" in bad.text
+        empty = sup.import_dataset(store, "", name="")
+        assert empty.level == "error" and "the dataset is empty" in empty.text
+        nameless = sup.import_dataset(store, "prompt\nhello\n", name="  ")
+        assert nameless.text == "Give the dataset a name, then store it again."
+        assert store.list_datasets() == []

@@ -73,12 +73,13 @@ def import_dataset(store: Store, data: bytes | str, *, name: str) -> UiMessage:
     and the column.
     """
     name = name.strip()
-    if not name:
-        return UiMessage("error", "Give the dataset a name, then store it again.")
+    # The rows first: what is wrong with them matters more than a missing name.
     try:
-        dataset = parse_dataset(data, name=name)
+        dataset = parse_dataset(data, name=name or "dataset")
     except DatasetError as exc:
         return UiMessage("error", f"Nothing was stored: {exc}.")
+    if not name:
+        return UiMessage("error", "Give the dataset a name, then store it again.")
     before = {i.version for i in store.dataset_versions(name)}
     version = store.save_dataset(dataset)
     if version in before:
