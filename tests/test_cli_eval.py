@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from test_experiments import Server, runs_per_thread
+from openai_server import DelayedServer
+from test_experiments import runs_per_thread
 
 from rubric_core import session
 from rubric_core.cli import main
@@ -99,7 +100,7 @@ def test_datasets_list_show_delete(tmp_path: Path) -> None:
 def test_resume_after_kill_9_runs_every_cell_exactly_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = Server(delay_s=0.1)
+    server = DelayedServer(delay_s=0.1)
     db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
     data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(16)),
                     encoding="utf-8")
