@@ -1031,7 +1031,8 @@ class Store:
     def save_dataset(self, dataset: Dataset, name: str | None = None) -> int:
         """Store a checked dataset (from `rubric_core.datasets.parse_dataset`) as a new version.
 
-        All its rows are written in one transaction, or none are.
+        All its rows are written in one transaction, or none are; their text is scrubbed of
+        secrets (`rubric_core.redact`) first.
 
         Args:
             dataset: The parsed dataset.
@@ -1049,7 +1050,11 @@ class Store:
         if not dataset.rows:
             msg = f"dataset {name!r} has no rows"
             raise ValueError(msg)
-        jsonl = dataset.to_jsonl()
+        # Rows are stored scrubbed of secrets, like everything else in this file; a secret or
+        # key-shaped token becomes ``[redacted]`` inside its JSON string, which stays valid.
+        from rubric_core.redact import redact
+
+        jsonl = redact(dataset.to_jsonl())
         columns = json.dumps(list(dataset.columns), ensure_ascii=False)
         with self._connect(write=True) as conn:
             latest = conn.execute(

@@ -115,3 +115,20 @@ def test_schema_3_file_gains_the_experiment_tables(tmp_path: Path) -> None:
     (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
     assert version == "5"
+
+
+def test_stored_dataset_rows_hold_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.datasets import parse_dataset
+
+    secret = "sk-realkey-ABCDEFGHIJKLMNOP1234"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    path = tmp_path / "db.sqlite3"
+    with Store(path) as store:
+        rows = f'prompt,note\n"my key is {secret}","Bearer abcdefgh12"\n'
+        store.save_dataset(parse_dataset(rows, name="d"))
+        dataset, _ = store.load_dataset("d")
+    assert dataset.rows[0].prompt == "my key is [redacted]"
+    assert dataset.rows[0].variables["note"] == "Bearer [redacted]"
+    assert not [p for p in tmp_path.iterdir() if secret.encode() in p.read_bytes()]
