@@ -1,26 +1,37 @@
 """Experiment throughput against the tests' loopback OpenAI-compatible server.
 
-One configuration (worker and grader both ``openai-compatible``, served by the tests'
-`FakeOpenAI` after a fixed delay per call) over N rows, at several concurrency limits C. Each
-row is one worker call and one grader call (the grader is satisfied at once). Reported per C:
+One configuration (worker and grader both ``openai-compatible``) over N rows at several
+concurrency limits C, against the tests' `DelayedServer` (a fixed delay per call) running in
+its own process, so its CPU is not charged to the client's GIL. Each row takes ``--passes``
+grading passes: the grader fails the worker's answers until the last pass, so a row is
+``2 × passes`` model calls. Measured side by side in one run, per C:
 
-- span efficiency: ideal / (last response - first request), ideal = calls × delay / C;
-- wall efficiency: ideal / wall time of ``run_experiment`` (creation and start-up included);
-- the most requests the server saw in flight (must never exceed C).
+- ``loop``: `run_experiment` — every cell the full rubric loop (agent graph, middleware,
+  checkpoints in a SQLite file, recording in the run index);
+- ``plain``: the same calls from plain asyncio with one ``ChatOpenAI`` (``ainvoke``), bounded
+  by a semaphore: the floor for any client in Python.
+
+Reported: span efficiency = ideal / (last response - first request) and wall efficiency =
+ideal / wall time (creation and start-up included), ideal = calls × delay / C; the ratio of
+the loop's span efficiency to plain asyncio's; and the most requests the server saw in flight
+(must never exceed C).
 
 Run from the repository root:
 
-    .venv/bin/python bench/experiment.py                       # 64 rows, 200 ms, C = 1 4 16 32
-    .venv/bin/python bench/experiment.py --rows 32 --concurrency 1 16
+    .venv/bin/python bench/experiment.py      # 64 rows, 2 passes, 200 ms, C = 1 4 16 32
+    .venv/bin/python bench/experiment.py --rows 32 --passes 1 --concurrency 1 16
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing as mp
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rubric_core.datasets import parse_dataset
 from rubric_core.experiments import (
@@ -32,14 +43,53 @@ from rubric_core.experiments import (
 from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test server
-from openai_server import DelayedServer, verdict
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+CRITERION = "answers the question"
+GRADER_TOOL = {"type": "function", "function": {
+    "name": "GraderResponse", "description": "The verdict.",
+    "parameters": {"type": "object", "properties": {"result": {"type": "string"}}}}}
 
 
-def _one(rows: int, concurrency: int, delay_s: float) -> dict[str, float]:
-    server = DelayedServer(
-        delay_s, grader_reply=verdict("satisfied", (), ("answers the question",)))
-    with server.fake, tempfile.TemporaryDirectory() as tmp:
+def _serve(conn: Any, delay_s: float, passes: int) -> None:
+    """The child process: a DelayedServer answering until told to stop; stats on request."""
+    sys.path.insert(0, str(TESTS))
+    from openai_server import DelayedServer, verdict
+
+    server = DelayedServer(delay_s, grader_reply=verdict("satisfied", (), (CRITERION,)),
+                           passes=passes)
+    with server.fake:
+        conn.send(server.fake.base_url)
+        while conn.recv() == "stats":
+            conn.send((list(server.fake.request_times), list(server.done), server.peak))
+            server.fake.request_times.clear()
+            server.done.clear()
+            server.peak = 0
+
+
+class Server:
+    """The loopback server in a child process."""
+
+    def __init__(self, delay_s: float, passes: int) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(child, delay_s, passes), daemon=True)
+        self._process.start()
+        self.base_url: str = self._conn.recv()
+
+    def stats(self) -> tuple[list[float], list[float], int]:
+        """(request arrival times, response times, peak in flight) since the last call."""
+        self._conn.send("stats")
+        times, done, peak = self._conn.recv()
+        return times, done, peak
+
+    def close(self) -> None:
+        self._conn.send("stop")
+        self._process.join(10)
+
+
+def _loop(server: Server, rows: int, concurrency: int) -> float:
+    """Wall seconds of creating and running the experiment through the rubric loop."""
+    with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.sqlite3").open()
         try:
             backoff = SharedBackoff()
@@ -47,8 +97,8 @@ def _one(rows: int, concurrency: int, delay_s: float) -> dict[str, float]:
             data = "prompt\n" + "".join(f"question {i}\n" for i in range(rows))
             config = ExperimentConfig(worker_model="openai-compatible:w",
                                       grader_model="openai-compatible:g",
-                                      rubric="- answers the question",
-                                      base_url=server.fake.base_url)
+                                      rubric=f"- {CRITERION}", max_iterations=8,
+                                      base_url=server.base_url)
             started = time.monotonic()
             exp = create_experiment(store, parse_dataset(data, name="bench"), [config],
                                     models=models)
@@ -57,35 +107,80 @@ def _one(rows: int, concurrency: int, delay_s: float) -> dict[str, float]:
             wall = time.monotonic() - started
         finally:
             store.close()
-    finished = [e for e in events if e["type"] == "cell_finished"]
-    if len(finished) != rows or any(e["status"] != "satisfied" for e in finished):
-        msg = f"expected {rows} satisfied cells, got {[e['status'] for e in finished]}"
+    statuses = [e["status"] for e in events if e["type"] == "cell_finished"]
+    if len(statuses) != rows or set(statuses) != {"satisfied"}:
+        msg = f"expected {rows} satisfied cells, got {statuses}"
         raise SystemExit(msg)
-    calls = len(server.fake.request_times)
-    ideal = calls * delay_s / concurrency
-    span = max(server.done) - min(server.fake.request_times)
-    return {"calls": calls, "span": span, "wall": wall, "span_eff": ideal / span,
-            "wall_eff": ideal / wall, "peak": server.peak}
+    return wall
+
+
+def _plain(server: Server, rows: int, concurrency: int, passes: int) -> float:
+    """Wall seconds of the same calls from plain asyncio and one ChatOpenAI."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    async def main() -> None:
+        import httpx
+
+        # A client of this event loop: ChatOpenAI's shared default belongs to the first loop.
+        async with httpx.AsyncClient() as client:
+            model = ChatOpenAI(model="w", base_url=server.base_url,  # type: ignore[call-arg]
+                               api_key="bench-key", max_retries=0,  # type: ignore[arg-type]
+                               http_async_client=client)
+            grader = model.bind_tools([GRADER_TOOL])
+            limit = asyncio.Semaphore(concurrency)
+
+            async def row(i: int) -> None:
+                async with limit:
+                    messages: list[Any] = [HumanMessage(f"question {i}")]
+                    for _ in range(passes):
+                        answer = await model.ainvoke(messages)
+                        messages.append(AIMessage(answer.content))
+                        await grader.ainvoke([HumanMessage(f"Grade: {answer.content}")])
+                        messages.append(HumanMessage("revise"))
+
+            await asyncio.gather(*(row(i) for i in range(rows)))
+
+    started = time.monotonic()
+    asyncio.run(main())
+    return time.monotonic() - started
+
+
+def _figures(server: Server, wall: float, concurrency: int, delay_s: float) -> dict[str, float]:
+    times, done, peak = server.stats()
+    ideal = len(times) * delay_s / concurrency
+    return {"calls": len(times), "span_eff": ideal / (max(done) - min(times)),
+            "wall_eff": ideal / wall, "peak": peak}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--delay-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     args = parser.parse_args()
     delay = args.delay_ms / 1000
-    print(f"{args.rows} rows x 2 calls, {args.delay_ms:g} ms per call on the loopback server")
-    print(f"{'C':>3} {'calls':>6} {'span s':>8} {'wall s':>8} {'span eff':>9} {'wall eff':>9}"
-          f" {'peak in flight':>15}")
-    for c in args.concurrency:
-        r = _one(args.rows, c, delay)
-        print(f"{c:>3} {r['calls']:>6.0f} {r['span']:>8.2f} {r['wall']:>8.2f} "
-              f"{r['span_eff']:>9.2f} {r['wall_eff']:>9.2f} {r['peak']:>15.0f}")
-        if r["peak"] > c:
-            print(f"FAIL: {r['peak']:.0f} requests in flight with C = {c}")
-            return 1
-    return 0
+    print(f"{args.rows} rows x {2 * args.passes} calls ({args.passes} passes), "
+          f"{args.delay_ms:g} ms per call on the loopback server (own process)")
+    print(f"{'C':>3} {'calls':>6} {'loop span':>10} {'loop wall':>10} {'plain span':>11} "
+          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5}")
+    server = Server(delay, args.passes)
+    failed = False
+    try:
+        for c in args.concurrency:
+            loop = _figures(server, _loop(server, args.rows, c), c, delay)
+            plain = _figures(server, _plain(server, args.rows, c, args.passes), c, delay)
+            print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
+                  f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
+                  f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
+                  f"{loop['peak']:>5.0f}")
+            if loop["peak"] > c:
+                print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
+                failed = True
+    finally:
+        server.close()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

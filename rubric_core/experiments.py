@@ -220,14 +220,24 @@ def experiment_models(
         env_keys: Whether a base URL may receive ``OPENAI_API_KEY`` from the environment.
 
     """
+    built: dict[tuple[str, str | None], BaseChatModel] = {}
+    lock = threading.Lock()
 
     def resolve(model: str, role: session.Role, base_url: str | None) -> BaseChatModel:
         del role  # every role gets the same client
-        extra: dict[str, Any] = {}
-        if _uses_openai_client(model):
-            extra["http_client"] = backoff.http_client()
-        return resolve_model(model, base_url=base_url, api_key=api_key, env_keys=env_keys,
-                             **extra)
+        # One instance per model and endpoint for the whole experiment (chat models are safe to
+        # share between threads), so every cell of a configuration reuses one compiled agent
+        # (`rubric_core.runner.build_agent` keeps them by their models' identity).
+        with lock:
+            if (model, base_url) not in built:
+                # Nobody watches a cell's tokens: one response per call costs a fraction of the
+                # CPU of a stream of chunks, and under the GIL CPU limits concurrent cells.
+                extra: dict[str, Any] = {"disable_streaming": True}
+                if _uses_openai_client(model):
+                    extra["http_client"] = backoff.http_client()
+                built[model, base_url] = resolve_model(
+                    model, base_url=base_url, api_key=api_key, env_keys=env_keys, **extra)
+            return built[model, base_url]
 
     return resolve
 

@@ -66,15 +66,45 @@ def register_secrets(values: Mapping[str, Any] | Iterable[object]) -> None:
             register_secret(value)
 
 
+def _secret_env_items() -> tuple[tuple[Any, Any], ...]:
+    """The environment's secret-named ``(name, value)`` pairs, undecoded.
+
+    Read on every call, so a key set or changed at run time counts at once. From the mapping
+    behind ``os.environ`` when there is one (CPython's ``_data``: every change through
+    ``os.environ`` lands there): iterating ``os.environ`` itself decodes every name and value
+    of the environment, and redaction asks once per checkpoint write.
+    """
+    raw = getattr(os.environ, "_data", None)
+    if isinstance(raw, dict):
+        suffixes: tuple[Any, ...] = tuple(
+            s.encode() if os.supports_bytes_environ else s for s in SECRET_NAME_SUFFIXES)
+        return tuple((name, value) for name, value in raw.items()
+                     if name.upper().endswith(suffixes))
+    return tuple((name, value) for name, value in os.environ.items()
+                 if name.upper().endswith(SECRET_NAME_SUFFIXES))
+
+
+_cache_key: tuple[object, ...] | None = None
+_cache_value: list[str] = []
+
+
 def secret_values() -> list[str]:
     """The configured secret values, longest first (so a key's prefix never masks the rest)."""
-    found = {
-        value.strip() for name, value in os.environ.items()
-        if name.upper().endswith(SECRET_NAME_SUFFIXES) and len(value.strip()) >= MIN_SECRET_CHARS
-    }
+    global _cache_key, _cache_value
+    items = _secret_env_items()
     with _lock:
-        found |= _registered
-    return sorted(found, key=len, reverse=True)
+        key = (items, len(_registered))  # registrations only ever add
+        if key == _cache_key:
+            return list(_cache_value)
+        found = set(_registered)
+    for _, raw in items:
+        value = (os.fsdecode(raw) if isinstance(raw, bytes) else raw).strip()
+        if len(value) >= MIN_SECRET_CHARS:
+            found.add(value)
+    ordered = sorted(found, key=len, reverse=True)
+    with _lock:
+        _cache_key, _cache_value = key, ordered
+    return list(ordered)
 
 
 def _shape(match: re.Match[str]) -> str:

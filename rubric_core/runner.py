@@ -9,9 +9,11 @@ generator (a Stop button, Ctrl-C) aborts the graph; the thread's checkpoints sta
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -134,8 +136,47 @@ def _model(spec: str | BaseChatModel, run: RunSpec) -> BaseChatModel:
     return spec
 
 
+_AGENT_CACHE_SIZE = 32
+_agents: OrderedDict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = OrderedDict()
+_agents_lock = threading.Lock()
+
+
+def _agent_key(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> tuple[Any, ...]:
+    """What a compiled agent depends on, live objects by identity.
+
+    The prompt and the rubric travel in the graph's input, not in the agent.
+    """
+    return (id(run.worker), id(run.grader), run.worker_system_prompt,
+            run.grader_system_prompt, tuple(id(t) for t in run.grader_tools),
+            run.max_iterations, run.max_retries, run.base_url, run.api_key, run.token_delay_s,
+            id(checkpointer))
+
+
 def build_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
-    """The agent for a run: the worker with `RubricMiddleware` around it."""
+    """The agent for a run: the worker with `RubricMiddleware` around it.
+
+    Compiled agents are kept (the last `_AGENT_CACHE_SIZE`) and reused by runs with the same
+    model objects, tools, prompts, cap and checkpointer; model strings are resolved afresh each
+    time. A compiled LangGraph graph serves concurrent threads, and compiling one (with the
+    grader's tool schemas) was about a quarter of an experiment cell's CPU. An entry holds the
+    objects its key names by identity, so no id is reused while it is cached.
+    """
+    if isinstance(run.worker, str) or isinstance(run.grader, str):
+        return _compile_agent(run, checkpointer)  # a model string may resolve differently later
+    key = _agent_key(run, checkpointer)
+    with _agents_lock:
+        if key in _agents:
+            _agents.move_to_end(key)
+            return _agents[key][0]
+    agent = _compile_agent(run, checkpointer)
+    with _agents_lock:
+        _agents[key] = (agent, (run.worker, run.grader, tuple(run.grader_tools), checkpointer))
+        while len(_agents) > _AGENT_CACHE_SIZE:
+            _agents.popitem(last=False)
+    return agent
+
+
+def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     grader: str | BaseChatModel = run.grader
     if isinstance(grader, str):
         grader = _model(grader, run)

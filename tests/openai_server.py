@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 import threading
 import time
@@ -500,16 +501,22 @@ class DelayedServer:
 
     It counts the requests in flight (``peak`` is the most at once) and records when each
     response was ready (``done``), for concurrency tests and ``bench/experiment.py``. The
-    grader gets ``grader_reply`` (set it to script an error); the worker gets a fixed text.
+    worker's k-th answer of a row is ``answer k``; the grader fails an answer before the
+    ``passes``-th (criterion ``answers the question``) and then gives ``grader_reply`` (set it
+    to script an error), so each row takes ``passes`` worker and ``passes`` grader calls.
 
     Args:
         delay_s: Seconds each call takes.
-        grader_reply: What a request carrying the GraderResponse tool is answered with.
+        grader_reply: What a request carrying the GraderResponse tool is answered with, from
+            the ``passes``-th answer on.
+        passes: Grading passes per row.
     """
 
-    def __init__(self, delay_s: float, grader_reply: Reply | None = None) -> None:
+    def __init__(self, delay_s: float, grader_reply: Reply | None = None, *,
+                 passes: int = 1) -> None:
         self.delay_s, self.in_flight, self.peak = delay_s, 0, 0
         self.grader_reply: Reply = grader_reply or verdict("satisfied")
+        self.passes = passes
         self.done: list[float] = []
         self._lock = threading.Lock()
         self.fake = FakeOpenAI(default=self.respond)
@@ -526,4 +533,11 @@ class DelayedServer:
                 self.in_flight -= 1
                 self.done.append(time.monotonic())
         names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-        return self.grader_reply if "GraderResponse" in names else text("an answer")
+        if "GraderResponse" not in names:
+            # Answer k of a row: one user message (the prompt), then one per revision request.
+            k = sum(m.get("role") == "user" for m in body.get("messages") or [])
+            return text(f"answer {k}")
+        seen = [int(n) for n in re.findall(r"answer (\d+)", json.dumps(body["messages"]))]
+        if max(seen, default=self.passes) < self.passes:
+            return verdict("needs_revision", ("answers the question",), ("answers the question",))
+        return self.grader_reply

@@ -58,6 +58,21 @@ def test_configured_values_are_redacted_wherever_they_appear(
     assert redact.redact(text) == f"x {REDACTED} y {REDACTED} z abc"
 
 
+def test_a_secret_set_or_changed_after_an_earlier_read_is_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LATE_SERVICE_PASSWORD", "first-value-123")
+    assert "first-value-123" not in redact.redact("pw first-value-123")
+    monkeypatch.setenv("LATE_SERVICE_PASSWORD", "second-value-456")
+    assert redact.redact("pw second-value-456 first-value-123") == f"pw {REDACTED} first-value-123"
+    monkeypatch.setenv("ANOTHER_SERVICE_SECRET", "third-value-789")
+    assert "third-value-789" not in redact.redact("third-value-789")
+    monkeypatch.delenv("ANOTHER_SERVICE_SECRET")
+    assert redact.redact("third-value-789") == "third-value-789"
+    redact.register_secret("registered-later-000")
+    assert redact.redact("registered-later-000") == REDACTED
+
+
 def test_ordinary_text_is_unchanged() -> None:
     text = "The poem has three lines; sk-1 is a label; Bearer of news; api_key: short"
     assert redact.redact(text) == text

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -233,3 +236,56 @@ def test_worker_that_raises_on_the_first_call() -> None:
     final = list(run_rubric(spec([ValueError("no such model")], [PASS])))[-1]
     assert final["status"] == "error" and "no such model" in (final["error"] or "")
     assert final["evaluations"] == [] and final["answer"] == ""
+
+
+# --------------------------------------------------------------------------- the agent cache
+
+
+def test_an_agent_is_compiled_once_per_model_objects_and_settings() -> None:
+    saver = InMemorySaver()
+    run = spec([], [PASS])
+    agent = build_agent(run, saver)
+    # The prompt and the rubric are the graph's input: other rows reuse the compiled agent.
+    assert build_agent(dataclasses.replace(run, prompt="other", rubric="- c3"), saver) is agent
+    assert build_agent(dataclasses.replace(run, max_iterations=5), saver) is not agent
+    assert build_agent(dataclasses.replace(run, grader_system_prompt="strict"), saver) is not agent
+    assert build_agent(run, InMemorySaver()) is not agent
+    other_grader = dataclasses.replace(run, grader=ScriptedChatModel(replies=[PASS]))
+    assert build_agent(other_grader, saver) is not agent
+    by_name = dataclasses.replace(run, worker="demo", grader="rules")
+    assert build_agent(by_name, saver) is not build_agent(by_name, saver)
+
+
+class _Echo(ScriptedChatModel):
+    """Answers with the first human message it was given, so an answer names its row."""
+
+    def _generate(self, messages: list[Any], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> Any:
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        time.sleep(0.05)  # overlap the two runs
+        first = next(m for m in messages if m.type == "human")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(f"echo {first.content}"))])
+
+
+def test_runs_sharing_one_compiled_agent_keep_their_own_threads() -> None:
+    saver = InMemorySaver()
+    worker, grader = _Echo(), ScriptedChatModel(default=PASS)
+    runs = [RunSpec(prompt=f"row {i}", rubric=RUBRIC, worker=worker, grader=grader)
+            for i in range(6)]
+    assert len({id(build_agent(r, saver)) for r in runs}) == 1
+    answers: dict[int, str] = {}
+
+    def one(i: int) -> None:
+        events = list(run_rubric(runs[i], checkpointer=saver, thread_id=f"t{i}"))
+        answers[i] = events[-1]["answer"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == {i: f"echo row {i}" for i in range(6)}
+    for i in range(6):
+        values = thread_values(runs[i], saver, f"t{i}")
+        assert [m.content for m in values["messages"]][:2] == [f"row {i}", f"echo row {i}"]
