@@ -26,8 +26,8 @@ def _count(path: Path, table: str) -> int:
         conn.close()
 
 
-def test_schema_version_is_five() -> None:
-    assert SCHEMA_VERSION == 5
+def test_schema_version_is_six() -> None:
+    assert SCHEMA_VERSION == 6
 
 
 def test_dataset_versions_round_trip(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_schema_3_file_gains_the_experiment_tables(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == "5"
+    assert version == str(SCHEMA_VERSION)
 
 
 def test_stored_dataset_rows_hold_no_secret(
