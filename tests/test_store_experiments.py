@@ -1,4 +1,7 @@
-"""Datasets and experiments in the store: versions, cells, one transaction each."""
+"""Datasets and experiments in the store: versions, cells, one transaction each, leases.
+
+Tests taking ``db_location`` or ``store`` (tests/conftest.py) run on SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 import pytest
+from pg_support import database_holds, scalar
 
 from rubric_core.datasets import DatasetError, parse_dataset
 from rubric_core.offline.demo_dataset import demo_dataset
@@ -18,20 +22,16 @@ if TYPE_CHECKING:
 CSV = "id,prompt,topic\na,Write about {topic},cats\nb,Write about {topic},dogs\n"
 
 
-def _count(path: Path, table: str) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-    finally:
-        conn.close()
+def _count(location: str | Path, table: str) -> int:
+    return int(str(scalar(location, f"SELECT COUNT(*) FROM {table}")))
 
 
 def test_schema_version_is_six() -> None:
     assert SCHEMA_VERSION == 6
 
 
-def test_dataset_versions_round_trip(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_dataset_versions_round_trip(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         ds = parse_dataset(CSV, name="pets")
         assert store.save_dataset(ds) == 1
         assert store.save_dataset(ds) == 1  # unchanged rows: no new version
@@ -49,8 +49,8 @@ def test_dataset_versions_round_trip(tmp_path: Path) -> None:
         assert store.list_datasets() == []
 
 
-def test_bad_dataset_stores_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
+def test_bad_dataset_stores_nothing(db_location: str | Path) -> None:
+    path = db_location
     with Store(path) as store:
         store.list_datasets()
         with pytest.raises(DatasetError, match=r"row 3, column 'prompt'"):
@@ -58,8 +58,8 @@ def test_bad_dataset_stores_nothing(tmp_path: Path) -> None:
     assert _count(path, "datasets") == 0
 
 
-def test_experiment_cells_and_their_runs(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_experiment_cells_and_their_runs(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         ds = demo_dataset()
         version = store.save_dataset(ds)
         configs = (ExperimentConfig(), ExperimentConfig(max_iterations=1, label="one pass"))
@@ -118,17 +118,17 @@ def test_schema_3_file_gains_the_experiment_tables(tmp_path: Path) -> None:
 
 
 def test_stored_dataset_rows_hold_no_secret(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_location: str | Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rubric_core.datasets import parse_dataset
 
     secret = "sk-realkey-ABCDEFGHIJKLMNOP1234"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    path = tmp_path / "db.sqlite3"
-    with Store(path) as store:
+    with Store(db_location) as store:
         rows = f'prompt,note\n"my key is {secret}","Bearer abcdefgh12"\n'
         store.save_dataset(parse_dataset(rows, name="d"))
         dataset, _ = store.load_dataset("d")
     assert dataset.rows[0].prompt == "my key is [redacted]"
     assert dataset.rows[0].variables["note"] == "Bearer [redacted]"
-    assert not [p for p in tmp_path.iterdir() if secret.encode() in p.read_bytes()]
+    assert database_holds(db_location, secret) == []
+    assert database_holds(db_location, "Bearer [redacted]") != []

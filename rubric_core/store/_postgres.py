@@ -275,12 +275,12 @@ class PostgresBackend:
         pool = self._get_pool()
         with self._lock:
             if self._saver is None:
-                from langgraph.checkpoint.postgres import PostgresSaver
-
                 from rubric_core.redact import RedactingSerializer
+                from rubric_core.store._pg_saver import RedactingPostgresSaver
 
-                # Checkpoints never hold a secret (an echoed key in an error, say).
-                saver = PostgresSaver(cast("Any", pool), serde=RedactingSerializer())
+                # Checkpoints never hold a secret (an echoed key in an error, say): the
+                # serializer scrubs what it writes, the subclass what PostgresSaver inlines.
+                saver = RedactingPostgresSaver(cast("Any", pool), serde=RedactingSerializer())
                 self._setup(saver)
                 self._saver = saver
             return self._saver
