@@ -1,4 +1,4 @@
-"""Command line: ``rubric-studio run|eval|datasets|examples|analytics|app ...``.
+"""Command line: ``rubric-studio run|eval|datasets|db|examples|analytics|app ...``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -121,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="the database to read (SQLite file or postgresql:// URL)")
     stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
     _add_eval_parsers(sub)
+    _add_db_parsers(sub)
     sub.add_parser(
         "app", help="start the Streamlit app (streamlit run serve.py)",
         description="Start the Streamlit app from the clone it was installed from. Arguments "
@@ -568,6 +569,33 @@ def _datasets(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# -- db: copy a database -------------------------------------------------------------------------
+
+
+def _add_db_parsers(sub: Any) -> None:
+    db = sub.add_parser("db", help="manage the database (copy it between SQLite and PostgreSQL)")
+    actions = db.add_subparsers(dest="db_command", required=True)
+    copy = actions.add_parser(
+        "copy", help="copy every run, rubric, dataset, experiment and checkpoint",
+        description="Copy a whole Rubric Studio database to another: SQLite file to "
+        "postgresql:// URL or back (rubric_core.store.copy_store). The destination must be "
+        "empty unless --into-nonempty; the counts copied are checked against it.")
+    copy.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL")
+    copy.add_argument("--to", dest="destination", required=True, metavar="PATH_OR_URL")
+    copy.add_argument("--into-nonempty", action="store_true",
+                      help="add to a destination that holds data (rows already there are kept)")
+
+
+def _db(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.store import copy_store
+
+    counts = copy_store(args.source, args.destination, into_nonempty=args.into_nonempty)
+    out.write(f"copied {shown_location(args.source)} to {shown_location(args.destination)}:\n")
+    for table, count in counts.items():
+        out.write(f"  {table:18} {count:8}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit status."""
     out = out or sys.stdout
@@ -596,6 +624,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return _eval(args, out)
         if args.command == "datasets":
             return _datasets(args, out)
+        if args.command == "db":
+            return _db(args, out)
         return _run(args, out)
     except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")

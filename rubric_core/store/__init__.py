@@ -7,6 +7,7 @@
 untouched. `copy_store` copies everything from one database to another, either way.
 """
 
+from rubric_core.store._copy import copy_store
 from rubric_core.store._core import (
     CellRecord,
     DatasetInfo,
@@ -33,6 +34,7 @@ __all__ = [
     "RunRecord",
     "Store",
     "StoreError",
+    "copy_store",
     "default_db_path",
     "is_url",
     "mask_url",
