@@ -12,7 +12,7 @@ import streamlit as st
 
 from rubric_core import app_support as sup
 from rubric_core import host_check, redact
-from rubric_core.store import Store, StoreError
+from rubric_core.store import Store, StoreError, shown_location
 
 st.set_page_config(page_title="Rubric Studio", page_icon="✅", layout="wide")
 # Served without serve.py, the app would answer any Host name (DNS rebinding). AppTest sends no
@@ -92,7 +92,7 @@ with st.sidebar:
     sandbox = sup.sandbox_summary()
     getattr(st, sandbox.level)(sandbox.text)
     st.markdown("### Database")
-    st.caption(f"In use: `{db_path}`")
+    st.caption(f"In use: `{shown_location(db_path)}`")  # a URL's password masked
     if store_error:
         st.error(store_error, icon=":material/database:")
 

@@ -1,4 +1,4 @@
-"""Command line: ``rubric-studio run|eval|datasets|examples|analytics|app ...``.
+"""Command line: ``rubric-studio run|eval|datasets|db|examples|analytics|app ...``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rubric_core.models import ModelConfigError
 from rubric_core.redact import install_log_redaction, redact
 from rubric_core.rubric import RubricError
-from rubric_core.store import DB_ENV_VAR, StoreError
+from rubric_core.store import DB_ENV_VAR, StoreError, shown_location
+from rubric_core.store import is_url as is_db_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -104,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-iterations", type=int, default=None)
     run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
     run.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
-    run.add_argument("--db", default=None, help="SQLite file to keep the thread in")
+    run.add_argument("--db", default=None,
+                     help="SQLite file or postgresql:// URL to keep the thread in")
     run.add_argument("--thread", default=None, help="thread id (with --db, to resume)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted thread")
     run.add_argument("--quiet", action="store_true", help="do not print the worker's answers")
@@ -115,9 +117,11 @@ def _parser() -> argparse.ArgumentParser:
         "it, oscillations, feedback efficacy, revision tokens and instability under repeats "
         "(rubric_core.analytics), over every run in --db.",
     )
-    stats.add_argument("--db", required=True, help="the SQLite database to read")
+    stats.add_argument("--db", required=True,
+                       help="the database to read (SQLite file or postgresql:// URL)")
     stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
     _add_eval_parsers(sub)
+    _add_db_parsers(sub)
     sub.add_parser(
         "app", help="start the Streamlit app (streamlit run serve.py)",
         description="Start the Streamlit app from the clone it was installed from. Arguments "
@@ -279,8 +283,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
                 record = store.latest_run_for_thread(args.thread)
                 if record is None:
                     msg = (
-                        f"no run on thread {args.thread!r} in {args.db}: check --thread and "
-                        "--db, or start a new run without --resume"
+                        f"no run on thread {args.thread!r} in {shown_location(args.db)}: check "
+                        "--thread and --db, or start a new run without --resume"
                     )
                     raise UsageError(
                         msg
@@ -314,8 +318,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if final.get("error"):
         out.write(f"error: {redact(final['error'])}\n")
     if run_id is not None:
-        out.write(f"recorded as run {run_id[:8]} in {args.db} (the app's Review page lists it "
-                  f"when {DB_ENV_VAR} points at that file)\n")
+        out.write(f"recorded as run {run_id[:8]} in {shown_location(args.db)} (the app's Review "
+                  f"page lists it when {DB_ENV_VAR} points at that database)\n")
     if status in NEXT_STEPS:
         out.write(f"next: {NEXT_STEPS[status]}\n")
     if args.csv:
@@ -338,8 +342,8 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.csv:
         _check_output(args.csv)
-    if not Path(args.db).is_file():
-        msg = f"--db {args.db!r} does not exist"
+    if not is_db_url(args.db) and not Path(args.db).is_file():
+        msg = f"--db {args.db!r} does not exist"  # a path: a URL holds no password to show
         raise UsageError(msg)
     store = Store(args.db)
     try:
@@ -350,7 +354,7 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
     evaluations = [ev for run in runs for ev in by_run[run.run_id]]
     frame = loop_analytics(evaluations)
     if frame.empty:
-        out.write(f"no graded runs in {args.db}\n")
+        out.write(f"no graded runs in {shown_location(args.db)}\n")
         return 0
     out.write(f"{len(runs)} run(s), {len(evaluations)} grading pass(es)\n")
     out.write(redact(frame.to_string(index=False)) + "\n")
@@ -388,7 +392,7 @@ def _add_eval_parsers(sub: Any) -> None:
     ev.add_argument("--concurrency", type=int, default=None, help="cells at once (default 4)")
     ev.add_argument("--min-pass-rate", type=float, default=1.0,
                     help="satisfied share each configuration needs for exit 0 (default 1.0)")
-    ev.add_argument("--db", required=True, help="the SQLite database")
+    ev.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
     ev.add_argument("--resume", default=None, metavar="EXP_ID",
                     help="continue a stopped or killed experiment")
     ev.add_argument("--retry-errors", action="store_true",
@@ -396,7 +400,7 @@ def _add_eval_parsers(sub: Any) -> None:
     ev.add_argument("--csv", default=None, help="write every pass × criterion as CSV here")
     ev.add_argument("--summary-csv", default=None, help="write the summary table as CSV here")
     ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
-    ds.add_argument("--db", required=True, help="the SQLite database")
+    ds.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
     ds.add_argument("action", nargs="?", default="list", choices=("list", "show", "delete"))
     ds.add_argument("name", nargs="?", default=None)
 
@@ -492,7 +496,7 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
                 raise UsageError(msg)
             experiment = store.get_experiment(args.resume)
             if experiment is None:
-                msg = f"no experiment {args.resume!r} in {args.db}"
+                msg = f"no experiment {args.resume!r} in {shown_location(args.db)}"
                 raise UsageError(msg)
         else:
             dataset = _load_dataset(args)
@@ -504,7 +508,8 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"experiment {exp_id} ({experiment.name}): "
                   f"{len(experiment.configurations)} configuration(s), "
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
-                  f"resume with: rubric-studio eval --resume {exp_id} --db {args.db}\n")
+                  f"resume with: rubric-studio eval --resume {exp_id} "
+                  f"--db {shown_location(args.db)}\n")
         for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
                                     concurrency=args.concurrency or DEFAULT_CONCURRENCY):
             _print_progress(event, out)
@@ -542,7 +547,7 @@ def _datasets(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{info.name:24} v{info.version:<3} {info.row_count:6} rows  "
                           f"{info.created_at[:19]}\n")
             if not infos:
-                out.write(f"no datasets in {args.db}\n")
+                out.write(f"no datasets in {shown_location(args.db)}\n")
         elif args.action == "show":
             try:
                 dataset, version = store.load_dataset(args.name)
@@ -556,11 +561,38 @@ def _datasets(args: argparse.Namespace, out: TextIO) -> int:
         else:
             deleted = store.delete_dataset(args.name)
             if not deleted:
-                msg = f"no dataset {args.name!r} in {args.db}"
+                msg = f"no dataset {args.name!r} in {shown_location(args.db)}"
                 raise UsageError(msg)
             out.write(f"deleted {deleted} version(s) of {args.name}\n")
     finally:
         store.close()
+    return 0
+
+
+# -- db: copy a database -------------------------------------------------------------------------
+
+
+def _add_db_parsers(sub: Any) -> None:
+    db = sub.add_parser("db", help="manage the database (copy it between SQLite and PostgreSQL)")
+    actions = db.add_subparsers(dest="db_command", required=True)
+    copy = actions.add_parser(
+        "copy", help="copy every run, rubric, dataset, experiment and checkpoint",
+        description="Copy a whole Rubric Studio database to another: SQLite file to "
+        "postgresql:// URL or back (rubric_core.store.copy_store). The destination must be "
+        "empty unless --into-nonempty; the counts copied are checked against it.")
+    copy.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL")
+    copy.add_argument("--to", dest="destination", required=True, metavar="PATH_OR_URL")
+    copy.add_argument("--into-nonempty", action="store_true",
+                      help="add to a destination that holds data (rows already there are kept)")
+
+
+def _db(args: argparse.Namespace, out: TextIO) -> int:
+    from rubric_core.store import copy_store
+
+    counts = copy_store(args.source, args.destination, into_nonempty=args.into_nonempty)
+    out.write(f"copied {shown_location(args.source)} to {shown_location(args.destination)}:\n")
+    for table, count in counts.items():
+        out.write(f"  {table:18} {count:8}\n")
     return 0
 
 
@@ -592,6 +624,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return _eval(args, out)
         if args.command == "datasets":
             return _datasets(args, out)
+        if args.command == "db":
+            return _db(args, out)
         return _run(args, out)
     except (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")

@@ -1,11 +1,28 @@
 """Shared fixtures and sample texts. `rubric_core` is the installed package (the test command
-installs this clone with ``pip install -e .[dev]``); nothing here patches ``sys.path``."""
+installs this clone with ``pip install -e .[dev]``); nothing here patches ``sys.path``.
+
+Database fixtures: ``db_location`` is a fresh database on each backend in turn (a SQLite file
+path, then the URL of a new database on the session's PostgreSQL server), ``store`` a `Store`
+opened on it, ``pg_url`` a fresh PostgreSQL database alone. The server (`pg_support`) starts
+once per session, on first use; each test gets its own database (CREATE DATABASE, ~60 ms).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from pg_support import create_database, drop_database, postgres_server
+
+from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
+
+BACKENDS = ("sqlite", "postgres")
 
 # Sample answers shared by test_offline_rules.py and test_offline_graders.py, so the phrasing
 # table and the grader verdicts are pinned against the same text.
@@ -16,3 +33,33 @@ SUMMARY = (
     "dioxide into glucose. Oxygen is released as a by-product."
 )
 CODE_OK = "```python\ndef add(a, b):\n    return a + b\n```"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """One PostgreSQL server for the session (its ``postgres`` database's URL)."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """The URL of a new, empty database on the session's server, dropped afterwards."""
+    url = create_database(pg_server)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_location(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
+    """A database that does not exist yet: a SQLite file path, or an empty PostgreSQL one."""
+    if request.param == "sqlite":
+        return tmp_path / "db" / "rubric_studio.sqlite3"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(db_location: str | Path) -> Iterator[Store]:
+    """A `Store` opened on ``db_location`` (on each backend), closed afterwards."""
+    with Store(db_location) as opened:
+        yield opened

@@ -45,7 +45,8 @@ def pg_bin() -> Path:
     raise RuntimeError(msg)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A 127.0.0.1 TCP port that nothing listens on (now)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -71,7 +72,7 @@ def postgres_server() -> Iterator[str]:
     if owner is not None:
         for path in (root, sockets):
             os.chown(path, owner, -1)
-    port = _free_port()
+    port = free_port()
     log = root / "server.log"
     try:
         subprocess.run([*prefix, str(binaries / "initdb"), "-D", str(data), "-U", "postgres",
@@ -100,3 +101,80 @@ def _wait_ready(port: int, timeout_s: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def database_url(server_url: str, name: str) -> str:
+    """The URL of database ``name`` on the server at ``server_url``."""
+    return server_url.rsplit("/", 1)[0] + "/" + name
+
+
+def create_database(server_url: str) -> str:
+    """Create a fresh, empty database on the server; returns its URL."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return database_url(server_url, name)
+
+
+def drop_database(url: str) -> None:
+    """Drop a database made by `create_database`, closing whatever is still connected to it."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def scalar(location: str | Path, sql: str) -> object:
+    """The first column of the first row of ``sql`` on a SQLite file or PostgreSQL URL.
+
+    The tests' own look at a database, past the store; None when a table it names is missing.
+    """
+    if str(location).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(location), autocommit=True) as conn:
+            try:
+                row = conn.execute(sql).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return None
+    else:
+        import sqlite3
+
+        conn2 = sqlite3.connect(location, timeout=5)
+        try:
+            row = conn2.execute(sql).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+        finally:
+            conn2.close()
+    return None if row is None else row[0]
+
+
+def database_holds(location: str | Path, secret: str) -> list[str]:
+    """Where ``secret`` appears in a database: its files (SQLite) or its tables (PostgreSQL)."""
+    if not str(location).startswith("postgresql://"):
+        path = Path(location)
+        return [p.name for p in path.parent.iterdir()
+                if p.name.startswith(path.name) and secret.encode() in p.read_bytes()]
+    import psycopg
+
+    found = []
+    with psycopg.connect(str(location), autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
+        for table in tables:
+            # bytea (checkpoint blobs) shows as hex in JSON: look for both spellings.
+            hit = conn.execute(
+                f'SELECT count(*) FROM "{table}" t WHERE strpos(row_to_json(t)::text, %s) > 0 '
+                f"OR strpos(row_to_json(t)::text, %s) > 0",
+                (secret, secret.encode().hex())).fetchone()
+            if hit and hit[0]:
+                found.append(table)
+    return found

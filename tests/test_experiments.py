@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 import inspect
 import io
-import sqlite3
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -36,21 +36,18 @@ if TYPE_CHECKING:
 RUBRIC = "- c1\n- c2"
 
 
-def runs_per_thread(path: Path, experiment_id: str) -> list[int]:
+def runs_per_thread(db: Store | Path | str, experiment_id: str) -> list[int]:
     """How many runs each cell's thread holds (exactly one when nothing ran twice)."""
-    conn = sqlite3.connect(path)
+    store = db if isinstance(db, Store) else Store(db)
     try:
-        return [n for (n,) in conn.execute(
-            "SELECT (SELECT COUNT(*) FROM runs r WHERE r.thread_id = c.thread_id) "
-            "FROM experiment_cells c WHERE c.experiment_id = ?", (experiment_id,))]
+        counts = Counter(run.thread_id for run in store.list_runs(limit=None))
+        return [counts[cell.thread_id] for cell in store.experiment_cells(experiment_id)]
     finally:
-        conn.close()
+        if store is not db:
+            store.close()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(tmp_path / "db.sqlite3") as s:
-        yield s
+# The `store` fixture (tests/conftest.py) runs each test on SQLite and on PostgreSQL.
 
 
 def test_bundled_dataset_runs_end_to_end(store: Store) -> None:
@@ -68,7 +65,7 @@ def test_bundled_dataset_runs_end_to_end(store: Store) -> None:
     criteria = results.criteria()
     assert set(criteria["final_pass_rate"]) == {1.0}
     assert (criteria["first_pass_rate"] < 1).any()
-    assert runs_per_thread(store.path, exp.experiment_id) == [1] * 24
+    assert runs_per_thread(store, exp.experiment_id) == [1] * 24
     # Each cell is an ordinary run, recorded with its dataset row, listed for Review.
     run = results.cells[0].run
     assert run is not None and run.settings.dataset_row is not None
@@ -103,7 +100,7 @@ def test_stop_then_resume_runs_every_cell_once(store: Store) -> None:
     finished = [e for e in run_experiment(store, exp.experiment_id) if e["type"] == "cell_finished"]
     assert len(finished) == 24 - statuses.count("satisfied")  # ended cells are not run again
     assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"satisfied"}
-    assert runs_per_thread(store.path, exp.experiment_id) == [1] * 24
+    assert runs_per_thread(store, exp.experiment_id) == [1] * 24
 
 
 def test_row_that_cannot_run_stores_nothing(store: Store) -> None:

@@ -1,14 +1,18 @@
-"""Tests for rubric_core.store: run index, rubric library, saver, and refusing bad files."""
+"""Tests for rubric_core.store: run index, rubric library, saver, and refusing bad files.
+
+Tests taking ``store`` or ``db_location`` (tests/conftest.py) run on SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired
 
 import pytest
 from langgraph.graph import END, START, StateGraph
+from pg_support import database_holds
 from typing_extensions import TypedDict
 
 from rubric_core.settings import RunSettings
@@ -23,7 +27,6 @@ from rubric_core.store import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from rubric_core.types import RubricEvaluation
 
@@ -59,12 +62,6 @@ def _new_run(store: Store, **overrides: Any) -> RunRecord:
     }
     fields.update(overrides)
     return store.create_run(**fields)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(tmp_path / "db" / "rubric_studio.sqlite3") as s:
-        yield s
 
 
 # -- default path -------------------------------------------------------------------------------
@@ -104,11 +101,10 @@ def test_open_creates_parent_dirs_and_schema(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
-def test_reopening_keeps_data(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
-    with Store(path) as first:
+def test_reopening_keeps_data(db_location: str | Path) -> None:
+    with Store(db_location) as first:
         run = _new_run(first)
-    with Store(path) as second:
+    with Store(db_location) as second:
         assert second.get_run(run.run_id) == run
 
 
@@ -293,8 +289,10 @@ def test_list_runs_filters(store: Store) -> None:
         store.list_runs(status="finished")
 
 
-def test_list_runs_uses_indexes(store: Store) -> None:
-    conn = sqlite3.connect(store.path)
+def test_list_runs_uses_indexes(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite3") as store:
+        _new_run(store)
+    conn = sqlite3.connect(tmp_path / "db.sqlite3")
     plan = " ".join(
         str(row[-1])
         for row in conn.execute(
@@ -311,6 +309,7 @@ def test_list_runs_uses_indexes(store: Store) -> None:
 def _tiny_graph(store: Store) -> Any:
     class State(TypedDict):
         n: int
+        note: NotRequired[str]
 
     builder = StateGraph(State)
     builder.add_node("inc", lambda s: {"n": s["n"] + 1})
@@ -347,14 +346,18 @@ def test_delete_run_keeps_thread_shared_with_another_run(store: Store) -> None:
     assert store.saver().get_tuple({"configurable": {"thread_id": "shared"}}) is not None
 
 
-def test_saver_is_cached_and_closed(tmp_path: Path) -> None:
-    store = Store(tmp_path / "db.sqlite3")
+def test_saver_is_cached_and_closed(db_location: str | Path) -> None:
+    store = Store(db_location)
     saver = store.saver()
     assert store.saver() is saver
     store.close()
-    with pytest.raises(sqlite3.ProgrammingError):
-        saver.conn.execute("SELECT 1")
+    if store.backend == "sqlite":
+        with pytest.raises(sqlite3.ProgrammingError):
+            saver.conn.execute("SELECT 1")
+    else:
+        assert saver.conn.closed  # the connection pool
     assert store.saver() is not saver  # usable again after close
+    assert store.saver().get_tuple({"configurable": {"thread_id": "none"}}) is None
     store.close()
 
 
@@ -385,23 +388,50 @@ def test_saver_and_index_from_several_threads(store: Store) -> None:
     assert all(len(store.evaluations(r.run_id)) == 5 for r in runs)
 
 
-def test_no_api_key_in_database_file(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_concurrent_writers_never_take_the_same_seq_or_version(store: Store) -> None:
+    # Each of these reads the latest row and writes the next: the write must hold a lock.
+    run = _new_run(store)
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+    seqs: list[int] = []
+    versions: list[int] = []
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            seqs.append(store.add_evaluation(run.run_id, _evaluation(i, [False])))
+            versions.append(store.save_rubric("shared", f"- text {i}"))
+        except BaseException as exc:  # collected: pytest does not see thread exceptions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(seqs) == list(range(6)) and sorted(versions) == list(range(1, 7))
+    assert store.get_run(run.run_id).iterations == 6  # type: ignore[union-attr]
+
+
+def test_no_api_key_in_database(
+    monkeypatch: pytest.MonkeyPatch, db_location: str | Path
 ) -> None:
     secret = "sk-test-DO-NOT-STORE-0123456789abcdef"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    path = tmp_path / "db.sqlite3"
-    with Store(path) as store:
+    with Store(db_location) as store:
         graph = _tiny_graph(store)
         run = _new_run(store, worker_model="openai:gpt-4o-mini")
         graph.invoke({"n": 1}, {"configurable": {"thread_id": run.thread_id}})
         store.add_evaluation(run.run_id, _evaluation(0, [True]))
         store.finish_run(run.run_id, "satisfied", duration_s=2.0)
         store.save_rubric("essay", "- has a title")
-    files = [p for p in tmp_path.iterdir() if p.name.startswith("db.sqlite3")]
-    assert files
-    for p in files:
-        assert secret.encode() not in p.read_bytes(), p
+        assert store.saver().get_tuple({"configurable": {"thread_id": run.thread_id}})
+        # The secret is written somewhere a careless store would keep it: the graph's state.
+        graph.invoke({"n": 2, "note": f"key {secret}"},
+                     {"configurable": {"thread_id": run.thread_id}})
+    assert database_holds(db_location, "DO-NOT-STORE") == []
+    assert database_holds(db_location, "criterion 0") != []  # the search can find things
 
 
 # -- rubric library -----------------------------------------------------------------------------
@@ -535,8 +565,8 @@ def _graded_run(store: Store) -> str:
     return run.run_id
 
 
-def test_labels_upsert_by_run_evaluation_criterion_and_labeller(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_labels_upsert_by_run_evaluation_criterion_and_labeller(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         run_id = _graded_run(store)
         first = store.set_label(run_id, 0, "a", " ana ", agree=True, note="ok")
         again = store.set_label(run_id, 0, "a", "ana", agree=False, correct=False, note="no")
@@ -560,11 +590,11 @@ def test_labels_upsert_by_run_evaluation_criterion_and_labeller(tmp_path: Path) 
 
 
 def test_rubric_version_keeps_its_preset_and_identical_saves_write_nothing(
-    tmp_path: Path,
+    db_location: str | Path,
 ) -> None:
     preset = RunSettings(prompt="Write a haiku", rubric="ignored", max_iterations=5,
                          grader_tools=("word_count",))
-    with Store(tmp_path / "db.sqlite3") as store:
+    with Store(db_location) as store:
         assert store.save_rubric_version("h", "- a", settings=preset) == (1, True)
         assert store.save_rubric_version("h", "- a", settings=preset) == (1, False)
         assert store.save_rubric("h", "- a") == 1  # no preset given: the text decides
@@ -599,8 +629,8 @@ def test_schema_3_file_is_upgraded_in_place(tmp_path: Path) -> None:
     assert meta["schema_version"] == str(SCHEMA_VERSION) and SCHEMA_VERSION >= 4
 
 
-def test_runs_for_rubric_ignores_surrounding_whitespace(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_runs_for_rubric_ignores_surrounding_whitespace(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         a = store.create_run(title="a", prompt="p", rubric="- a\n- b\n")
         store.create_run(title="b", prompt="p", rubric="- other")
         assert [r.run_id for r in store.runs_for_rubric("  - a\n- b")] == [a.run_id]

@@ -1,11 +1,17 @@
-"""Datasets and experiments in the store: versions, cells, one transaction each."""
+"""Datasets and experiments in the store: versions, cells, one transaction each, leases.
+
+Tests taking ``db_location`` or ``store`` (tests/conftest.py) run on SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
+from pg_support import database_holds, scalar
 
 from rubric_core.datasets import DatasetError, parse_dataset
 from rubric_core.offline.demo_dataset import demo_dataset
@@ -18,20 +24,16 @@ if TYPE_CHECKING:
 CSV = "id,prompt,topic\na,Write about {topic},cats\nb,Write about {topic},dogs\n"
 
 
-def _count(path: Path, table: str) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-    finally:
-        conn.close()
+def _count(location: str | Path, table: str) -> int:
+    return int(str(scalar(location, f"SELECT COUNT(*) FROM {table}")))
 
 
-def test_schema_version_is_five() -> None:
-    assert SCHEMA_VERSION == 5
+def test_schema_version_is_six() -> None:
+    assert SCHEMA_VERSION == 6
 
 
-def test_dataset_versions_round_trip(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_dataset_versions_round_trip(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         ds = parse_dataset(CSV, name="pets")
         assert store.save_dataset(ds) == 1
         assert store.save_dataset(ds) == 1  # unchanged rows: no new version
@@ -49,8 +51,8 @@ def test_dataset_versions_round_trip(tmp_path: Path) -> None:
         assert store.list_datasets() == []
 
 
-def test_bad_dataset_stores_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite3"
+def test_bad_dataset_stores_nothing(db_location: str | Path) -> None:
+    path = db_location
     with Store(path) as store:
         store.list_datasets()
         with pytest.raises(DatasetError, match=r"row 3, column 'prompt'"):
@@ -58,8 +60,8 @@ def test_bad_dataset_stores_nothing(tmp_path: Path) -> None:
     assert _count(path, "datasets") == 0
 
 
-def test_experiment_cells_and_their_runs(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite3") as store:
+def test_experiment_cells_and_their_runs(db_location: str | Path) -> None:
+    with Store(db_location) as store:
         ds = demo_dataset()
         version = store.save_dataset(ds)
         configs = (ExperimentConfig(), ExperimentConfig(max_iterations=1, label="one pass"))
@@ -114,21 +116,128 @@ def test_schema_3_file_gains_the_experiment_tables(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == "5"
+    assert version == str(SCHEMA_VERSION)
 
 
 def test_stored_dataset_rows_hold_no_secret(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_location: str | Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rubric_core.datasets import parse_dataset
 
     secret = "sk-realkey-ABCDEFGHIJKLMNOP1234"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    path = tmp_path / "db.sqlite3"
-    with Store(path) as store:
+    with Store(db_location) as store:
         rows = f'prompt,note\n"my key is {secret}","Bearer abcdefgh12"\n'
         store.save_dataset(parse_dataset(rows, name="d"))
         dataset, _ = store.load_dataset("d")
     assert dataset.rows[0].prompt == "my key is [redacted]"
     assert dataset.rows[0].variables["note"] == "Bearer [redacted]"
-    assert not [p for p in tmp_path.iterdir() if secret.encode() in p.read_bytes()]
+    assert database_holds(db_location, secret) == []
+    assert database_holds(db_location, "Bearer [redacted]") != []
+
+
+# -- leases: several workers share an experiment's cells ------------------------------------------
+
+ENDED = frozenset({"satisfied", "failed", "grader_error", "max_iterations_reached", "error"})
+
+
+def _experiment(store: Store, rows: int = 3, configs: int = 2) -> str:
+    ds = demo_dataset()
+    version = store.save_dataset(ds)
+    exp = store.create_experiment(
+        name="e", dataset_name=ds.name, dataset_version=version,
+        configurations=[ExperimentConfig(max_iterations=i + 1) for i in range(configs)],
+        repeats=1, row_ids=[r.id for r in ds.rows[:rows]])
+    return exp.experiment_id
+
+
+def test_claims_hand_out_each_unfinished_cell_once_in_run_order(store: Store) -> None:
+    exp_id = _experiment(store)
+    cells = store.experiment_cells(exp_id)
+    # A cell whose run ended is done; a running or interrupted one still needs its worker.
+    ended = store.create_run(prompt="p", rubric="- a", thread_id=cells[1].thread_id)
+    store.finish_run(ended.run_id, "satisfied")
+    stopped = store.create_run(prompt="p", rubric="- a", thread_id=cells[2].thread_id)
+    store.finish_run(stopped.run_id, "interrupted")
+    claimed = []
+    while (cell := store.claim_cell(exp_id, "w1", lease_s=600, done=ENDED)) is not None:
+        assert cell.lease_owner == "w1" and cell.lease_expires_at is not None
+        claimed.append(cell.key)
+    assert claimed == [c.key for c in cells if c.key != cells[1].key]
+    assert store.claim_cell(exp_id, "w2", lease_s=600, done=ENDED) is None
+    assert {c.lease_owner for c in store.experiment_cells(exp_id)} == {"w1", None}
+    # With errors retried, an errored cell is claimable; `done` is the caller's vocabulary.
+    store.finish_run(ended.run_id, "error")
+    again = store.claim_cell(exp_id, "w2", lease_s=600, done=ENDED - {"error"})
+    assert again is not None and again.key == cells[1].key and again.status == "error"
+
+
+def test_a_live_lease_is_kept_an_expired_one_is_reclaimable(store: Store) -> None:
+    exp_id = _experiment(store, rows=1, configs=2)
+    first = store.claim_cell(exp_id, "alive", lease_s=600, done=ENDED)
+    short = store.claim_cell(exp_id, "dies", lease_s=0.001, done=ENDED)
+    assert first is not None and short is not None and first.key != short.key
+    time.sleep(0.05)  # the dying worker's lease runs out (by the database's clock)
+    taken = store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED)
+    assert taken is not None and taken.key == short.key  # never the live one
+    assert store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED) is None
+    assert not store.renew_lease(exp_id, short.key, "dies", lease_s=600)  # it lost the cell
+    assert not store.release_cell(exp_id, short.key, "dies")
+    assert store.renew_lease(exp_id, first.key, "alive", lease_s=600)
+    assert store.release_cell(exp_id, first.key, "alive")
+    released = store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED)
+    assert released is not None and released.key == first.key
+
+
+def test_a_claim_can_be_kept_to_some_cells(store: Store) -> None:
+    exp_id = _experiment(store)
+    keys = [c.key for c in store.experiment_cells(exp_id)]
+    got = store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[4], keys[2]])
+    assert got is not None and got.key == keys[2]  # in run order among those allowed
+    got = store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[4], keys[2]])
+    assert got is not None and got.key == keys[4]
+    assert store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[2]]) is None
+    assert store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[]) is None
+
+
+@pytest.mark.parametrize(
+    ("owner", "lease_s"),
+    [pytest.param("", 5, id="empty_owner"), pytest.param("w", 0, id="zero_lease"),
+     pytest.param("w", True, id="bool_lease")],
+)
+def test_claim_rejects_bad_arguments(store: Store, owner: str, lease_s: float) -> None:
+    exp_id = _experiment(store, rows=1, configs=1)
+    with pytest.raises(ValueError):
+        store.claim_cell(exp_id, owner, lease_s=lease_s, done=ENDED)
+
+
+def test_workers_claiming_at_once_never_share_a_cell(db_location: str | Path) -> None:
+    with Store(db_location) as store:
+        exp_id = _experiment(store, rows=10, configs=3)
+    workers = 4
+    barrier = threading.Barrier(workers)
+    claims: dict[str, list[tuple[str, int, int]]] = {}
+    errors: list[BaseException] = []
+
+    def work(owner: str) -> None:
+        mine = claims.setdefault(owner, [])
+        try:
+            with Store(db_location) as own:  # its own connections, as another process has
+                barrier.wait(timeout=10)
+                while (cell := own.claim_cell(exp_id, owner, lease_s=600,
+                                              done=ENDED)) is not None:
+                    mine.append(cell.key)
+        except BaseException as exc:  # collected: pytest does not see thread exceptions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    every = [key for mine in claims.values() for key in mine]
+    assert len(every) == len(set(every)) == 30  # each cell once, none lost
+    with Store(db_location) as store:
+        owners = {c.key: c.lease_owner for c in store.experiment_cells(exp_id)}
+    assert all(owners[key] == owner for owner, mine in claims.items() for key in mine)

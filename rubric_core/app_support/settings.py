@@ -16,6 +16,7 @@ from rubric_core.app_support._common import (
 )
 from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, resolve_model
 from rubric_core.store import default_db_path
+from rubric_core.store import is_url as is_db_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -39,7 +40,7 @@ def safe_mapping(source: Any) -> dict[str, Any]:
         return {}
 
 
-def resolve_db_path(session_value: object, secrets: Mapping[str, Any]) -> Path:
+def resolve_db_path(session_value: object, secrets: Mapping[str, Any]) -> Path | str:
     """The database the app uses: session state (tests), then secrets, then the default.
 
     Args:
@@ -47,12 +48,14 @@ def resolve_db_path(session_value: object, secrets: Mapping[str, Any]) -> Path:
         secrets: The app's secrets.
 
     Returns:
-        The path to open.
+        The path to open, or a ``postgresql://`` URL (kept as text: a path would fold its
+        ``//``).
 
     """
     for value in (session_value, secrets.get("db_path")):
         if isinstance(value, str | Path) and str(value).strip():
-            return Path(str(value).strip()).expanduser()
+            text = str(value).strip()
+            return text if is_db_url(text) else Path(text).expanduser()
     return default_db_path()
 
 

@@ -1,9 +1,12 @@
-"""One SQLite file: LangGraph checkpoints, the run index and the rubric library.
+"""The store's API, written once for both databases: run index, library, experiments.
 
-This is the only module that knows which database Rubric Studio talks to. The file holds:
+`Store` picks its backend from the location it is given: a ``postgresql://`` (or
+``postgres://``) URL is PostgreSQL (`rubric_core.store._postgres`), anything else a SQLite file
+(`rubric_core.store._sqlite`). Both hold the same things:
 
-- LangGraph's checkpoint tables (``checkpoints``, ``writes``), written by the ``SqliteSaver``
-  that :meth:`Store.saver` returns, keyed by each run's ``thread_id``;
+- LangGraph's checkpoint tables, written by the saver that :meth:`Store.saver` returns
+  (``SqliteSaver`` or ``PostgresSaver``, both scrubbing secrets), keyed by each run's
+  ``thread_id``;
 - ``runs`` and ``evaluations``: a small index of runs and their grader passes, so that history,
   filters and exports never have to decode checkpoints; each run keeps its whole
   ``RunSettings`` as JSON (``settings_json``) beside the columns Review filters on;
@@ -14,22 +17,15 @@ This is the only module that knows which database Rubric Studio talks to. The fi
 - ``datasets``: saved datasets, every version kept (as the checked JSONL of its rows);
 - ``experiments`` and ``experiment_cells``: an experiment's configurations, and one cell per
   dataset row × configuration × repeat, each naming the LangGraph thread its run uses (the
-  cell's status and results are its run's, read from ``runs``: one shape, no second copy);
-- ``meta``: which application owns the file and its schema version.
+  cell's status and results are its run's, read from ``runs``: one shape, no second copy) and
+  the lease of the worker running it (`Store.claim_cell`);
+- ``meta``: which application owns the database and its schema version
+  (`rubric_core.store._schema`).
 
-Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
-be shared between threads. Our own tables therefore use one short-lived connection per
-operation; the saver holds one long-lived connection opened with ``check_same_thread=False``
-and serialises access with its own lock. A ``Store`` may be cached and shared across threads.
-
-Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
-carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
-application_id, which are upgraded in place) — at a schema this version reads, and it passes
-SQLite's ``quick_check``. These checks run before any connection that can write (ours or the
-``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
-other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
-:class:`StoreError` and left byte-for-byte untouched. API keys are never stored:
-:meth:`Store.create_run` stores a `rubric_core.settings.RunSettings`, which holds none.
+Every write is one transaction (``BEGIN IMMEDIATE`` on SQLite; on PostgreSQL a transaction,
+with a row or advisory lock where an operation reads before it writes). A ``Store`` may be
+cached and shared across threads. API keys are never stored: :meth:`Store.create_run` stores a
+`rubric_core.settings.RunSettings`, which holds none.
 """
 
 from __future__ import annotations
@@ -37,131 +33,36 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
-import sqlite3
 import threading
-import urllib.parse
+import time
 import uuid
-from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.datasets import Dataset, rows_from_jsonl
 from rubric_core.settings import ExperimentConfig, RunSettings
+from rubric_core.store._postgres import PostgresBackend, is_url, mask_url
+from rubric_core.store._schema import DB_ENV_VAR, SCHEMA_VERSION, StoreError, search_text
+from rubric_core.store._schema import now as _now
+from rubric_core.store._sqlite import SqliteBackend
 from rubric_core.types import CELL_PENDING, EXPERIMENT_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Iterator, Sequence
+    from collections.abc import Collection, Iterable, Sequence
+    from contextlib import AbstractContextManager
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
+    from rubric_core.store._schema import Tx
     from rubric_core.types import CriterionLabel, RubricEvaluation
 
-__all__ = [
-    "APPLICATION_ID", "APP_ID", "DB_ENV_VAR", "RUN_STATUSES", "SCHEMA_VERSION", "CellRecord",
-    "DatasetInfo", "ExperimentRecord", "RunRecord", "Store", "StoreError", "default_db_path",
-]
+__all__ = ["SCHEMA_VERSION", "CellRecord", "DatasetInfo", "ExperimentRecord", "RunRecord",
+           "Store", "StoreError", "default_db_path", "shown_location"]
 
-DB_ENV_VAR = "RUBRIC_STUDIO_DB"
-"""Environment variable naming the database file."""
-
-SCHEMA_VERSION = 5
-"""Version of our own tables; stored in ``meta`` and checked on open.
-
-Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
-``grader_tools`` columns. Version 3 added ``settings_json`` (the run's whole
-`rubric_core.settings.RunSettings`) and stopped leaving a run in ``needs_revision``: upgraded
-rows in that status (runs whose process died between passes) become ``interrupted``. Older
-files are upgraded in place on open; their rows without ``settings_json`` get settings derived
-from their columns (`RunSettings.from_columns`). Version 4 added the ``labels`` table and
-``rubric_versions.settings_json`` (a saved rubric's `RunSettings` preset; NULL in upgraded rows);
-version 5 added ``datasets``, ``experiments`` and ``experiment_cells`` (new tables only: older
-files gain them in place).
-"""
-
-APP_ID = "rubric-studio"
-"""Value of ``meta.app`` that marks a file as ours."""
-
-APPLICATION_ID = 0x52625374
-"""SQLite ``PRAGMA application_id`` of our files: the ASCII bytes ``RbSt`` (1382175604).
-
-Written into the file header (offset 68, big-endian) when a file is created or upgraded, so
-that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner before opening
-it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
-"""
-
-
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_HEADER_SIZE = 100  # the database header, before the first page's b-tree
-_APPLICATION_ID_AT = 68
-_SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
-_TIMEOUT_S = 10.0
-_CHUNK = 500  # ids per IN (...) query, well under SQLite's variable limit
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS runs (
-        run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, title TEXT NOT NULL,
-        prompt TEXT NOT NULL, rubric TEXT NOT NULL, worker_model TEXT NOT NULL,
-        grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s REAL,
-        iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
-        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT,
-        settings_json TEXT)""",
-    "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
-    "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
-    "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
-    "CREATE INDEX IF NOT EXISTS rs_runs_grader ON runs (grader_model, created_at)",
-    "CREATE INDEX IF NOT EXISTS rs_runs_thread ON runs (thread_id)",
-    """CREATE TABLE IF NOT EXISTS evaluations (
-        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL, grading_run_id TEXT NOT NULL, iteration INTEGER NOT NULL,
-        result TEXT NOT NULL, status TEXT NOT NULL, explanation TEXT NOT NULL,
-        criteria_json TEXT NOT NULL, answer TEXT NOT NULL, duration_s REAL,
-        input_tokens INTEGER, output_tokens INTEGER, unverified INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (run_id, seq))""",
-    """CREATE TABLE IF NOT EXISTS rubrics (
-        name TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS rubric_versions (
-        name TEXT NOT NULL REFERENCES rubrics (name) ON DELETE CASCADE,
-        version INTEGER NOT NULL, text TEXT NOT NULL, created_at TEXT NOT NULL,
-        PRIMARY KEY (name, version))""",
-    # Schema 4: people's labels of criterion verdicts (see `Store.set_label`).
-    """CREATE TABLE IF NOT EXISTS labels (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, criterion TEXT NOT NULL,
-        labeller TEXT NOT NULL, agree INTEGER NOT NULL, correct INTEGER, note TEXT NOT NULL,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-        PRIMARY KEY (run_id, seq, criterion, labeller),
-        FOREIGN KEY (run_id, seq) REFERENCES evaluations (run_id, seq) ON DELETE CASCADE)""",
-    """CREATE TABLE IF NOT EXISTS datasets (
-        name TEXT NOT NULL, version INTEGER NOT NULL, jsonl TEXT NOT NULL,
-        columns_json TEXT NOT NULL, row_count INTEGER NOT NULL, created_at TEXT NOT NULL,
-        PRIMARY KEY (name, version))""",
-    """CREATE TABLE IF NOT EXISTS experiments (
-        experiment_id TEXT PRIMARY KEY, name TEXT NOT NULL, dataset_name TEXT NOT NULL,
-        dataset_version INTEGER NOT NULL, configs_json TEXT NOT NULL, repeats INTEGER NOT NULL,
-        status TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-        FOREIGN KEY (dataset_name, dataset_version) REFERENCES datasets (name, version))""",
-    "CREATE INDEX IF NOT EXISTS rs_experiments_created ON experiments (created_at)",
-    """CREATE TABLE IF NOT EXISTS experiment_cells (
-        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL, row_id TEXT NOT NULL, config_index INTEGER NOT NULL,
-        repeat_index INTEGER NOT NULL, thread_id TEXT NOT NULL UNIQUE,
-        PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
-    "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
-)
-# Columns added to ``runs`` after version 1, with their SQL types (NULL in upgraded rows).
-_ADDED_RUN_COLUMNS = {
-    "worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT", "grader_tools": "TEXT",
-    "settings_json": "TEXT",
-}
-# Schema 4: columns added to ``rubric_versions`` (NULL in upgraded rows).
-_ADDED_VERSION_COLUMNS = {"settings_json": "TEXT"}
-
-
-class StoreError(Exception):
-    """A database problem, with a message that says what is wrong and what to do."""
+_CHUNK = 300  # ids per IN (...) query, well under either database's parameter limit
+_CLAIM_TRIES = 200
+_CLAIM_RETRY_S = 0.01
+_NO_LIMIT = 2**63 - 1  # LIMIT for "all rows": SQLite takes no NULL there, PostgreSQL no -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -282,6 +183,10 @@ class CellRecord:
     """The LangGraph thread the cell's run uses (fixed when the experiment is created)."""
     run: RunRecord | None
     """The cell's run (the latest on its thread), or None before it started."""
+    lease_owner: str | None = None
+    """The worker holding the cell's lease (`Store.claim_cell`), or None; may have expired."""
+    lease_expires_at: float | None = None
+    """When that lease expires, in Unix seconds by the database's clock, or None."""
 
     @property
     def status(self) -> str:
@@ -318,30 +223,33 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
     return tuple(values[name] for name in _RUN_FIELDS)
 
 
-def default_db_path() -> Path:
+def default_db_path() -> Path | str:
     """Where the database lives unless a caller says otherwise.
 
     Returns:
-        ``$RUBRIC_STUDIO_DB`` when set, else ``rubric-studio/rubric_studio.sqlite3`` under
-        ``$XDG_DATA_HOME`` (default ``~/.local/share``). Directories are created by
-        :meth:`Store.open`, not here.
+        ``$RUBRIC_STUDIO_DB`` when set (the URL as a string when it names PostgreSQL, else a
+        path), else ``rubric-studio/rubric_studio.sqlite3`` under ``$XDG_DATA_HOME`` (default
+        ``~/.local/share``). Directories are created by :meth:`Store.open`, not here.
 
     """
     configured = os.environ.get(DB_ENV_VAR, "").strip()
     if configured:
-        return Path(configured).expanduser()
+        return configured if is_url(configured) else Path(configured).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME", "").strip()
     # The XDG spec says relative values are invalid and must be ignored.
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
     return base / "rubric-studio" / "rubric_studio.sqlite3"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+def shown_location(location: str | Path) -> str:
+    """A database location as it may be shown: a file path, or a URL with its password masked."""
+    return mask_url(str(location).strip()) if is_url(location) else str(location)
 
 
-def _fold(value: object) -> str | None:
-    return value.casefold() if isinstance(value, str) else None
+def _check_lease(lease_s: float) -> None:
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not lease_s > 0:
+        msg = f"lease_s must be a positive number of seconds, got {lease_s!r}"
+        raise ValueError(msg)
 
 
 def _check_status(status: str) -> None:
@@ -350,7 +258,7 @@ def _check_status(status: str) -> None:
         raise ValueError(msg)
 
 
-def _row_to_evaluation(row: sqlite3.Row) -> RubricEvaluation:
+def _row_to_evaluation(row: Any) -> RubricEvaluation:
     return cast(
         "RubricEvaluation",
         {
@@ -369,7 +277,7 @@ def _row_to_evaluation(row: sqlite3.Row) -> RubricEvaluation:
     )
 
 
-def _row_to_label(row: sqlite3.Row) -> CriterionLabel:
+def _row_to_label(row: Any) -> CriterionLabel:
     return cast(
         "CriterionLabel",
         {
@@ -382,14 +290,14 @@ def _row_to_label(row: sqlite3.Row) -> CriterionLabel:
     )
 
 
-def _dataset_info(row: sqlite3.Row) -> DatasetInfo:
+def _dataset_info(row: Any) -> DatasetInfo:
     return DatasetInfo(name=row["name"], version=int(row["version"]),
                        row_count=int(row["row_count"]),
                        columns=tuple(json.loads(row["columns_json"])),
                        created_at=row["created_at"])
 
 
-def _experiment(row: sqlite3.Row) -> ExperimentRecord:
+def _experiment(row: Any) -> ExperimentRecord:
     configs = tuple(ExperimentConfig.from_dict(c) for c in json.loads(row["configs_json"]))
     return ExperimentRecord(
         experiment_id=row["experiment_id"], name=row["name"], dataset_name=row["dataset_name"],
@@ -402,37 +310,54 @@ def _experiment(row: sqlite3.Row) -> ExperimentRecord:
 class Store:
     """The Rubric Studio database: run index, rubric library and LangGraph checkpoints.
 
-    Nothing touches the disk until :meth:`open` (or the first operation, which opens lazily).
-    Use it as a context manager to close the saver's connection when done::
+    Nothing touches the database until :meth:`open` (or the first operation, which opens
+    lazily). Use it as a context manager to close the saver's connections when done::
 
         with Store(default_db_path()) as store:
             run = store.create_run(title="t", prompt="p", rubric="- r", worker_model="w",
                                    grader_model="g", max_iterations=3)
 
     Args:
-        path: The SQLite file; created, with its parent directories, on first open.
+        path: A SQLite file (created, with its parent directories, on first open), or a
+            ``postgresql://user:password@host:port/dbname`` URL (``postgres://`` too) naming
+            an empty database or one of ours (`rubric_core.store._postgres`).
 
     """
 
     def __init__(self, path: str | Path) -> None:
-        if str(path) in ("", ":memory:") or str(path).startswith("file:"):
-            msg = (
-                f"Store needs a file path, got {str(path)!r}: each operation opens its own "
-                "connection, so an in-memory database would be empty every time."
-            )
-            raise ValueError(msg)
-        self._path = Path(path).expanduser()
+        self._backend: SqliteBackend | PostgresBackend
+        if is_url(path):
+            self._backend = PostgresBackend(str(path))
+        else:
+            if str(path) in ("", ":memory:") or str(path).startswith("file:"):
+                msg = (
+                    f"Store needs a file path or a postgresql:// URL, got {str(path)!r}: each "
+                    "operation opens its own connection, so an in-memory database would be "
+                    "empty every time."
+                )
+                raise ValueError(msg)
+            self._backend = SqliteBackend(Path(path).expanduser())
         self._lock = threading.RLock()
         self._opened = False
-        self._saver: SqliteSaver | None = None
 
     @property
-    def path(self) -> Path:
-        """The database file."""
-        return self._path
+    def path(self) -> Path | str:
+        """The SQLite file; for PostgreSQL, the URL with its password masked (for messages)."""
+        backend = self._backend
+        return backend.path if isinstance(backend, SqliteBackend) else backend.location
+
+    @property
+    def location(self) -> str:
+        """The database as it may be shown: the file's path, or the URL, password masked."""
+        return self._backend.location
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._backend.dialect.name
 
     def __repr__(self) -> str:
-        return f"Store({str(self._path)!r})"
+        return f"Store({self.location!r})"
 
     def __enter__(self) -> Store:
         return self.open()
@@ -443,67 +368,44 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def open(self) -> Store:
-        """Validate the file and create our tables if needed; safe to call repeatedly.
+        """Validate the database and create or upgrade our tables; safe to call repeatedly.
 
         Returns:
             The store itself.
 
         Raises:
-            StoreError: The path is not writable, or the file is not SQLite, fails
-                ``quick_check``, belongs to another application, was written by a newer schema,
-                or holds an interrupted transaction. The file is left untouched in every case.
+            StoreError: A SQLite path that is not writable, or a file that is not SQLite,
+                fails ``quick_check`` or holds an interrupted transaction; a PostgreSQL
+                server that cannot be reached; a database that belongs to another
+                application or was written by a newer schema. A refused database is left
+                untouched in every case.
 
         """
         with self._lock:
             if not self._opened:
-                self._prepare_location()
-                self._inspect_existing()
-                self._create_schema()
+                self._backend.open()
                 self._opened = True
         return self
 
     def close(self) -> None:
-        """Close the saver's connection, if one was made. The store can still be used."""
-        with self._lock:
-            saver, self._saver = self._saver, None
-        if saver is not None:
-            with saver.lock:  # wait for an operation in flight on another thread
-                saver.conn.close()
+        """Close the saver's connections, if any were made. The store can still be used."""
+        self._backend.close()
 
-    def saver(self) -> SqliteSaver:
-        """The LangGraph checkpointer for this file, shared by all threads.
+    def saver(self) -> BaseCheckpointSaver[Any]:
+        """The LangGraph checkpointer for this database, shared by all threads.
 
         Returns:
-            A ``SqliteSaver`` on a connection made with ``check_same_thread=False``; the saver
-            serialises access with its own lock. Created once per store, closed by
-            :meth:`close`.
+            On SQLite a ``SqliteSaver`` on a connection made with ``check_same_thread=False``
+            (it serialises access with its own lock); on PostgreSQL a ``PostgresSaver`` on the
+            store's connection pool. Both wrap `rubric_core.redact.RedactingSerializer`.
+            Created once per store (its tables on first use), closed by :meth:`close`.
 
         Raises:
             StoreError: The checkpoint tables cannot be created.
 
         """
         self.open()
-        with self._lock:
-            if self._saver is None:
-                from langgraph.checkpoint.sqlite import SqliteSaver
-
-                from rubric_core.redact import RedactingSerializer
-
-                try:
-                    conn = sqlite3.connect(
-                        self._path, timeout=_TIMEOUT_S, check_same_thread=False
-                    )
-                except sqlite3.Error as exc:
-                    raise self._error(exc) from exc
-                # Checkpoints never hold a secret (an echoed key in an error, say).
-                saver = SqliteSaver(conn, serde=RedactingSerializer())
-                try:
-                    saver.setup()
-                except sqlite3.Error as exc:
-                    conn.close()
-                    raise self._error(exc) from exc
-                self._saver = saver
-            return self._saver
+        return self._backend.saver()
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -551,10 +453,11 @@ class Store:
             grader_system_prompt=settings.grader_system_prompt,
             grader_tools=settings.grader_tools, settings=settings,
         )
-        values = _row(record)
+        values = (*_row(record), search_text(record.title, record.prompt, record.rubric))
         with self._connect(write=True) as conn:
             conn.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+                f"INSERT INTO runs ({_RUN_COLUMNS}, search_text) "
+                f"VALUES ({', '.join('?' * len(values))})",
                 values,
             )
         return record
@@ -577,7 +480,7 @@ class Store:
         _check_status(ev["status"])
         now = _now()
         with self._connect(write=True) as conn:
-            self._require_run(conn, run_id)
+            self._require_run(conn, run_id, lock=True)  # one pass at a time takes the next seq
             (seq,) = conn.execute(
                 "SELECT COALESCE(MAX(seq) + 1, 0) FROM evaluations WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -712,7 +615,7 @@ class Store:
             "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
         )
         with self._connect() as conn:
-            rows = conn.execute(sql, [*params, -1 if limit is None else limit, offset])
+            rows = conn.execute(sql, [*params, _NO_LIMIT if limit is None else limit, offset])
             return [_record(row) for row in rows]
 
     def count_runs(
@@ -775,8 +678,8 @@ class Store:
         if shared is None:
             try:
                 self.saver().delete_thread(thread_id)
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
+            except self._backend.errors as exc:
+                raise self._backend.error(exc) from exc
         return True
 
     # -- rubric library -------------------------------------------------------------------------
@@ -831,6 +734,7 @@ class Store:
         preset = None if settings is None else settings.replace(rubric=text).redacted().to_json()
         now = _now()
         with self._connect(write=True) as conn:
+            conn.lock(f"rubric:{name}")  # read the latest version, then write the next one
             latest = conn.execute(
                 "SELECT version, text, settings_json FROM rubric_versions WHERE name = ? "
                 "ORDER BY version DESC LIMIT 1",
@@ -1057,6 +961,7 @@ class Store:
         jsonl = redact(dataset.to_jsonl())
         columns = json.dumps(list(dataset.columns), ensure_ascii=False)
         with self._connect(write=True) as conn:
+            conn.lock(f"dataset:{name}")  # read the latest version, then write the next one
             latest = conn.execute(
                 "SELECT version, jsonl, columns_json FROM datasets WHERE name = ? "
                 "ORDER BY version DESC LIMIT 1", (name,),
@@ -1204,7 +1109,7 @@ class Store:
         with self._connect() as conn:
             rows = conn.execute(
                 "SELECT * FROM experiments ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (-1 if limit is None else limit,),
+                (_NO_LIMIT if limit is None else limit,),
             ).fetchall()
         return [_experiment(row) for row in rows]
 
@@ -1225,20 +1130,148 @@ class Store:
 
     def experiment_cells(self, experiment_id: str) -> list[CellRecord]:
         """Every cell of an experiment with its run (the latest on its thread), in run order."""
-        columns = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
         with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT c.row_id, c.config_index, c.repeat_index, c.thread_id, {columns} "
-                "FROM experiment_cells c LEFT JOIN runs r ON r.rowid = (SELECT rowid FROM runs "
-                "WHERE thread_id = c.thread_id ORDER BY created_at DESC, rowid DESC LIMIT 1) "
-                "WHERE c.experiment_id = ? ORDER BY c.seq", (experiment_id,),
-            ).fetchall()
+            return self._cells(conn, experiment_id)
+
+    @staticmethod
+    def _cells(conn: Tx, experiment_id: str,
+               key: tuple[str, int, int] | None = None) -> list[CellRecord]:
+        columns = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
+        where, params = "c.experiment_id = ?", [experiment_id, *(key or ())]
+        if key is not None:
+            where += " AND c.row_id = ? AND c.config_index = ? AND c.repeat_index = ?"
+        rows = conn.execute(
+            "SELECT c.row_id, c.config_index, c.repeat_index, c.thread_id, c.lease_owner, "
+            f"c.lease_expires_at, {columns} "
+            "FROM experiment_cells c LEFT JOIN runs r ON r.rowid = (SELECT rowid FROM runs "
+            "WHERE thread_id = c.thread_id ORDER BY created_at DESC, rowid DESC LIMIT 1) "
+            f"WHERE {where} ORDER BY c.seq", params,
+        ).fetchall()
         return [
             CellRecord(experiment_id=experiment_id, row_id=row[0], config_index=row[1],
                        repeat_index=row[2], thread_id=row[3],
-                       run=_record(tuple(row)[4:]) if row[4] is not None else None)
+                       run=_record(tuple(row)[6:]) if row[6] is not None else None,
+                       lease_owner=row[4], lease_expires_at=row[5])
             for row in rows
         ]
+
+    # -- leases: several workers share an experiment's cells ------------------------------------
+
+    def claim_cell(
+        self, experiment_id: str, owner: str, *, lease_s: float, done: Collection[str],
+        keys: Collection[tuple[str, int, int]] | None = None,
+    ) -> CellRecord | None:
+        """Lease one cell that still needs a run to ``owner``, for ``lease_s`` seconds.
+
+        A cell can be claimed when its status (its run's, or ``pending``) is not in ``done``
+        and nobody holds a live lease on it (none, released, or expired: a worker that died
+        loses its cells when their leases run out). Cells are claimed in run order. Two
+        workers claiming at once never get the same cell: on PostgreSQL the claim reads with
+        ``SELECT … FOR UPDATE SKIP LOCKED`` (a concurrent claim skips a row being claimed
+        instead of waiting for it), on SQLite under the file's one write lock
+        (``BEGIN IMMEDIATE``). Leases are judged by the database's clock, so workers on
+        several machines need no agreement on time.
+
+        Args:
+            experiment_id: The experiment.
+            owner: Who claims (unique per worker, e.g. ``host:pid:uuid``); a cell it already
+                holds is not handed to it again.
+            lease_s: Seconds until the lease expires unless renewed (`renew_lease`).
+            done: Cell statuses that need no run (the experiment driver's ended statuses,
+                less the error statuses when errors are retried).
+            keys: Claim only among these cells (``(row_id, config_index, repeat_index)``),
+                e.g. those a worker found unfinished when it started, so that a cell that
+                ends in an error is not claimed again at once; None for any cell.
+
+        Returns:
+            The claimed cell (with ``lease_owner`` and ``lease_expires_at`` set), or None when
+            no cell can be claimed now (every remaining one done or leased).
+
+        Raises:
+            ValueError: An empty owner or a lease that is not a positive number of seconds.
+
+        """
+        if not isinstance(owner, str) or not owner.strip():
+            msg = "a lease needs an owner: a non-empty string naming the worker"
+            raise ValueError(msg)
+        _check_lease(lease_s)
+        chunks: list[list[tuple[str, int, int]] | None] = [None]
+        if keys is not None:
+            wanted = list(dict.fromkeys((str(r), int(c), int(i)) for r, c, i in keys))
+            chunks = [wanted[i : i + _CHUNK // 3] for i in range(0, len(wanted), _CHUNK // 3)]
+        with self._connect(write=True) as conn:
+            for chunk in chunks:
+                key = self._claim(conn, experiment_id, owner, lease_s, done, chunk)
+                if key is not None:
+                    return self._cells(conn, experiment_id, key)[0]
+        return None
+
+    def _claim(self, conn: Tx, experiment_id: str, owner: str, lease_s: float,
+               done: Collection[str], keys: list[tuple[str, int, int]] | None,
+               ) -> tuple[str, int, int] | None:
+        dialect = conn.dialect
+        where = ("c.experiment_id = ? AND (c.lease_owner IS NULL OR "
+                 f"c.lease_expires_at <= {dialect.epoch_now})")
+        params: list[Any] = [experiment_id]
+        if done:
+            where += (" AND COALESCE((SELECT status FROM runs WHERE thread_id = c.thread_id "
+                      "ORDER BY created_at DESC, rowid DESC LIMIT 1), ?) "
+                      f"NOT IN ({', '.join('?' * len(done))})")
+            params += [CELL_PENDING, *sorted(done)]
+        if keys is not None:
+            where += (" AND (c.row_id, c.config_index, c.repeat_index) IN (VALUES "
+                      + ", ".join(["(?, ?, ?)"] * len(keys)) + ")")
+            params += [v for k in keys for v in k]
+        claim = (f"SELECT c.row_id, c.config_index, c.repeat_index FROM experiment_cells c "
+                 f"WHERE {where} ORDER BY c.seq LIMIT 1{dialect.skip_locked}")
+        for _ in range(_CLAIM_TRIES):
+            row = conn.execute(claim, params).fetchone()
+            if row is not None:
+                key = (str(row[0]), int(row[1]), int(row[2]))
+                conn.execute(
+                    f"UPDATE experiment_cells SET lease_owner = ?, lease_expires_at = "
+                    f"{dialect.epoch_now} + ? WHERE experiment_id = ? AND row_id = ? AND "
+                    "config_index = ? AND repeat_index = ?",
+                    (owner, float(lease_s), experiment_id, *key))
+                return key
+            # PostgreSQL's LIMIT with a row lock can come back empty when the row it found was
+            # claimed meanwhile, though others are free: look again without locking.
+            free = conn.execute(
+                f"SELECT 1 FROM experiment_cells c WHERE {where} LIMIT 1", params).fetchone()
+            if free is None:
+                return None
+            time.sleep(_CLAIM_RETRY_S)  # another claim holds that row; it commits in a moment
+        return None
+
+    def renew_lease(self, experiment_id: str, key: tuple[str, int, int], owner: str, *,
+                    lease_s: float) -> bool:
+        """Extend ``owner``'s lease on a cell to ``lease_s`` seconds from now.
+
+        Returns:
+            False when ``owner`` no longer holds it (it expired and another worker claimed
+            it, or it was released): stop working on the cell.
+
+        """
+        _check_lease(lease_s)
+        with self._connect(write=True) as conn:
+            return bool(conn.execute(
+                f"UPDATE experiment_cells SET lease_expires_at = {conn.dialect.epoch_now} + ? "
+                "WHERE experiment_id = ? AND row_id = ? AND config_index = ? AND "
+                "repeat_index = ? AND lease_owner = ?",
+                (float(lease_s), experiment_id, *key, owner)).rowcount)
+
+    def release_cell(self, experiment_id: str, key: tuple[str, int, int], owner: str) -> bool:
+        """Give up ``owner``'s lease on a cell (after its run ended, or on Stop).
+
+        Returns:
+            False when ``owner`` did not hold it (nothing is changed then).
+
+        """
+        with self._connect(write=True) as conn:
+            return bool(conn.execute(
+                "UPDATE experiment_cells SET lease_owner = NULL, lease_expires_at = NULL "
+                "WHERE experiment_id = ? AND row_id = ? AND config_index = ? AND "
+                "repeat_index = ? AND lease_owner = ?", (experiment_id, *key, owner)).rowcount)
 
     def renew_cell_thread(self, experiment_id: str, key: tuple[str, int, int]) -> str:
         """Give a cell a fresh thread, so that its next run starts over (a retry).
@@ -1266,38 +1299,17 @@ class Store:
 
     # -- private --------------------------------------------------------------------------------
 
-    @contextmanager
-    def _connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """A short-lived connection; with ``write``, one IMMEDIATE transaction around the body."""
+    def _connect(self, *, write: bool = False) -> AbstractContextManager[Tx]:
+        """One operation's connection; with ``write``, one transaction around the body."""
         self.open()
-        try:
-            conn = sqlite3.connect(self._path, timeout=_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        conn.row_factory = sqlite3.Row
-        try:
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.create_function("rs_fold", 1, _fold, deterministic=True)
-            if write:
-                # IMMEDIATE takes the write lock up front, so read-then-insert cannot race.
-                conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise self._error(exc) from exc
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
+        return cast("AbstractContextManager[Tx]", self._backend.connect(write=write))
 
     @staticmethod
-    def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+    def _require_run(conn: Tx, run_id: str, *, lock: bool = False) -> None:
+        """Raise KeyError for an unknown run; with ``lock``, hold its row until the end."""
+        suffix = conn.dialect.lock_rows if lock else ""
+        if conn.execute(f"SELECT 1 FROM runs WHERE run_id = ?{suffix}",
+                        (run_id,)).fetchone() is None:
             msg = f"no run with id {run_id!r}"
             raise KeyError(msg)
 
@@ -1311,258 +1323,16 @@ class Store:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
                 _check_status(s)
-            clauses.append(f"status IN ({', '.join('?' * len(statuses))})" if statuses else "0")
+            clauses.append(f"status IN ({', '.join('?' * len(statuses))})" if statuses
+                           else "1 = 0")
             params.extend(statuses)
         if model:
             clauses.append("(worker_model = ? OR grader_model = ?)")
             params.extend([model, model])
         if text:
-            # casefold in Python: SQLite's LIKE and lower() only fold ASCII.
-            clauses.append(
-                "(instr(rs_fold(title), ?) OR instr(rs_fold(prompt), ?) "
-                "OR instr(rs_fold(rubric), ?))"
-            )
-            params.extend([text.casefold()] * 3)
+            # search_text is casefolded in Python: neither database's lower() casefolds.
+            clauses.append("search_text LIKE ? ESCAPE '\\'")
+            escaped = (text.casefold().replace("\\", "\\\\").replace("%", "\\%")
+                       .replace("_", "\\_"))
+            params.append(f"%{escaped}%")
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-    def _unwritable(self, reason: str) -> StoreError:
-        return StoreError(
-            f"Cannot use {self._path} as the Rubric Studio database: {reason}. Set {DB_ENV_VAR} "
-            "(or pass --db) to a file path in a directory you can write to "
-            f"(for example {DB_ENV_VAR}=~/rubric_studio.sqlite3) and start again."
-        )
-
-    def _not_ours(self, reason: str) -> StoreError:
-        return StoreError(
-            f"{self._path} is not a Rubric Studio database ({reason}). The file was left "
-            f"untouched: move it aside or choose another file with {DB_ENV_VAR} or --db."
-        )
-
-    def _damaged(self, reason: str) -> StoreError:
-        return StoreError(
-            f"{self._path} {reason}. The file was left untouched: restore it from a backup or "
-            f"choose another file with {DB_ENV_VAR} or --db."
-        )
-
-    def _error(self, exc: sqlite3.Error) -> StoreError:
-        text = str(exc)
-        if "not a database" in text or "malformed" in text:
-            return self._damaged(f"cannot be read by SQLite ({text})")
-        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK:
-            return StoreError(
-                f"{self._path} has an unfinished transaction in {self._path.name}-journal, left "
-                "by a program that stopped while writing it, and SQLite can only roll it back "
-                "by writing to the file. The file was left untouched: if you trust the file, "
-                f"roll the transaction back with `sqlite3 {shlex.quote(str(self._path))} 'PRAGMA "
-                f"quick_check'` and start again, or choose another file with {DB_ENV_VAR} or --db."
-            )
-        if "readonly" in text or "unable to open" in text:
-            return self._unwritable(text)
-        if "locked" in text or "busy" in text:
-            return StoreError(
-                f"The database {self._path} stayed locked by another process for "
-                f"{_TIMEOUT_S:.0f} s ({text}). Try again, or stop the other process."
-            )
-        return StoreError(f"Database error on {self._path}: {text}")
-
-    def _prepare_location(self) -> None:
-        path = self._path
-        if path.is_dir():
-            msg = "it is a directory, not a file"
-            raise self._unwritable(msg)
-        if path.exists() and not path.is_file():
-            # A FIFO or device would block or lie on read; only regular files hold databases.
-            msg = "it is not a regular file"
-            raise self._unwritable(msg)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            msg = f"its directory {path.parent} cannot be created ({exc.strerror or exc})"
-            raise self._unwritable(
-                msg
-            ) from exc
-        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            msg = "the file is not readable and writable by this user"
-            raise self._unwritable(msg)
-        # SQLite writes its journal / WAL files next to the database.
-        if not os.access(path.parent, os.W_OK | os.X_OK):
-            msg = f"the directory {path.parent} is not writable"
-            raise self._unwritable(msg)
-
-    def _inspect_existing(self) -> None:
-        """Refuse a file that is not ours to write, before any connection can write to it.
-
-        Reads only, and creates no side files: the header with plain file reads (SQLite magic,
-        application_id), then a read-only connection for our ``meta`` table and ``quick_check``.
-        An empty or absent file passes: it becomes ours.
-        """
-        path = self._path
-        try:
-            with path.open("rb") as fh:
-                header = fh.read(_HEADER_SIZE)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            msg = f"the file cannot be read ({exc.strerror or exc})"
-            raise self._unwritable(msg) from exc
-        if not header:
-            return
-        # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
-        if not _journal_pending(path):
-            if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
-                msg = "it is not a SQLite database at all"
-                raise self._not_ours(msg)
-            at = _APPLICATION_ID_AT
-            self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
-        try:
-            conn = sqlite3.connect(
-                _read_only_uri(path), uri=True, timeout=_TIMEOUT_S, isolation_level=None
-            )
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        try:
-            self._identify(conn)
-            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        finally:
-            conn.close()
-        if problem != "ok":
-            first = " ".join(str(problem).replace("*** in database main ***", "").split())
-            msg = f"failed SQLite's integrity check (quick_check: {first[:200]})"
-            raise self._damaged(msg)
-
-    def _check_application_id(self, app_id: int) -> None:
-        if app_id not in (0, APPLICATION_ID):
-            msg = (
-                f"it belongs to another application: its SQLite application_id is "
-                f"{app_id & 0xFFFFFFFF:#010x}, Rubric Studio's is {APPLICATION_ID:#010x}"
-            )
-            raise self._not_ours(
-                msg
-            )
-
-    def _identify(self, conn: sqlite3.Connection) -> None:
-        """Raise unless the non-empty database on ``conn`` is ours at a schema we can read."""
-        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
-        self._check_application_id(app_id)
-        tables = sorted(
-            name
-            for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        )
-        if "meta" not in tables:
-            if app_id == APPLICATION_ID:
-                msg = "carries Rubric Studio's application_id but has no meta table"
-                raise self._damaged(msg)
-            shown = ", ".join(repr(t) for t in tables[:5]) + (", …" if len(tables) > 5 else "")
-            msg = (
-                "it belongs to another application: it has no Rubric Studio meta table and "
-                f"its tables are {shown or 'none'}"
-            )
-            raise self._not_ours(
-                msg
-            )
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(meta)")}
-        meta = (
-            dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if {"key", "value"} <= columns
-            else {}
-        )
-        if meta.get("app") != APP_ID:
-            msg = (
-                "it belongs to another application: its 'meta' table was not made by "
-                "Rubric Studio"
-            )
-            raise self._not_ours(
-                msg
-            )
-        raw = meta.get("schema_version", "0")
-        try:
-            version = int(raw)
-        except (TypeError, ValueError):
-            msg = f"has an unreadable schema_version {raw!r}"
-            raise self._damaged(msg) from None
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"{self._path} was written by a newer Rubric Studio (schema {version}; this "
-                f"version reads up to {SCHEMA_VERSION}). The file was left untouched: upgrade "
-                f"Rubric Studio or choose another file with {DB_ENV_VAR} or --db."
-            )
-            raise StoreError(
-                msg
-            )
-
-    def _create_schema(self) -> None:
-        """Create or upgrade our tables and mark the file as ours, in one transaction."""
-        try:
-            conn = sqlite3.connect(self._path, timeout=_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            # Again under the write lock, as the file may have changed since it was inspected.
-            # A new database stays 0 bytes on disk until the first commit.
-            if self._path.stat().st_size:
-                self._identify(conn)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            # Upgrade an older file: add the columns it lacks (existing rows get NULL).
-            have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-            for column, sql_type in _ADDED_RUN_COLUMNS.items():
-                if column not in have:
-                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
-            have_v = {r[1] for r in conn.execute("PRAGMA table_info(rubric_versions)")}
-            for column, sql_type in _ADDED_VERSION_COLUMNS.items():
-                if column not in have_v:
-                    conn.execute(f"ALTER TABLE rubric_versions ADD COLUMN {column} {sql_type}")
-            if "settings_json" not in have:
-                # Before schema 3 a run whose process died between passes was left in
-                # needs_revision, where nothing offered to resume it.
-                conn.execute("UPDATE runs SET status = 'interrupted' "
-                             "WHERE status = 'needs_revision'")
-            conn.executemany(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
-                [("app", APP_ID), ("created_at", _now())],
-            )
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            conn.execute("COMMIT")
-            # WAL lets the app read while a run writes; it is a property of the file. Switched
-            # after the first commit, so an interrupted creation rolls back to an empty file.
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise self._error(exc) from exc
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
-
-
-def _read_only_uri(path: Path) -> str:
-    """A URI that opens ``path`` read-only without creating ``-wal``/``-shm`` files beside it.
-
-    ``mode=ro`` alone creates them for a WAL database; ``immutable=1`` does not, but it reads
-    the file alone, without locks. So ``immutable=1`` is used only when no WAL exists (no
-    connection has the file open in WAL mode and none left a WAL behind) and no journal holds a
-    transaction; otherwise ``mode=ro`` reads through the side files that are already there.
-    """
-    real = path.resolve()  # SQLite names side files after the symlink's target
-    in_use = real.with_name(real.name + "-wal").exists() or _journal_pending(real)
-    query = "mode=ro" if in_use else "mode=ro&immutable=1"
-    return f"file:{urllib.parse.quote(str(real))}?{query}"
-
-
-def _journal_pending(path: Path) -> bool:
-    """Whether a rollback journal beside ``path`` may hold a transaction (live or interrupted)."""
-    real = path.resolve()
-    journal = real.with_name(real.name + "-journal")
-    return journal.is_file() and journal.stat().st_size > 0

@@ -1,0 +1,42 @@
+"""The Rubric Studio database: SQLite (the embedded default) or PostgreSQL, one interface.
+
+`Store` is the only thing that knows which database it talks to: a SQLite file path, or a
+``postgresql://`` URL (``RUBRIC_STUDIO_DB`` or ``--db``). It holds LangGraph's checkpoints
+(through the saver :meth:`Store.saver` returns) and our own tables, under one versioned schema
+(`SCHEMA_VERSION`) that is upgraded in place; a database that is not ours is refused and left
+untouched. `copy_store` copies everything from one database to another, either way.
+"""
+
+from rubric_core.store._copy import copy_store
+from rubric_core.store._core import (
+    CellRecord,
+    DatasetInfo,
+    ExperimentRecord,
+    RunRecord,
+    Store,
+    default_db_path,
+    shown_location,
+)
+from rubric_core.store._postgres import is_url, mask_url
+from rubric_core.store._schema import APP_ID, DB_ENV_VAR, SCHEMA_VERSION, StoreError
+from rubric_core.store._sqlite import APPLICATION_ID
+from rubric_core.types import RUN_STATUSES
+
+__all__ = [
+    "APPLICATION_ID",
+    "APP_ID",
+    "DB_ENV_VAR",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "CellRecord",
+    "DatasetInfo",
+    "ExperimentRecord",
+    "RunRecord",
+    "Store",
+    "StoreError",
+    "copy_store",
+    "default_db_path",
+    "is_url",
+    "mask_url",
+    "shown_location",
+]

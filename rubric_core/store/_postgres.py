@@ -1,0 +1,372 @@
+"""The shared backend: a PostgreSQL database holds LangGraph's checkpoints and our tables.
+
+``RUBRIC_STUDIO_DB=postgresql://user:password@host:5432/dbname`` (or ``postgres://``; any libpq
+URL parameter works, e.g. ``?sslmode=require`` or ``?options=-csearch_path%3Drubric`` to keep
+our tables in their own schema). Needs the ``postgres`` extra
+(``pip install 'rubric-studio[postgres]'``).
+
+Connections: one ``psycopg_pool.ConnectionPool`` per `Store` (at most
+:data:`POOL_SIZE_ENV` connections, default :data:`DEFAULT_POOL_SIZE`), shared by LangGraph's
+``PostgresSaver`` and our tables; connections are in autocommit mode with ``dict_row`` rows, as
+the saver needs, and our writes run in explicit transactions. Behind PgBouncer in transaction
+mode (before 1.21, or without ``max_prepared_statements``) set
+``RUBRIC_STUDIO_PG_PREPARE_THRESHOLD=none`` so that psycopg prepares no statements.
+
+Safety, as for a SQLite file: a database (the URL's schema, ``public`` by default) is written
+only when it holds no tables, or holds our ``meta`` table at a schema this version reads; any
+other is refused with `StoreError` and left untouched (the check and the creation of our tables
+are one transaction, under an advisory lock that serialises concurrent first opens).
+
+Credentials come only from the URL (or libpq's ``PGPASSWORD`` / ``~/.pgpass``) and are never
+stored; the URL is shown with its password masked (`mask_url`) in `Store.location`, ``repr``
+and every message, and the password is registered with `rubric_core.redact`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+from rubric_core.store._schema import (
+    DB_ENV_VAR,
+    POSTGRESQL,
+    SCHEMA_VERSION,
+    Refusals,
+    StoreError,
+    apply_schema,
+    check_meta,
+    foreign_tables,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg_pool import ConnectionPool
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+"""Prefixes of a database location that selects PostgreSQL."""
+
+POOL_SIZE_ENV = "RUBRIC_STUDIO_PG_POOL_SIZE"
+"""Environment variable: the most connections one process's `Store` opens."""
+
+DEFAULT_POOL_SIZE = 4
+"""Connections per `Store` when :data:`POOL_SIZE_ENV` is not set."""
+
+PREPARE_THRESHOLD_ENV = "RUBRIC_STUDIO_PG_PREPARE_THRESHOLD"
+"""Environment variable: psycopg's ``prepare_threshold`` (``none`` disables, for PgBouncer)."""
+
+INSTALL_HINT = "pip install 'rubric-studio[postgres]'"
+
+_CONNECT_TIMEOUT_S = 10
+_POOL_TIMEOUT_S = 30.0
+_SCHEMA_LOCK = "rubric-studio:schema"
+
+
+def is_url(location: object) -> bool:
+    """Whether a database location names PostgreSQL rather than a SQLite file."""
+    return isinstance(location, str) and location.strip().lower().startswith(URL_SCHEMES)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{hosts}" if sep else netloc
+    query = urllib.parse.urlencode(
+        [(k, "***" if k.lower() == "password" else v)
+         for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)], safe="*/:,=")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _passwords(url: str) -> list[str]:
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password] if parts.password else []
+    found += [v for k, v in urllib.parse.parse_qsl(parts.query) if k.lower() == "password" and v]
+    return [p for p in found + [urllib.parse.quote(p, safe="") for p in found] if p]
+
+
+def _env_int(name: str, default: int | None, *, allow_none: bool = False) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if allow_none and raw.lower() in ("none", "off"):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < (0 if allow_none else 1):
+        also = " or 'none'" if allow_none else ""
+        minimum = 0 if allow_none else 1
+        msg = f"{name}={raw!r} is not a whole number of at least {minimum}{also}: fix or unset it"
+        raise StoreError(msg)
+    return value
+
+
+class _Row(tuple[Any, ...]):
+    """A result row readable by column name and by position (like ``sqlite3.Row``)."""
+
+    _index: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], index: dict[str, int]) -> _Row:
+        row = super().__new__(cls, values)
+        row._index = index
+        return row
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        """The column names, in order."""
+        return list(self._index)
+
+
+def _row_factory(cursor: Any) -> Any:
+    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    return lambda values: _Row(values, index)
+
+
+@functools.lru_cache(maxsize=512)
+def _placeholders(sql: str) -> str:
+    """Our ``?`` placeholders as psycopg's ``%s`` (our SQL holds no ``?`` in literals)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _PgTx:
+    """`rubric_core.store._schema.Tx` over a psycopg connection."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        cursor = self.conn.cursor(row_factory=_row_factory)
+        cursor.execute(_placeholders(sql), tuple(params))
+        return cursor
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        rows = [tuple(r) for r in rows]
+        if rows:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(_placeholders(sql), rows)
+
+    def lock(self, key: str) -> None:
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+
+class PostgresBackend:
+    """A PostgreSQL database (see the module docstring)."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:
+            msg = (f"{DB_ENV_VAR} names a PostgreSQL database ({mask_url(url)}), but psycopg "
+                   f"is not installed: run {INSTALL_HINT} (or point {DB_ENV_VAR} at a SQLite "
+                   "file path)")
+            raise StoreError(msg) from exc
+        from rubric_core.redact import register_secret
+
+        self.url = url.strip()
+        self.location = mask_url(self.url)
+        self._secrets = _passwords(self.url)
+        for secret in self._secrets:
+            register_secret(secret)  # shown nowhere, whatever echoes it
+        self.errors: tuple[type[Exception], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
+        self.pool_size = _env_int(POOL_SIZE_ENV, DEFAULT_POOL_SIZE)
+        self.prepare_threshold = _env_int(PREPARE_THRESHOLD_ENV, 5, allow_none=True)
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._saver: PostgresSaver | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _conninfo_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": self.prepare_threshold}
+        if "connect_timeout" not in self.url:
+            kwargs["connect_timeout"] = _CONNECT_TIMEOUT_S
+        return kwargs
+
+    def open(self) -> None:
+        """Check that the database is ours (or empty) and create or upgrade our tables."""
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.url, **self._conninfo_kwargs())
+        except psycopg.Error as exc:
+            raise self.error(exc) from exc
+        try:
+            with conn.transaction():
+                tx = _PgTx(conn)
+                tx.lock(_SCHEMA_LOCK)  # two first opens at once: one creates, one checks
+                self._identify(tx)
+
+                def columns(table: str) -> set[str]:
+                    return {r[0] for r in tx.execute(
+                        "SELECT column_name FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
+
+                apply_schema(tx, columns)
+        except psycopg.Error as exc:
+            raise self.error(exc) from exc
+        finally:
+            conn.close()
+
+    def _identify(self, tx: _PgTx) -> None:
+        """Raise unless the schema in use is empty, or ours at a schema version we read."""
+        (schema,) = tx.execute("SELECT current_schema()").fetchone()
+        if schema is None:
+            msg = ("its search_path names no schema that exists: create one, or fix the URL's "
+                   "options=-csearch_path")
+            raise self._damaged(msg)
+        tables = [r[0] for r in tx.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+            (schema,))]
+        if not tables:
+            return
+        if "meta" not in tables:
+            raise self._not_ours(foreign_tables(tables))
+        have = {r[0] for r in tx.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = ? AND table_name = 'meta'", (schema,))}
+        meta = ({str(k): str(v) for k, v in tx.execute("SELECT key, value FROM meta")}
+                if {"key", "value"} <= have else {})
+        check_meta(meta, Refusals(self._not_ours, self._damaged, self._newer))
+
+    def _get_pool(self) -> ConnectionPool:
+        with self._lock:
+            if self._pool is None:
+                from psycopg.rows import dict_row
+                from psycopg_pool import ConnectionPool
+
+                # dict_row and autocommit are what PostgresSaver expects of its connections.
+                self._pool = ConnectionPool(
+                    self.url, min_size=1, max_size=self.pool_size, open=True,
+                    kwargs={**self._conninfo_kwargs(), "row_factory": dict_row},
+                    timeout=_POOL_TIMEOUT_S, name="rubric-studio",
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Close the pool (and so the saver's connections); a later use opens a new one."""
+        with self._lock:
+            pool, self._pool, self._saver = self._pool, None, None
+        if pool is not None:
+            pool.close()
+
+    def saver(self) -> PostgresSaver:
+        """A ``PostgresSaver`` on the pool; its tables are created on first use."""
+        pool = self._get_pool()
+        with self._lock:
+            if self._saver is None:
+                from rubric_core.redact import RedactingSerializer
+                from rubric_core.store._pg_saver import RedactingPostgresSaver
+
+                # Checkpoints never hold a secret (an echoed key in an error, say): the
+                # serializer scrubs what it writes, the subclass what PostgresSaver inlines.
+                saver = RedactingPostgresSaver(cast("Any", pool), serde=RedactingSerializer())
+                self._setup(saver)
+                self._saver = saver
+            return self._saver
+
+    def _setup(self, saver: PostgresSaver) -> None:
+        import psycopg
+
+        # setup() cannot run in a transaction (CREATE INDEX CONCURRENTLY), so no lock can
+        # serialise two processes' first use: the loser of a race retries from where it is.
+        for attempt in range(3):
+            try:
+                saver.setup()
+                return
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable,
+                    psycopg.errors.DuplicateObject):
+                if attempt == 2:
+                    raise
+                time.sleep(0.2)
+            except self.errors as exc:
+                raise self.error(exc) from exc
+
+    @contextmanager
+    def connect(self, *, write: bool) -> Iterator[_PgTx]:
+        """A pooled connection; with ``write``, one transaction around the body."""
+        try:
+            with self._get_pool().connection() as conn:
+                if write:
+                    with conn.transaction():
+                        yield _PgTx(conn)
+                else:
+                    yield _PgTx(conn)
+        except self.errors as exc:
+            raise self.error(exc) from exc
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text.replace(self.url, self.location)
+
+    def _not_ours(self, reason: str) -> StoreError:
+        return StoreError(
+            f"The PostgreSQL database {self.location} is not a Rubric Studio database "
+            f"({reason}). It was left untouched: create an empty database for Rubric Studio "
+            f"(`createdb rubric_studio`) and point {DB_ENV_VAR} (or --db) at it."
+        )
+
+    def _damaged(self, reason: str) -> StoreError:
+        return StoreError(
+            f"The PostgreSQL database {self.location} {reason}. It was left untouched: restore "
+            f"it from a backup or point {DB_ENV_VAR} (or --db) at another database."
+        )
+
+    def _newer(self, version: int) -> StoreError:
+        return StoreError(
+            f"The PostgreSQL database {self.location} was written by a newer Rubric Studio "
+            f"(schema {version}; this version reads up to {SCHEMA_VERSION}). It was left "
+            f"untouched: upgrade Rubric Studio or point {DB_ENV_VAR} (or --db) at another "
+            "database."
+        )
+
+    def error(self, exc: Exception) -> StoreError:
+        """A psycopg (or pool) error as a `StoreError` that says what to do."""
+        import psycopg
+        import psycopg_pool
+
+        text = self._scrub(" ".join(str(exc).split()))
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StoreError(
+                f"No connection to the PostgreSQL database {self.location} within "
+                f"{_POOL_TIMEOUT_S:.0f} s ({text}): the server may be down or every pooled "
+                f"connection busy. Check the server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} "
+                f"(now {self.pool_size})."
+            )
+        if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
+                None, "08001", "08006", "28000", "28P01", "3D000", "57P03"):
+            parts = urllib.parse.urlsplit(self.url)
+            where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+            hint = (" (create it with `createdb`, or fix the database name)"
+                    if "does not exist" in text else "")
+            reason = f"{text.rstrip('.')}{hint}"
+            end = "" if reason.endswith(("?", "!")) else "."
+            return StoreError(
+                f"Cannot connect to the PostgreSQL server at {where} for {self.location}: "
+                f"{reason}{end} Check that the server is running and that {DB_ENV_VAR} (or --db) "
+                "names the right host, port, user, password and database."
+            )
+        return StoreError(f"Database error on {self.location}: {text}")

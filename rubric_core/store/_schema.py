@@ -1,0 +1,246 @@
+"""Our tables, written once for both databases, and the checks that a database is ours.
+
+The SQL of `rubric_core.store` is SQLite's and PostgreSQL's common ground (``ON CONFLICT``
+upserts, ``trim(x, chars)``, row-value ``IN``), with ``?`` placeholders; the few differences
+live in a `Dialect`: PostgreSQL's placeholder, its ``REAL`` (single precision there, so
+``DOUBLE PRECISION``), an explicit ``rowid`` (SQLite's implicit one orders rows created in the
+same microsecond), the clock leases are judged by, and ``FOR UPDATE`` row locks (SQLite has
+one writer at a time, so it needs none).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+DB_ENV_VAR = "RUBRIC_STUDIO_DB"
+"""Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
+
+SCHEMA_VERSION = 6
+"""Version of our own tables; stored in ``meta`` and checked on open.
+
+Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
+``grader_tools`` columns. Version 3 added ``settings_json`` (the run's whole
+`rubric_core.settings.RunSettings`) and stopped leaving a run in ``needs_revision``: upgraded
+rows in that status (runs whose process died between passes) become ``interrupted``. Older
+files are upgraded in place on open; their rows without ``settings_json`` get settings derived
+from their columns (`RunSettings.from_columns`). Version 4 added the ``labels`` table and
+``rubric_versions.settings_json`` (a saved rubric's `RunSettings` preset; NULL in upgraded rows);
+version 5 added ``datasets``, ``experiments`` and ``experiment_cells`` (new tables only: older
+files gain them in place). Version 6 (the first that PostgreSQL holds) added the runs'
+``search_text`` (title, prompt and rubric casefolded, filled in for upgraded rows) and the cells'
+``lease_owner`` and ``lease_expires_at`` (`Store.claim_cell`).
+"""
+
+APP_ID = "rubric-studio"
+"""Value of ``meta.app`` that marks a database as ours."""
+
+
+class StoreError(Exception):
+    """A database problem, with a message that says what is wrong and what to do."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between the two databases' SQL."""
+
+    name: str
+    """``sqlite`` or ``postgresql``."""
+    types: Mapping[str, str]
+    """Substitutions in the DDL: ``{real}`` (a double) and ``{rowid}`` (a leading column)."""
+    epoch_now: str
+    """An expression for the database's clock, in Unix seconds (leases are judged by it)."""
+    lock_rows: str
+    """Appended to a ``SELECT`` that must lock the rows it reads until the transaction ends."""
+    skip_locked: str
+    """Appended to the claim's ``SELECT``: lock the row read, skip rows other claims hold."""
+
+    def ddl(self, statement: str) -> str:
+        """A DDL statement of `SCHEMA` in this dialect."""
+        return statement.format(**self.types)
+
+
+SQLITE = Dialect(
+    name="sqlite", types={"real": "REAL", "rowid": ""},
+    epoch_now="((julianday('now') - 2440587.5) * 86400.0)", lock_rows="", skip_locked="",
+)
+POSTGRESQL = Dialect(
+    name="postgresql",
+    types={"real": "DOUBLE PRECISION",
+           "rowid": "rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,"},
+    epoch_now="extract(epoch from clock_timestamp())::double precision",
+    lock_rows=" FOR UPDATE", skip_locked=" FOR UPDATE OF c SKIP LOCKED",
+)
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS runs ({rowid}
+        run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, title TEXT NOT NULL,
+        prompt TEXT NOT NULL, rubric TEXT NOT NULL, worker_model TEXT NOT NULL,
+        grader_model TEXT NOT NULL, max_iterations INTEGER NOT NULL, status TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s {real},
+        iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
+        error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT,
+        settings_json TEXT, search_text TEXT)""",
+    "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_grader ON runs (grader_model, created_at)",
+    "CREATE INDEX IF NOT EXISTS rs_runs_thread ON runs (thread_id)",
+    """CREATE TABLE IF NOT EXISTS evaluations (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, grading_run_id TEXT NOT NULL, iteration INTEGER NOT NULL,
+        result TEXT NOT NULL, status TEXT NOT NULL, explanation TEXT NOT NULL,
+        criteria_json TEXT NOT NULL, answer TEXT NOT NULL, duration_s {real},
+        input_tokens INTEGER, output_tokens INTEGER, unverified INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS rubrics (
+        name TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rubric_versions (
+        name TEXT NOT NULL REFERENCES rubrics (name) ON DELETE CASCADE,
+        version INTEGER NOT NULL, text TEXT NOT NULL, created_at TEXT NOT NULL,
+        settings_json TEXT, PRIMARY KEY (name, version))""",
+    # Schema 4: people's labels of criterion verdicts (see `Store.set_label`).
+    """CREATE TABLE IF NOT EXISTS labels (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, criterion TEXT NOT NULL,
+        labeller TEXT NOT NULL, agree INTEGER NOT NULL, correct INTEGER, note TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq, criterion, labeller),
+        FOREIGN KEY (run_id, seq) REFERENCES evaluations (run_id, seq) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS datasets (
+        name TEXT NOT NULL, version INTEGER NOT NULL, jsonl TEXT NOT NULL,
+        columns_json TEXT NOT NULL, row_count INTEGER NOT NULL, created_at TEXT NOT NULL,
+        PRIMARY KEY (name, version))""",
+    """CREATE TABLE IF NOT EXISTS experiments ({rowid}
+        experiment_id TEXT PRIMARY KEY, name TEXT NOT NULL, dataset_name TEXT NOT NULL,
+        dataset_version INTEGER NOT NULL, configs_json TEXT NOT NULL, repeats INTEGER NOT NULL,
+        status TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+        FOREIGN KEY (dataset_name, dataset_version) REFERENCES datasets (name, version))""",
+    "CREATE INDEX IF NOT EXISTS rs_experiments_created ON experiments (created_at)",
+    """CREATE TABLE IF NOT EXISTS experiment_cells (
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, row_id TEXT NOT NULL, config_index INTEGER NOT NULL,
+        repeat_index INTEGER NOT NULL, thread_id TEXT NOT NULL UNIQUE,
+        lease_owner TEXT, lease_expires_at {real},
+        PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
+    "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
+)
+
+ADDED_COLUMNS: dict[str, dict[str, str]] = {
+    "runs": {"worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT",
+             "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT"},
+    "rubric_versions": {"settings_json": "TEXT"},
+    "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
+}
+"""Columns added to a table after it was first released (NULL in upgraded rows)."""
+
+TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
+          "experiments", "experiment_cells")
+"""Our tables other than ``meta``, each after the ones it refers to."""
+
+SEARCH_SEPARATOR = "\x1f"
+"""Between the fields of ``runs.search_text`` (the unit separator: no title holds it)."""
+
+
+def search_text(title: str, prompt: str, rubric: str) -> str:
+    """``runs.search_text``: what `Store.list_runs`'s ``text`` filter looks in, casefolded.
+
+    Stored rather than folded in SQL, as neither database casefolds (``lower('Straße')`` is
+    not ``'strasse'``) and their ``lower()`` differ beyond ASCII.
+    """
+    return SEARCH_SEPARATOR.join(s.casefold() for s in (title, prompt, rubric))
+
+
+def now() -> str:
+    """The current time as the store writes it: ISO 8601 UTC, microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class Tx(Protocol):
+    """A connection inside one operation (one transaction for writes), on either database.
+
+    Rows can be read by column name and by position, and unpacked like tuples.
+    """
+
+    dialect: Dialect
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement with ``?`` placeholders; returns a DB-API cursor."""
+        ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each parameter row."""
+        ...
+
+    def lock(self, key: str) -> None:
+        """Serialise this transaction with others that lock ``key``, until it ends.
+
+        A no-op on SQLite, whose write transactions already run one at a time.
+        """
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusals:
+    """A backend's messages for a database it will not write (each names what to do)."""
+
+    not_ours: Callable[[str], StoreError]
+    damaged: Callable[[str], StoreError]
+    newer: Callable[[int], StoreError]
+
+
+def check_meta(meta: Mapping[str, str], refuse: Refusals) -> None:
+    """Raise unless ``meta`` (our ``meta`` table's rows) says the database is ours and readable."""
+    if meta.get("app") != APP_ID:
+        msg = "it belongs to another application: its 'meta' table was not made by Rubric Studio"
+        raise refuse.not_ours(msg)
+    raw = meta.get("schema_version", "0")
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        msg = f"has an unreadable schema_version {raw!r}"
+        raise refuse.damaged(msg) from None
+    if version > SCHEMA_VERSION:
+        raise refuse.newer(version)
+
+
+def foreign_tables(tables: Sequence[str]) -> str:
+    """The reason given for a database with tables but no ``meta``: a few of their names."""
+    shown = ", ".join(repr(t) for t in sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+    return ("it belongs to another application: it has no Rubric Studio meta table and its "
+            f"tables are {shown or 'none'}")
+
+
+def apply_schema(tx: Tx, columns: Callable[[str], set[str]]) -> None:
+    """Create or upgrade our tables in ``tx`` (the caller has checked that they are ours).
+
+    Args:
+        tx: A write transaction.
+        columns: The columns a table has now (the backend's catalogue query).
+
+    """
+    dialect = tx.dialect
+    had_settings = "settings_json" in columns("runs")
+    for statement in SCHEMA:
+        tx.execute(dialect.ddl(statement))
+    for table, added in ADDED_COLUMNS.items():
+        have = columns(table)
+        for column, sql_type in added.items():
+            if column not in have:
+                tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {dialect.ddl(sql_type)}")
+    if not had_settings:
+        # Before schema 3 a run whose process died between passes was left in
+        # needs_revision, where nothing offered to resume it.
+        tx.execute("UPDATE runs SET status = 'interrupted' WHERE status = 'needs_revision'")
+    missing = tx.execute("SELECT run_id, title, prompt, rubric FROM runs "
+                         "WHERE search_text IS NULL").fetchall()
+    tx.executemany("UPDATE runs SET search_text = ? WHERE run_id = ?",
+                   [(search_text(r[1], r[2], r[3]), r[0]) for r in missing])
+    tx.executemany("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                   [("app", APP_ID), ("created_at", now())])
+    tx.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+               "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))

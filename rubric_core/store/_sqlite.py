@@ -1,0 +1,354 @@
+"""The embedded backend: one SQLite file holds LangGraph's checkpoints and our tables.
+
+Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
+be shared between threads. Our own tables therefore use one short-lived connection per
+operation; the saver holds one long-lived connection opened with ``check_same_thread=False``
+and serialises access with its own lock.
+
+Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
+carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
+application_id, which are upgraded in place) — at a schema this version reads, and it passes
+SQLite's ``quick_check``. These checks run before any connection that can write (ours or the
+``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
+other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
+`StoreError` and left byte-for-byte untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sqlite3
+import threading
+import urllib.parse
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rubric_core.store._schema import (
+    DB_ENV_VAR,
+    SCHEMA_VERSION,
+    SQLITE,
+    Refusals,
+    StoreError,
+    apply_schema,
+    check_meta,
+    foreign_tables,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from pathlib import Path
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+APPLICATION_ID = 0x52625374
+"""SQLite ``PRAGMA application_id`` of our files: the ASCII bytes ``RbSt`` (1382175604).
+
+Written into the file header (offset 68, big-endian) when a file is created or upgraded, so
+that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner before opening
+it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
+"""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_HEADER_SIZE = 100  # the database header, before the first page's b-tree
+_APPLICATION_ID_AT = 68
+_SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
+_TIMEOUT_S = 10.0
+
+
+class _SqliteTx:
+    """`rubric_core.store._schema.Tx` over a ``sqlite3.Connection``."""
+
+    dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+    def lock(self, key: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already holds the file's one write lock."""
+
+
+class SqliteBackend:
+    """A SQLite file (see the module docstring)."""
+
+    dialect = SQLITE
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.location = str(path)
+        self._lock = threading.Lock()
+        self._saver: SqliteSaver | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Validate the file and create or upgrade our tables."""
+        self._prepare_location()
+        self._inspect_existing()
+        self._create_schema()
+
+    def close(self) -> None:
+        """Close the saver's connection, if one was made."""
+        with self._lock:
+            saver, self._saver = self._saver, None
+        if saver is not None:
+            with saver.lock:  # wait for an operation in flight on another thread
+                saver.conn.close()
+
+    def saver(self) -> SqliteSaver:
+        """A ``SqliteSaver`` on a connection made with ``check_same_thread=False``."""
+        with self._lock:
+            if self._saver is None:
+                from langgraph.checkpoint.sqlite import SqliteSaver
+
+                from rubric_core.redact import RedactingSerializer
+
+                try:
+                    conn = sqlite3.connect(self.path, timeout=_TIMEOUT_S, check_same_thread=False)
+                except sqlite3.Error as exc:
+                    raise self.error(exc) from exc
+                # Checkpoints never hold a secret (an echoed key in an error, say).
+                saver = SqliteSaver(conn, serde=RedactingSerializer())
+                try:
+                    saver.setup()
+                except sqlite3.Error as exc:
+                    conn.close()
+                    raise self.error(exc) from exc
+                self._saver = saver
+            return self._saver
+
+    @contextmanager
+    def connect(self, *, write: bool) -> Iterator[_SqliteTx]:
+        """A short-lived connection; with ``write``, one IMMEDIATE transaction around the body."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self.error(exc) from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            if write:
+                # IMMEDIATE takes the write lock up front, so read-then-insert cannot race.
+                conn.execute("BEGIN IMMEDIATE")
+            yield _SqliteTx(conn)
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self.error(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def _unwritable(self, reason: str) -> StoreError:
+        return StoreError(
+            f"Cannot use {self.path} as the Rubric Studio database: {reason}. Set {DB_ENV_VAR} "
+            "(or pass --db) to a file path in a directory you can write to "
+            f"(for example {DB_ENV_VAR}=~/rubric_studio.sqlite3) and start again."
+        )
+
+    def _not_ours(self, reason: str) -> StoreError:
+        return StoreError(
+            f"{self.path} is not a Rubric Studio database ({reason}). The file was left "
+            f"untouched: move it aside or choose another file with {DB_ENV_VAR} or --db."
+        )
+
+    def _damaged(self, reason: str) -> StoreError:
+        return StoreError(
+            f"{self.path} {reason}. The file was left untouched: restore it from a backup or "
+            f"choose another file with {DB_ENV_VAR} or --db."
+        )
+
+    def _newer(self, version: int) -> StoreError:
+        return StoreError(
+            f"{self.path} was written by a newer Rubric Studio (schema {version}; this "
+            f"version reads up to {SCHEMA_VERSION}). The file was left untouched: upgrade "
+            f"Rubric Studio or choose another file with {DB_ENV_VAR} or --db."
+        )
+
+    def error(self, exc: Exception) -> StoreError:
+        """A ``sqlite3.Error`` as a `StoreError` that says what to do."""
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            return self._damaged(f"cannot be read by SQLite ({text})")
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK:
+            return StoreError(
+                f"{self.path} has an unfinished transaction in {self.path.name}-journal, left "
+                "by a program that stopped while writing it, and SQLite can only roll it back "
+                "by writing to the file. The file was left untouched: if you trust the file, "
+                f"roll the transaction back with `sqlite3 {shlex.quote(str(self.path))} 'PRAGMA "
+                f"quick_check'` and start again, or choose another file with {DB_ENV_VAR} or --db."
+            )
+        if "readonly" in text or "unable to open" in text:
+            return self._unwritable(text)
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"The database {self.path} stayed locked by another process for "
+                f"{_TIMEOUT_S:.0f} s ({text}). Try again, or stop the other process."
+            )
+        return StoreError(f"Database error on {self.path}: {text}")
+
+    # -- checks before writing ------------------------------------------------------------------
+
+    def _prepare_location(self) -> None:
+        path = self.path
+        if path.is_dir():
+            msg = "it is a directory, not a file"
+            raise self._unwritable(msg)
+        if path.exists() and not path.is_file():
+            # A FIFO or device would block or lie on read; only regular files hold databases.
+            msg = "it is not a regular file"
+            raise self._unwritable(msg)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = f"its directory {path.parent} cannot be created ({exc.strerror or exc})"
+            raise self._unwritable(msg) from exc
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            msg = "the file is not readable and writable by this user"
+            raise self._unwritable(msg)
+        # SQLite writes its journal / WAL files next to the database.
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            msg = f"the directory {path.parent} is not writable"
+            raise self._unwritable(msg)
+
+    def _inspect_existing(self) -> None:
+        """Refuse a file that is not ours to write, before any connection can write to it.
+
+        Reads only, and creates no side files: the header with plain file reads (SQLite magic,
+        application_id), then a read-only connection for our ``meta`` table and ``quick_check``.
+        An empty or absent file passes: it becomes ours.
+        """
+        path = self.path
+        try:
+            with path.open("rb") as fh:
+                header = fh.read(_HEADER_SIZE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            msg = f"the file cannot be read ({exc.strerror or exc})"
+            raise self._unwritable(msg) from exc
+        if not header:
+            return
+        # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
+        if not _journal_pending(path):
+            if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
+                msg = "it is not a SQLite database at all"
+                raise self._not_ours(msg)
+            at = _APPLICATION_ID_AT
+            self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
+        try:
+            conn = sqlite3.connect(
+                _read_only_uri(path), uri=True, timeout=_TIMEOUT_S, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise self.error(exc) from exc
+        try:
+            self._identify(conn)
+            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise self.error(exc) from exc
+        finally:
+            conn.close()
+        if problem != "ok":
+            first = " ".join(str(problem).replace("*** in database main ***", "").split())
+            msg = f"failed SQLite's integrity check (quick_check: {first[:200]})"
+            raise self._damaged(msg)
+
+    def _check_application_id(self, app_id: int) -> None:
+        if app_id not in (0, APPLICATION_ID):
+            msg = (
+                f"it belongs to another application: its SQLite application_id is "
+                f"{app_id & 0xFFFFFFFF:#010x}, Rubric Studio's is {APPLICATION_ID:#010x}"
+            )
+            raise self._not_ours(msg)
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        """Raise unless the non-empty database on ``conn`` is ours at a schema we can read."""
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        self._check_application_id(app_id)
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if "meta" not in tables:
+            if app_id == APPLICATION_ID:
+                msg = "carries Rubric Studio's application_id but has no meta table"
+                raise self._damaged(msg)
+            raise self._not_ours(foreign_tables(tables))
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(meta)")}
+        meta = (
+            dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if {"key", "value"} <= columns
+            else {}
+        )
+        check_meta(meta, Refusals(self._not_ours, self._damaged, self._newer))
+
+    def _create_schema(self) -> None:
+        """Create or upgrade our tables and mark the file as ours, in one transaction."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self.error(exc) from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            # Again under the write lock, as the file may have changed since it was inspected.
+            # A new database stays 0 bytes on disk until the first commit.
+            if self.path.stat().st_size:
+                self._identify(conn)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+            def columns(table: str) -> set[str]:
+                return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+            apply_schema(_SqliteTx(conn), columns)
+            conn.execute("COMMIT")
+            # WAL lets the app read while a run writes; it is a property of the file. Switched
+            # after the first commit, so an interrupted creation rolls back to an empty file.
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self.error(exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+
+def _read_only_uri(path: Path) -> str:
+    """A URI that opens ``path`` read-only without creating ``-wal``/``-shm`` files beside it.
+
+    ``mode=ro`` alone creates them for a WAL database; ``immutable=1`` does not, but it reads
+    the file alone, without locks. So ``immutable=1`` is used only when no WAL exists (no
+    connection has the file open in WAL mode and none left a WAL behind) and no journal holds a
+    transaction; otherwise ``mode=ro`` reads through the side files that are already there.
+    """
+    real = path.resolve()  # SQLite names side files after the symlink's target
+    in_use = real.with_name(real.name + "-wal").exists() or _journal_pending(real)
+    query = "mode=ro" if in_use else "mode=ro&immutable=1"
+    return f"file:{urllib.parse.quote(str(real))}?{query}"
+
+
+def _journal_pending(path: Path) -> bool:
+    """Whether a rollback journal beside ``path`` may hold a transaction (live or interrupted)."""
+    real = path.resolve()
+    journal = real.with_name(real.name + "-journal")
+    return journal.is_file() and journal.stat().st_size > 0

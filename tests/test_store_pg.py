@@ -1,0 +1,179 @@
+"""The PostgreSQL backend on a real server: a database is written only when it is ours, a URL is
+never shown with its password, and every failure says what to do next.
+
+The refusals mirror tests/test_store_integrity.py (SQLite files): each checks the database's
+tables and rows before and after, and the message.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+from pg_support import free_port
+
+from rubric_core.redact import redact
+from rubric_core.store import DB_ENV_VAR, SCHEMA_VERSION, Store, StoreError, mask_url
+
+
+def _snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table of the public schema with all its rows, sorted: what "untouched" compares."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+            "ORDER BY table_name")]
+        return {t: sorted(conn.execute(f'SELECT row_to_json(x)::text FROM "{t}" x').fetchall())
+                for t in tables}
+
+
+def _sql(url: str, *statements: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def test_new_database_becomes_ours_with_checkpoint_tables_on_first_use(pg_url: str) -> None:
+    with Store(pg_url) as store:
+        assert store.backend == "postgresql"
+        assert "checkpoints" not in _snapshot(pg_url)  # the saver's tables wait for first use
+        store.saver()
+        tables = _snapshot(pg_url)
+        meta = dict(psycopg.connect(pg_url).execute("SELECT key, value FROM meta").fetchall())
+    assert {"meta", "runs", "evaluations", "labels", "experiment_cells", "checkpoints",
+            "checkpoint_blobs", "checkpoint_writes"} <= set(tables)
+    assert meta["app"] == "rubric-studio" and meta["schema_version"] == str(SCHEMA_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("statements", "reason"),
+    [
+        pytest.param(["CREATE TABLE customers (id int PRIMARY KEY, name text)",
+                      "INSERT INTO customers VALUES (1, 'Ada')"],
+                     "no Rubric Studio meta table and its tables are 'customers'",
+                     id="another_application_s_tables"),
+        pytest.param(["CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
+                      "INSERT INTO meta VALUES ('app', 'billing')"],
+                     "its 'meta' table was not made by Rubric Studio",
+                     id="another_application_s_meta"),
+    ],
+)
+def test_foreign_database_is_refused_untouched(
+    pg_url: str, statements: list[str], reason: str
+) -> None:
+    _sql(pg_url, *statements)
+    before = _snapshot(pg_url)
+    with pytest.raises(StoreError) as info:
+        Store(pg_url).open()
+    assert reason in str(info.value)
+    assert "is not a Rubric Studio database" in str(info.value)
+    assert "left untouched" in str(info.value) and DB_ENV_VAR in str(info.value)
+    assert _snapshot(pg_url) == before
+
+
+def test_newer_schema_is_refused_untouched(pg_url: str) -> None:
+    with Store(pg_url) as store:
+        store.create_run(prompt="p", rubric="- a")
+    _sql(pg_url, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    before = _snapshot(pg_url)
+    with pytest.raises(StoreError, match=rf"newer Rubric Studio \(schema 99; this version "
+                                         rf"reads up to {SCHEMA_VERSION}\)"):
+        Store(pg_url).open()
+    assert _snapshot(pg_url) == before
+
+
+def test_schema_5_database_is_upgraded_in_place(pg_url: str) -> None:
+    with Store(pg_url) as store:
+        run = store.create_run(title="Straße", prompt="p", rubric="- a")
+    _sql(pg_url, "ALTER TABLE runs DROP COLUMN search_text",
+         "ALTER TABLE experiment_cells DROP COLUMN lease_owner",
+         "ALTER TABLE experiment_cells DROP COLUMN lease_expires_at",
+         "UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    with Store(pg_url) as store:
+        assert [r.run_id for r in store.list_runs(text="STRASSE")] == [run.run_id]
+    snapshot = _snapshot(pg_url)
+    assert '{"key":"schema_version","value":"' + str(SCHEMA_VERSION) + '"}' in str(
+        snapshot["meta"])
+
+
+def test_two_first_opens_at_once_both_succeed(pg_url: str) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_one() -> None:
+        try:
+            barrier.wait(timeout=10)
+            with Store(pg_url) as store:
+                store.saver()
+        except BaseException as exc:  # collected: pytest does not see thread exceptions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+
+
+def test_password_is_masked_in_repr_location_and_errors() -> None:
+    password = "pw-Do-Not-Show-7f3a"
+    dead_port = free_port()  # nothing listens there
+    url = f"postgresql://rubric:{password}@127.0.0.1:{dead_port}/rubric"
+    store = Store(url)
+    assert password not in repr(store) and password not in store.location
+    assert store.location == f"postgresql://rubric:***@127.0.0.1:{dead_port}/rubric"
+    assert str(store.path) == store.location
+    with pytest.raises(StoreError) as info:
+        store.open()
+    message = str(info.value)
+    assert password not in message and "rubric:***@" in message
+    assert f"127.0.0.1:{dead_port}" in message and DB_ENV_VAR in message
+    assert "Check that the server is running" in message
+    assert redact(f"echoed {password}") == "echoed [redacted]"  # registered as a secret
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        pytest.param("postgresql://u:p%40ss@h:5/d", "postgresql://u:***@h:5/d", id="user_part"),
+        pytest.param("postgres://u@h/d?password=secret&sslmode=require",
+                     "postgres://u@h/d?password=***&sslmode=require", id="query_parameter"),
+        pytest.param("postgresql://h/d", "postgresql://h/d", id="no_password"),
+    ],
+)
+def test_mask_url(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+
+
+def test_missing_database_says_create_it(pg_server: str) -> None:
+    url = pg_server.rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(StoreError, match=r"does not exist.*createdb.*RUBRIC_STUDIO_DB"):
+        Store(url).open()
+
+
+def test_missing_psycopg_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+    with pytest.raises(StoreError, match=r"pip install 'rubric-studio\[postgres\]'") as info:
+        Store("postgresql://u:hidden-password@h/d")
+    assert "hidden-password" not in str(info.value)
+
+
+def test_pool_size_and_prepare_threshold_come_from_the_environment(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUBRIC_STUDIO_PG_POOL_SIZE", "2")
+    monkeypatch.setenv("RUBRIC_STUDIO_PG_PREPARE_THRESHOLD", "none")
+    with Store(pg_url) as store:
+        pool: Any = store.saver().conn
+        assert pool.max_size == 2
+        assert pool.kwargs["prepare_threshold"] is None
+        with pool.connection() as conn:
+            assert conn.prepare_threshold is None
+        store.create_run(prompt="p", rubric="- a")
+    monkeypatch.setenv("RUBRIC_STUDIO_PG_POOL_SIZE", "0")
+    with pytest.raises(StoreError, match="RUBRIC_STUDIO_PG_POOL_SIZE='0'"):
+        Store(pg_url)
