@@ -13,8 +13,9 @@ grading passes: the grader fails the worker's answers until the last pass, so a 
 
 Reported: span efficiency = ideal / (last response - first request) and wall efficiency =
 ideal / wall time (creation and start-up included), ideal = calls × delay / C; the ratio of
-the loop's span efficiency to plain asyncio's; and the most requests the server saw in flight
-(must never exceed C).
+the loop's span efficiency to plain asyncio's; the most requests the server saw in flight
+(must never exceed C); and the client's CPU milliseconds per row (the server's are not
+counted), which is what caps a GIL-bound client at high C.
 
 Run from the repository root:
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing as mp
 import sys
 import tempfile
@@ -146,11 +148,15 @@ def _plain(server: Server, rows: int, concurrency: int, passes: int) -> float:
     return time.monotonic() - started
 
 
-def _figures(server: Server, wall: float, concurrency: int, delay_s: float) -> dict[str, float]:
+def _measured(server: Server, run: Any, concurrency: int, delay_s: float, rows: int
+              ) -> dict[str, float]:
+    cpu = time.process_time()
+    wall = run()
+    cpu = time.process_time() - cpu
     times, done, peak = server.stats()
     ideal = len(times) * delay_s / concurrency
     return {"calls": len(times), "span_eff": ideal / (max(done) - min(times)),
-            "wall_eff": ideal / wall, "peak": peak}
+            "wall_eff": ideal / wall, "peak": peak, "cpu_ms": 1000 * cpu / rows}
 
 
 def main() -> int:
@@ -164,17 +170,19 @@ def main() -> int:
     print(f"{args.rows} rows x {2 * args.passes} calls ({args.passes} passes), "
           f"{args.delay_ms:g} ms per call on the loopback server (own process)")
     print(f"{'C':>3} {'calls':>6} {'loop span':>10} {'loop wall':>10} {'plain span':>11} "
-          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5}")
+          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}")
     server = Server(delay, args.passes)
     failed = False
     try:
         for c in args.concurrency:
-            loop = _figures(server, _loop(server, args.rows, c), c, delay)
-            plain = _figures(server, _plain(server, args.rows, c, args.passes), c, delay)
+            loop = _measured(server, functools.partial(_loop, server, args.rows, c), c, delay,
+                             args.rows)
+            plain = _measured(server, functools.partial(_plain, server, args.rows, c,
+                                                        args.passes), c, delay, args.rows)
             print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
                   f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
                   f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
-                  f"{loop['peak']:>5.0f}")
+                  f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}")
             if loop["peak"] > c:
                 print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
                 failed = True

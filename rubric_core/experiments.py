@@ -7,11 +7,18 @@ done, yielding progress events (`rubric_core.types.ExperimentEvent`):
 - Every cell is an ordinary run started or resumed by `rubric_core.session` on the cell's
   thread, with `RunSettings.dataset_row` set, so it is recorded, shown in Review and exported
   like any run. A cell's status is its run's status: nothing else is written per cell.
-- Concurrency: one asyncio event loop schedules the cells, at most ``concurrency`` at a time
-  (and at most ``per_model[m]`` using model ``m``). The runner and the session layer are
-  synchronous (LangGraph's SQLite saver has no async path), so each running cell's loop
-  executes on a worker thread of a pool of ``concurrency`` threads; the event loop only admits,
-  awaits and counts.
+- Concurrency: one asyncio event loop runs ``concurrency`` slots; each claims a cell, runs
+  it and claims the next (a slot holding a cell waits for ``per_model[m]`` when the cell uses
+  model ``m``). The runner and the session layer are synchronous, so each running cell's loop
+  executes on a worker thread of a pool of ``concurrency`` threads; the event loop only claims,
+  awaits and counts. Chat models are built once per experiment and the compiled agent is
+  shared by a configuration's cells (`experiment_models`, `rubric_core.runner.build_agent`).
+- Several workers: a cell is run under a lease in the database (`Store.claim_cell`: ``FOR
+  UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite), renewed every
+  `rubric_core.session.HEARTBEAT_S` seconds and expiring after `~session.STALE_AFTER_S`. So
+  several processes, on one machine or many, can run the same experiment at once: none runs
+  a cell another holds, and the cells of a worker that died are claimed by the others once
+  its leases expire (its runs continue on their own threads).
 - A 429 or 5xx from an OpenAI-compatible server does not fail the row: the HTTP client the
   default models use (`experiment_models`) waits and retries it, and the wait is shared
   (`SharedBackoff`), so the whole experiment slows down instead of hammering the server.
@@ -30,9 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import queue
+import socket
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +54,7 @@ from rubric_core.export import EXPORT_COLUMNS, export_rows
 from rubric_core.grader import retry_after_s
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact
+from rubric_core.store import StoreError
 from rubric_core.types import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -88,6 +99,7 @@ CRITERIA_COLUMNS: tuple[str, ...] = (
 
 _CELL_COLUMNS = ("experiment_id", "configuration", "config_index", "repeat_index")
 _STALE_POLL_S = 1.0
+_CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
 _RUNS_PER_READ = 100
 
 
@@ -420,6 +432,8 @@ class _Driver:
         self.store, self.experiment, self.models, self.stop = store, experiment, models, stop
         self.events, self.concurrency, self.per_model = events, concurrency, per_model
         self.retry_errors = retry_errors
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """This worker's name on the leases it holds."""
         self.failure: BaseException | None = None
         self.started = time.monotonic()
 
@@ -446,40 +460,102 @@ class _Driver:
         self.store.set_experiment_status(exp.experiment_id, "running")
         cells = self.store.experiment_cells(exp.experiment_id)
         self.tallies = [_Tally() for _ in exp.configurations]
-        todo = []
+        # The cells this worker may still claim, with the run each had when it started (a
+        # cell another worker ended since is counted, not run again).
+        self.left: dict[tuple[str, int, int], str | None] = {}
         for cell in cells:
             self.tallies[cell.config_index].total += 1
             if _needs_run(cell, self.retry_errors):
-                todo.append(cell)
+                self.left[cell.key] = cell.run.run_id if cell.run else None
             else:
                 self.tallies[cell.config_index].add(cell.status)
-        self.remaining, self.finished_here = len(todo), 0
+        self.remaining, self.finished_here = len(self.left), 0
         for index in range(len(exp.configurations)):
             self.events.put(self._progress(index))
-        limit = asyncio.Semaphore(self.concurrency)
+        self.held: dict[tuple[str, int, int], threading.Event] = {}
         model_limits = {m: asyncio.Semaphore(n) for m, n in self.per_model.items()}
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="cell") as pool:
-            await asyncio.gather(*(self._cell(cell, rows[cell.row_id], limit, model_limits, pool)
-                                   for cell in todo))
+        slots = min(self.concurrency, len(self.left))
+        with ThreadPoolExecutor(max(slots, 1), thread_name_prefix="cell") as pool:
+            renewing = asyncio.create_task(self._renew_leases())
+            try:
+                await asyncio.gather(*(self._slot(rows, model_limits, pool)
+                                       for _ in range(slots)))
+            finally:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
         if self.stop.is_set():
             return "stopped"
         left = [c for c in self.store.experiment_cells(exp.experiment_id)
                 if c.status not in ENDED_STATUSES]
         return "stopped" if left else "finished"
 
-    async def _cell(self, cell: CellRecord, row: DatasetRow, limit: asyncio.Semaphore,
+    # -- leases: several workers (processes, machines) share one experiment's cells --------------
+
+    def _claim(self) -> CellRecord | None:
+        done = ENDED_STATUSES - ERROR_STATUSES if self.retry_errors else ENDED_STATUSES
+        return self.store.claim_cell(self.experiment.experiment_id, self.owner,
+                                     lease_s=session.STALE_AFTER_S, done=done,
+                                     keys=list(self.left))
+
+    def _count_ended_elsewhere(self) -> None:
+        """Drop from `left` the cells another worker ended since this one started."""
+        for cell in self.store.experiment_cells(self.experiment.experiment_id):
+            if cell.key not in self.left or cell.status not in ENDED_STATUSES:
+                continue
+            run_id = cell.run.run_id if cell.run else None
+            if cell.status in ERROR_STATUSES and run_id == self.left[cell.key]:
+                continue  # the error this worker was asked to retry, not a new ending
+            del self.left[cell.key]
+            self.tallies[cell.config_index].add(cell.status)
+            self.remaining -= 1
+            self.events.put(self._progress(cell.config_index))
+
+    async def _slot(self, rows: dict[str, DatasetRow],
                     model_limits: dict[str, asyncio.Semaphore], pool: ThreadPoolExecutor) -> None:
+        """Claim a cell, run it, release it; until none is left or Stop."""
+        exp_id = self.experiment.experiment_id
+        while not self.stop.is_set() and self.left:
+            cell = await asyncio.to_thread(self._claim)
+            if cell is None:  # the rest are leased by other workers: wait for them or their expiry
+                await asyncio.to_thread(self._count_ended_elsewhere)
+                if self.left:
+                    await asyncio.sleep(_CLAIM_POLL_S)
+                continue
+            self.left.pop(cell.key, None)
+            lost = self.held[cell.key] = threading.Event()
+            try:
+                await self._cell(cell, rows[cell.row_id], model_limits, pool, lost)
+            finally:
+                del self.held[cell.key]
+                with contextlib.suppress(StoreError):
+                    await asyncio.to_thread(self.store.release_cell, exp_id, cell.key,
+                                            self.owner)
+
+    async def _renew_leases(self) -> None:
+        """Keep this worker's leases alive; a lease found lost stops work on its cell."""
+        exp_id = self.experiment.experiment_id
+        while True:
+            await asyncio.sleep(min(session.HEARTBEAT_S, session.STALE_AFTER_S / 3))
+            for key, lost in list(self.held.items()):
+                with contextlib.suppress(StoreError):  # a busy database: the next round retries
+                    if not await asyncio.to_thread(self.store.renew_lease, exp_id, key,
+                                                   self.owner, lease_s=session.STALE_AFTER_S):
+                        lost.set()
+
+    async def _cell(self, cell: CellRecord, row: DatasetRow,
+                    model_limits: dict[str, asyncio.Semaphore], pool: ThreadPoolExecutor,
+                    lost: threading.Event) -> None:
         config = self.experiment.configurations[cell.config_index]
         names = sorted({config.worker_model, config.grader_model} & model_limits.keys())
         async with contextlib.AsyncExitStack() as stack:
             for name in names:  # always in the same order, so no two cells deadlock
                 await stack.enter_async_context(model_limits[name])
-            await stack.enter_async_context(limit)
             if self.stop.is_set():
                 return
             loop = asyncio.get_running_loop()
             status, run_id, error = await loop.run_in_executor(
-                pool, self._run_cell, cell, self._settings(cell, row))
+                pool, self._run_cell, cell, self._settings(cell, row), lost)
         if status in ENDED_STATUSES:
             self.tallies[cell.config_index].add(status)
             self.finished_here += 1
@@ -496,7 +572,7 @@ class _Driver:
         return config.settings_for(row).replace(
             title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
 
-    def _run_cell(self, cell: CellRecord, settings: RunSettings
+    def _run_cell(self, cell: CellRecord, settings: RunSettings, lost: threading.Event
                   ) -> tuple[str, str | None, str | None]:
         """One cell on a worker thread: start, continue or skip its run; (status, run, error)."""
         store, thread_id = self.store, cell.thread_id
@@ -516,7 +592,7 @@ class _Driver:
         status, error = "interrupted", None
         try:
             for event in run:
-                if self.stop.is_set():
+                if self.stop.is_set() or lost.is_set():
                     break
                 if event["type"] == "run_finished":
                     status, error = event["status"], event["error"]
