@@ -670,3 +670,49 @@ def test_unknown_names_kept_are_bounded() -> None:
     assert len(match.unknown) == UNKNOWN_NAMES_LIMIT
     assert all(len(n) <= 300 for n in match.unknown)
     assert match.unknown[0].startswith("Invented criterion 0 ")
+
+
+# --------------------------------------------------------------------------- parsed verdicts
+
+
+@pytest.mark.parametrize(
+    ("item", "parsed", "dumped"),
+    [
+        pytest.param({"name": "x", "passed": True, "gap": "ignored"}, (True, None),
+                     {"name": "x", "passed": True}, id="pass_with_stray_gap_drops_it"),
+        pytest.param({"name": "x", "passed": True}, (True, None),
+                     {"name": "x", "passed": True}, id="pass_without_gap"),
+        pytest.param({"name": "x", "passed": False, "gap": "add a title"}, (False, "add a title"),
+                     {"name": "x", "passed": False, "gap": "add a title"},
+                     id="failure_keeps_its_gap"),
+    ],
+)
+def test_a_parsed_criterion_has_a_gap_only_when_it_fails(
+    item: dict[str, Any], parsed: tuple[bool, str | None], dumped: dict[str, Any]
+) -> None:
+    result = "satisfied" if item["passed"] else "needs_revision"
+    response = GraderResponse.model_validate(
+        {"result": result, "explanation": "e", "criteria": [item]})
+    [criterion] = response.criteria
+    assert (criterion.passed, criterion.gap) == parsed
+    assert criterion.model_dump() == dumped
+    assert json.loads(response.model_dump_json())["criteria"] == [dumped]
+    assert response.criteria == [dumped]  # a parsed verdict equals its JSON form
+    assert criterion != {**dumped, "extra": 1}
+
+
+def test_a_stray_gap_never_reaches_the_evaluation() -> None:
+    reply = verdict("satisfied", "ok", [])
+    reply.tool_calls[0]["args"]["criteria"] = [
+        {"name": c, "passed": True, "gap": "none really"} for c in CRITERIA]
+    outcome, _, _ = run_pass([reply])
+    assert outcome.response.result == "satisfied"
+    assert outcome.criteria == [{"name": c, "passed": True} for c in CRITERIA]
+
+
+def test_the_verdict_schema_still_offers_gap_to_the_grader() -> None:
+    # Dropping a pass's gap happens after parsing: the tool schema the grader sees is unchanged.
+    schema = GraderResponse.model_json_schema()
+    item = schema["$defs"]["GradedCriterion"]
+    assert set(item["properties"]) == {"name", "passed", "gap"}
+    assert item["required"] == ["name", "passed"]
