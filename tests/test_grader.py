@@ -716,3 +716,40 @@ def test_the_verdict_schema_still_offers_gap_to_the_grader() -> None:
     item = schema["$defs"]["GradedCriterion"]
     assert set(item["properties"]) == {"name", "passed", "gap"}
     assert item["required"] == ["name", "passed"]
+
+
+# --------------------------------------------------------------------------- coverage correction
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("failure", "calls", "retries"),
+    [
+        pytest.param([ValueError("gone")], 1, 0, id="non_transient_error"),
+        pytest.param([TimeoutError("slow")] * 3, 1, 2, id="transient_error_after_retries"),
+        pytest.param([AIMessage("no verdict")], 2, 0, id="unusable_reply"),
+    ],
+)
+def test_a_failed_coverage_correction_keeps_the_first_verdict(
+    failure: list[Any], calls: int, retries: int, driver: str
+) -> None:
+    partial = verdict("satisfied", "fine", CRITERIA[:1]).model_copy(update={"usage_metadata": {
+        "input_tokens": 10, "output_tokens": 2, "total_tokens": 12}})
+    model = ScriptedChatModel(replies=[partial, *failure])
+    messages = build_grader_messages([HumanMessage("q"), AIMessage("a")], CRITERIA)
+    steps = grade_steps(messages, CRITERIA, [], max_retries=2, backoff_s=0)
+    bound = bind_grader(model, [])
+    outcome = (drive_sync(steps, bound, sleep=lambda _s: None) if driver == "sync"
+               else asyncio.run(drive_async(steps, bound)))
+    assert (outcome.response.result, outcome.response.explanation) == ("satisfied", "fine")
+    assert outcome.criteria == [{"name": CRITERIA[0], "passed": True}]
+    assert outcome.missing == CRITERIA[1:]  # the middleware marks the pass unverified
+    assert (outcome.model_calls, outcome.retries, outcome.input_tokens) == (calls, retries, 10)
+    assert len(model.calls) == 1 + len(failure)
+    assert "leaves out 2 of the 3 criteria" in str(model.calls[1][-1].content)
+
+
+def test_a_failed_first_call_is_still_an_error() -> None:
+    # Only a verdict already in hand is kept: with none, the pass fails as before.
+    with pytest.raises(ValueError, match="gone"):
+        run_pass([ValueError("gone"), PASS])
