@@ -246,8 +246,7 @@ with analytics_tab:
             "criterion": st.column_config.TextColumn("Criterion", width="large")})
         measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
                                format_func=sup.CHART_MEASURES.__getitem__)
-        st.bar_chart(sup.analytics_chart(analytics, measure), horizontal=True,
-                     x_label="", y_label=sup.CHART_MEASURES[measure])
+        st.altair_chart(sup.analytics_chart(analytics, measure), width="stretch")
         st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
                            f"analytics-{run_id[:8]}.csv", "text/csv",
                            key="download_analytics_csv", on_click="ignore",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware.types import AgentMiddleware, hook_config
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
@@ -200,9 +200,12 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             ``response_metadata`` holds ``rubric_best_iteration``), so the agent's final
             message is the best attempt. The transcript before it is unchanged. Off by
             default: the seed returns the last attempt.
-        prepare_messages_for_grader: Rewrites the transcript the grader sees (called with a
-            copy of the agent's messages, before the grader prompt is built from them), e.g.
-            to drop system messages or redact tool output. The agent's state is not changed.
+        prepare_messages_for_grader: Rewrites the conversation the grader sees, e.g. to
+            redact tool output or drop messages. Called once per pass with deep copies of
+            the agent's messages; it returns a list of messages, from which the grader takes
+            the request and the latest attempt as usual. The agent's state is not changed. A
+            rewrite that raises, or returns anything but a list of messages, ends the pass
+            as ``grader_error``, its explanation naming the exception.
 
     """
 
@@ -221,7 +224,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         grader_repeats: int = 1,
         consensus: Consensus = "majority",
         return_best: bool = False,
-        prepare_messages_for_grader: Callable[[list[BaseMessage]], list[BaseMessage]]
+        prepare_messages_for_grader: Callable[[list[AnyMessage]], list[AnyMessage]]
         | None = None,
     ) -> None:
         super().__init__()
@@ -327,36 +330,49 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             self._bound = bind_grader(model, self._grader_tools)
         return self._bound
 
-    def _steps(self, payload: dict[str, Any]) -> Any:
-        transcript = list(payload["messages"])
-        if self._prepare_messages is not None:
-            transcript = list(self._prepare_messages(transcript))
-        messages = build_grader_messages(
-            transcript, payload["criteria"], system_prompt=self._system_prompt
-        )
+    def _grader_transcript(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+        """The conversation the grader is shown: the agent's, or what the rewrite returns."""
+        if self._prepare_messages is None:
+            return list(messages)
+        # Deep copies, so a rewrite that edits messages in place cannot edit the agent's state.
+        prepared = self._prepare_messages([m.model_copy(deep=True) for m in messages])
+        if not isinstance(prepared, list | tuple):
+            got = type(prepared).__name__
+        else:
+            bad = next((m for m in prepared if not isinstance(m, BaseMessage)), None)
+            if bad is None:
+                return list(prepared)
+            got = f"a list holding {type(bad).__name__}"
+        msg = f"prepare_messages_for_grader must return a list of LangChain messages, got {got}"
+        raise TypeError(msg)
+
+    def _steps(self, transcript: list[AnyMessage], criteria: list[str]) -> Any:
+        messages = build_grader_messages(transcript, criteria, system_prompt=self._system_prompt)
         return grade_steps(
             messages,
-            payload["criteria"],
+            criteria,
             self._grader_tools,
             max_retries=self._max_retries,
             backoff_s=self._retry_backoff_s,
         )
 
     def _grade_sync(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
+        transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
         if self.grader_repeats == 1:
-            return drive_sync(self._steps(payload), self._bound_grader())
-        outcomes = [drive_sync(self._steps(payload), self._bound_grader())
+            return drive_sync(self._steps(transcript, criteria), self._bound_grader())
+        outcomes = [drive_sync(self._steps(transcript, criteria), self._bound_grader())
                     for _ in range(self.grader_repeats)]
-        return combine(outcomes, payload["criteria"], self.consensus)
+        return combine(outcomes, criteria, self.consensus)
 
     async def _grade_async(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
+        transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
         if self.grader_repeats == 1:
-            return await drive_async(self._steps(payload), self._bound_grader())
+            return await drive_async(self._steps(transcript, criteria), self._bound_grader())
         outcomes = await asyncio.gather(*(
-            drive_async(self._steps(payload), self._bound_grader())
+            drive_async(self._steps(transcript, criteria), self._bound_grader())
             for _ in range(self.grader_repeats)
         ))
-        return combine(outcomes, payload["criteria"], self.consensus)
+        return combine(outcomes, criteria, self.consensus)
 
     def _evaluation(
         self,

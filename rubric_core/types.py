@@ -6,11 +6,15 @@ app is defined here, so that one import tells a reader the whole contract.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NotRequired, get_args
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, get_args
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_serializer, model_validator
 from typing_extensions import TypedDict
+
+if TYPE_CHECKING:
+    from pydantic import SerializerFunctionWrapHandler
 
 GraderVerdict = Literal["satisfied", "needs_revision", "failed"]
 """What a grader may answer for one pass."""
@@ -190,6 +194,21 @@ class GradedCriterion(BaseModel):
         if self.passed and self.gap is not None:
             self.gap = None
         return self
+
+    @model_serializer(mode="wrap")
+    def _pass_has_no_gap(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Dumped, a pass is {name, passed} (as deepagents' verdicts are): no gap key at all.
+        data: dict[str, Any] = handler(self)
+        if self.passed:
+            data.pop("gap", None)
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another verdict, or to a mapping equal to this verdict's `model_dump`."""
+        if isinstance(other, Mapping):
+            return self.model_dump() == dict(other)
+        return super().__eq__(other)
+
 
 
 class GraderResponse(BaseModel):

@@ -12,6 +12,7 @@ import pytest
 
 from rubric_core import app_support as sup
 from rubric_core import session
+from rubric_core.app_support.judging import CHART_LABEL_LIMIT_PX, CHART_ROW_PX
 from rubric_core.examples import get_example, list_examples
 from rubric_core.export import EXPORT_COLUMNS
 from rubric_core.settings import RunSettings
@@ -395,6 +396,32 @@ def test_changes_summary_across_rubrics() -> None:
     same = sup.changes_summary(a, a, rubrics=("- A\n- B", "- A\n- B"))
     assert all("different rubrics" not in m.text for m in same)
 
+
+
+@pytest.mark.parametrize(
+    ("measure", "shown", "axis_format"),
+    [
+        pytest.param("first_pass_fail_rate", ["100%", "50%", "—"], ".0%", id="fail_rate"),
+        pytest.param("mean_passes_to_fix", ["2.00", "1.50", "—"], "~g", id="passes_to_fix"),
+    ],
+)
+def test_analytics_chart_names_criteria_in_rubric_order_with_full_names_on_hover(
+    measure: str, shown: list[str], axis_format: str
+) -> None:
+    names = ["Zebra: " + "a very long criterion name " * 6, "Alpha is short", "Middle one"]
+    table = pd.DataFrame({"criterion": names, "first_pass_fail_rate": [1.0, 0.5, None],
+                          "mean_passes_to_fix": [2.0, 1.5, None]})
+    spec = sup.analytics_chart(table, measure).to_dict()
+    y, x = spec["encoding"]["y"], spec["encoding"]["x"]
+    assert (y["field"], y["sort"], y["title"]) == ("criterion", names, None)  # rubric order
+    assert y["axis"]["labelLimit"] == CHART_LABEL_LIMIT_PX
+    assert x["axis"]["format"] == axis_format and x["title"] == sup.CHART_MEASURES[measure]
+    assert [t["field"] for t in spec["encoding"]["tooltip"]] == ["criterion", "shown"]
+    [rows] = spec["datasets"].values()
+    assert [r["criterion"] for r in rows] == names  # whole names, for the tooltip
+    assert [r["shown"] for r in rows] == shown
+    assert [r["value"] for r in rows][2] == 0.0  # no value: its row stays, without a bar
+    assert spec["height"] == {"step": CHART_ROW_PX}
 
 # --------------------------------------------------------------------------- experiments
 

@@ -670,3 +670,86 @@ def test_unknown_names_kept_are_bounded() -> None:
     assert len(match.unknown) == UNKNOWN_NAMES_LIMIT
     assert all(len(n) <= 300 for n in match.unknown)
     assert match.unknown[0].startswith("Invented criterion 0 ")
+
+
+# --------------------------------------------------------------------------- parsed verdicts
+
+
+@pytest.mark.parametrize(
+    ("item", "parsed", "dumped"),
+    [
+        pytest.param({"name": "x", "passed": True, "gap": "ignored"}, (True, None),
+                     {"name": "x", "passed": True}, id="pass_with_stray_gap_drops_it"),
+        pytest.param({"name": "x", "passed": True}, (True, None),
+                     {"name": "x", "passed": True}, id="pass_without_gap"),
+        pytest.param({"name": "x", "passed": False, "gap": "add a title"}, (False, "add a title"),
+                     {"name": "x", "passed": False, "gap": "add a title"},
+                     id="failure_keeps_its_gap"),
+    ],
+)
+def test_a_parsed_criterion_has_a_gap_only_when_it_fails(
+    item: dict[str, Any], parsed: tuple[bool, str | None], dumped: dict[str, Any]
+) -> None:
+    result = "satisfied" if item["passed"] else "needs_revision"
+    response = GraderResponse.model_validate(
+        {"result": result, "explanation": "e", "criteria": [item]})
+    [criterion] = response.criteria
+    assert (criterion.passed, criterion.gap) == parsed
+    assert criterion.model_dump() == dumped
+    assert json.loads(response.model_dump_json())["criteria"] == [dumped]
+    assert response.criteria == [dumped]  # a parsed verdict equals its JSON form
+    assert criterion != {**dumped, "extra": 1}
+
+
+def test_a_stray_gap_never_reaches_the_evaluation() -> None:
+    reply = verdict("satisfied", "ok", [])
+    reply.tool_calls[0]["args"]["criteria"] = [
+        {"name": c, "passed": True, "gap": "none really"} for c in CRITERIA]
+    outcome, _, _ = run_pass([reply])
+    assert outcome.response.result == "satisfied"
+    assert outcome.criteria == [{"name": c, "passed": True} for c in CRITERIA]
+
+
+def test_the_verdict_schema_still_offers_gap_to_the_grader() -> None:
+    # Dropping a pass's gap happens after parsing: the tool schema the grader sees is unchanged.
+    schema = GraderResponse.model_json_schema()
+    item = schema["$defs"]["GradedCriterion"]
+    assert set(item["properties"]) == {"name", "passed", "gap"}
+    assert item["required"] == ["name", "passed"]
+
+
+# --------------------------------------------------------------------------- coverage correction
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("failure", "calls", "retries"),
+    [
+        pytest.param([ValueError("gone")], 1, 0, id="non_transient_error"),
+        pytest.param([TimeoutError("slow")] * 3, 1, 2, id="transient_error_after_retries"),
+        pytest.param([AIMessage("no verdict")], 2, 0, id="unusable_reply"),
+    ],
+)
+def test_a_failed_coverage_correction_keeps_the_first_verdict(
+    failure: list[Any], calls: int, retries: int, driver: str
+) -> None:
+    partial = verdict("satisfied", "fine", CRITERIA[:1]).model_copy(update={"usage_metadata": {
+        "input_tokens": 10, "output_tokens": 2, "total_tokens": 12}})
+    model = ScriptedChatModel(replies=[partial, *failure])
+    messages = build_grader_messages([HumanMessage("q"), AIMessage("a")], CRITERIA)
+    steps = grade_steps(messages, CRITERIA, [], max_retries=2, backoff_s=0)
+    bound = bind_grader(model, [])
+    outcome = (drive_sync(steps, bound, sleep=lambda _s: None) if driver == "sync"
+               else asyncio.run(drive_async(steps, bound)))
+    assert (outcome.response.result, outcome.response.explanation) == ("satisfied", "fine")
+    assert outcome.criteria == [{"name": CRITERIA[0], "passed": True}]
+    assert outcome.missing == CRITERIA[1:]  # the middleware marks the pass unverified
+    assert (outcome.model_calls, outcome.retries, outcome.input_tokens) == (calls, retries, 10)
+    assert len(model.calls) == 1 + len(failure)
+    assert "leaves out 2 of the 3 criteria" in str(model.calls[1][-1].content)
+
+
+def test_a_failed_first_call_is_still_an_error() -> None:
+    # Only a verdict already in hand is kept: with none, the pass fails as before.
+    with pytest.raises(ValueError, match="gone"):
+        run_pass([ValueError("gone"), PASS])

@@ -568,3 +568,100 @@ def test_the_iteration_ceiling_itself_is_accepted() -> None:
     from rubric_core.middleware import MAX_ITERATIONS
 
     assert RubricMiddleware(model="x:y", max_iterations=MAX_ITERATIONS).max_iterations == 50
+
+
+# --------------------------------------------------------------------------- deepagents 0.7.32
+
+
+@pytest.mark.parametrize("model", [pytest.param("", id="empty"), pytest.param(None, id="none")])
+def test_a_missing_model_says_model_is_required(model: Any) -> None:
+    with pytest.raises(ValueError, match="`model` is required"):
+        RubricMiddleware(model=model)
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look a customer up."""
+    return f"customer {q}: card SECRET-42"
+
+
+def _redacting_agent(
+    grader_replies: list[Any], **kwargs: Any
+) -> tuple[Any, ScriptedChatModel, list[list[str]]]:
+    seen: list[list[str]] = []
+
+    def redact(messages: list[Any]) -> list[Any]:
+        seen.append([m.type for m in messages])
+        for m in messages:  # edits in place: only the grader's copies may change
+            if isinstance(m, ToolMessage):
+                m.content = "[redacted]"
+        return messages
+
+    worker = ScriptedChatModel(replies=[tool_call("lookup", {"q": "7"}), "draft", "revised"])
+    grader = ScriptedChatModel(replies=grader_replies)
+    mw = RubricMiddleware(model=grader, prepare_messages_for_grader=redact, **kwargs)
+    agent = create_agent(model=worker, tools=[lookup], middleware=[mw],
+                         checkpointer=InMemorySaver())
+    return agent, grader, seen
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_prepare_messages_for_grader_rewrites_copies_once_per_pass(mode: str) -> None:
+    agent, grader, seen = _redacting_agent([FAIL, PASS])
+    if mode == "invoke":
+        agent.invoke(ask(), cfg())
+    else:
+        asyncio.run(agent.ainvoke(ask(), cfg()))
+    values = state(agent)
+    assert values["_rubric_status"] == "satisfied"
+    shown = str(grader.calls[0][1].content)
+    assert "[redacted]" in shown and "SECRET-42" not in shown
+    tool_result = next(m for m in values["messages"] if isinstance(m, ToolMessage))
+    assert "SECRET-42" in tool_result.content  # the agent's own message is untouched
+    assert seen == [["human", "ai", "tool", "ai"],
+                    ["human", "ai", "tool", "ai", "human", "ai"]]  # the second has our turn
+
+
+def test_prepare_messages_for_grader_runs_once_for_all_repeats() -> None:
+    agent, grader, seen = _redacting_agent([PASS, PASS, PASS], grader_repeats=3)
+    agent.invoke(ask(), cfg())
+    assert len(seen) == 1 and len(grader.calls) == 3
+    assert all("[redacted]" in str(call[1].content) for call in grader.calls)
+
+
+def _raise(messages: list[Any]) -> list[Any]:
+    msg = "redaction service down"
+    raise RuntimeError(msg)
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "explanation"),
+    [
+        pytest.param(_raise, "RuntimeError: redaction service down", id="raises"),
+        pytest.param(lambda messages: None, "TypeError: prepare_messages_for_grader must "
+                     "return a list of LangChain messages, got NoneType", id="returns_none"),
+        pytest.param(lambda messages: ["just text"], "got a list holding str",
+                     id="returns_strings"),
+    ],
+)
+def test_a_failing_rewrite_is_a_grader_error_without_a_grader_call(
+    rewrite: Any, explanation: str
+) -> None:
+    agent, _, grader, _ = make(["a1"], [PASS], prepare_messages_for_grader=rewrite)
+    agent.invoke(ask(), cfg())
+    [ev] = state(agent)["_rubric_evaluations"]
+    assert ev["result"] == "grader_error" and explanation in ev["explanation"]
+    assert grader.calls == []
+
+
+def test_a_failing_coverage_correction_keeps_the_first_verdict_under_ainvoke() -> None:
+    partial = verdict("satisfied", "fine", ["c1"])
+    agent, worker, _, _ = make(["a1", "a2"], [partial, ValueError("gone"), PASS],
+                               max_iterations=2)
+    asyncio.run(agent.ainvoke(ask(), cfg()))
+    first, second = state(agent)["_rubric_evaluations"]
+    assert (first["result"], first["status"], first["unverified"]) == (
+        "needs_revision", "needs_revision", True)
+    assert [c["passed"] for c in first["criteria"]] == [True, False]
+    assert "Unverified" in first["explanation"]
+    assert second["result"] == "satisfied" and len(worker.calls) == 2

@@ -33,6 +33,7 @@ from rubric_core.store import StoreError
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    import altair as alt
     from langchain_core.language_models import BaseChatModel
 
     from rubric_core.labels import LabelledVerdict
@@ -278,11 +279,41 @@ def analytics_for(store: Store, record: RunRecord, scope: str) -> tuple[pd.DataF
 CHART_MEASURES = {"first_pass_fail_rate": "First-pass fail rate",
                   "mean_passes_to_fix": "Mean passes to fix"}
 """Columns of the analytics table the chart can show, with their titles."""
+_CHART_FORMATS = {"first_pass_fail_rate": (".0%", ".0%"), "mean_passes_to_fix": (".2f", "~g")}
+"""Per measure: the tooltip's number format (Python's) and the axis's (d3's)."""
+
+CHART_LABEL_LIMIT_PX = 320
+"""The widest a criterion name is drawn on the chart's axis; a longer one ends in "…"."""
+CHART_ROW_PX = 28
+"""Height of each criterion's row on the chart."""
 
 
-def analytics_chart(table: pd.DataFrame, measure: str) -> pd.DataFrame:
-    """One measure per criterion, indexed by criterion, for ``st.bar_chart``."""
-    return table.set_index("criterion")[[measure]].astype(float).fillna(0.0)
+def analytics_chart(table: pd.DataFrame, measure: str) -> alt.Chart:
+    """One horizontal bar per criterion, in the table's (rubric) order, for ``st.altair_chart``.
+
+    Criterion names label the bars, cut at `CHART_LABEL_LIMIT_PX` with an ellipsis; hovering a
+    bar shows the whole name and the value. A criterion without a value (never fixed, say)
+    keeps its row, with no bar and "—" as its value.
+    """
+    import altair as alt  # lazily: only the analytics tab draws it
+
+    title = CHART_MEASURES[measure]
+    shown, axis = _CHART_FORMATS[measure]
+    values = pd.to_numeric(table[measure], errors="coerce").astype(float)
+    names = [str(name) for name in table["criterion"]]
+    data = pd.DataFrame({
+        "criterion": names,
+        "value": values.fillna(0.0),
+        "shown": ["—" if pd.isna(v) else format(float(v), shown) for v in values],
+    })
+    x_scale = alt.Scale(domain=[0, 1]) if measure == "first_pass_fail_rate" else alt.Scale()
+    return alt.Chart(data).mark_bar().encode(
+        x=alt.X("value:Q", title=title, scale=x_scale, axis=alt.Axis(format=axis)),
+        y=alt.Y("criterion:N", sort=names, title=None,
+                axis=alt.Axis(labelLimit=CHART_LABEL_LIMIT_PX)),
+        tooltip=[alt.Tooltip("criterion:N", title="Criterion"),
+                 alt.Tooltip("shown:N", title=title)],
+    ).properties(height=alt.Step(CHART_ROW_PX))
 
 
 def analytics_csv(table: pd.DataFrame) -> bytes:
