@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -300,7 +301,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Many clients connect at once in the concurrency benchmarks: socketserver's default
+    # backlog of 5 resets the rest.
+    request_queue_size = 256
     owner: FakeOpenAI
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        # Headers and body go out in separate writes; with Nagle on, the body waits for the
+        # client's delayed ACK (~40 ms a call), which is the server's cost, not the client's.
+        sock, address = super().get_request()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, address
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (timeout tests, a killed run) closes its socket mid-reply; that
