@@ -18,6 +18,7 @@ offered for Resume, like runs stopped (``interrupted``) or ended on an error (``
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -45,11 +46,31 @@ Role = Literal["worker", "grader"]
 ModelResolver = Callable[[str, Role, str | None], "BaseChatModel"]
 """Builds a chat model from ``(model string, role, base URL)``, with whatever key it holds."""
 
-HEARTBEAT_S = 5.0
-"""Seconds between the owner's touches of a running run's row."""
+STALE_AFTER_ENV = "RUBRIC_STUDIO_STALE_AFTER_S"
+"""Environment variable that overrides `STALE_AFTER_S` (seconds, 3 to 3600)."""
 
-STALE_AFTER_S = 30.0
-"""A ``running`` run untouched this long, and not recorded by this process, lost its owner."""
+
+def _stale_after_s() -> float:
+    raw = os.environ.get(STALE_AFTER_ENV, "").strip()
+    if not raw:
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 3.0 <= value <= 3600.0:  # NaN fails too
+        msg = f"{STALE_AFTER_ENV} must be a number of seconds from 3 to 3600, got {raw!r}"
+        raise ValueError(msg)
+    return value
+
+
+STALE_AFTER_S = _stale_after_s()
+"""A ``running`` run (or an experiment cell's lease) untouched this long, and not recorded by
+this process, lost its owner: 30 s, or `STALE_AFTER_ENV`. Every process sharing a database
+should use the same value."""
+
+HEARTBEAT_S = min(5.0, STALE_AFTER_S / 3)
+"""Seconds between the owner's touches of a running run's row."""
 
 
 def default_models(*, token_delay_s: float = 0.0) -> ModelResolver:
