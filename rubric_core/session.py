@@ -13,6 +13,11 @@ records it, and the owner touches the row every `HEARTBEAT_S` seconds. A ``runni
 this process is not recording and whose row was not touched for `STALE_AFTER_S` seconds lost its
 owner (a killed server or CLI): it is shown as ``interrupted`` (`reconcile` writes that) and
 offered for Resume, like runs stopped (``interrupted``) or ended on an error (``error``).
+
+Several processes (app servers, CLIs) may share one database: what another process is doing
+is read from the rows alone (status and heartbeat), and a resume takes the run with one
+conditional update (`Store.claim_run`), so two processes never record the same run at once.
+The registry below only answers for this process's own script threads.
 """
 
 from __future__ import annotations
@@ -339,8 +344,11 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool
     prior = (record.duration_s or 0.0) if resume else 0.0
     heartbeat: _Heartbeat | None = None
     try:
-        if resume:
-            store.finish_run(run_id, "running")
+        if resume and not store.claim_run(run_id, stale_before=_stale_before()):
+            # Another server or process resumed it between our check and now.
+            msg = (f"Run {run_id[:8]} was just resumed by another server or process; it is "
+                   "running there now.")
+            raise RuntimeError(msg)
         heartbeat = _Heartbeat(store, run_id, prior)
         events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
                             resume=resume)

@@ -152,3 +152,22 @@ def test_the_heartbeat_touches_the_row(store: Store, monkeypatch: pytest.MonkeyP
 def test_resume_of_an_unknown_run_says_so(store: Store) -> None:
     with pytest.raises(KeyError, match="no run with id 'nope'"):
         session.resume(store, "nope")
+
+
+def test_claim_run_lets_one_of_two_resumers_win(db_location: Path | str) -> None:
+    with Store(db_location) as shared:
+        _claims(shared)
+
+
+def _claims(store: Store) -> None:
+    run = session.start(store, _haiku())
+    list(run)
+    fresh = session._stale_before()
+    # An ended run is claimed once; a second claimant then sees a live 'running' row.
+    assert store.claim_run(run.run_id, stale_before=fresh)
+    assert store.get_run(run.run_id).status == "running"
+    assert not store.claim_run(run.run_id, stale_before=fresh)
+    # A 'running' row whose heartbeat is older than the cut-off lost its owner: claimable.
+    assert store.claim_run(run.run_id, stale_before="9999-01-01T00:00:00.000000+00:00")
+    with pytest.raises(KeyError):
+        store.claim_run("no-such-run", stale_before=fresh)

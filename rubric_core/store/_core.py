@@ -549,6 +549,31 @@ class Store:
                 (_now(), duration_s, run_id),
             )
 
+    def claim_run(self, run_id: str, *, stale_before: str) -> bool:
+        """Set a run ``running`` for a new recorder, unless a live one holds it.
+
+        One statement, so of two processes resuming the same run at once only one wins: a run
+        is claimed when it is not ``running``, or when its ``running`` row was not touched since
+        ``stale_before`` (its owner died).
+
+        Args:
+            run_id: The run.
+            stale_before: An ISO 8601 UTC timestamp, as the store writes them.
+
+        Returns:
+            True when this caller now holds the run; False when another recorder does.
+
+        Raises:
+            KeyError: No such run.
+
+        """
+        with self._connect(write=True) as conn:
+            self._require_run(conn, run_id)
+            return bool(conn.execute(
+                "UPDATE runs SET status = 'running', error = NULL, updated_at = ? "
+                "WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
+                (_now(), run_id, stale_before)).rowcount)
+
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
 
