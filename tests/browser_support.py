@@ -48,12 +48,12 @@ def free_port() -> int:
 
 @contextmanager
 def streamlit_server(
-    db_path: Path, log_path: Path, extra_env: Mapping[str, str] | None = None
+    db_path: Path | str, log_path: Path, extra_env: Mapping[str, str] | None = None
 ) -> Iterator[str]:
     """Run `streamlit run serve.py` (the README's command) on a free loopback port.
 
     Args:
-        db_path: The database the app uses.
+        db_path: The database the app uses: a SQLite file or a PostgreSQL URL.
         log_path: Where the server's output goes.
         extra_env: More environment for the server (e.g. RUBRIC_STUDIO_ALLOWED_HOSTS).
 
@@ -106,7 +106,7 @@ TIMEOUT_MS = 60_000
 
 
 @contextmanager
-def app_in_browser(db_path: Path, *, log_name: str, last_shot: str,
+def app_in_browser(db_path: Path | str, *, log_name: str, last_shot: str,
                    accept_downloads: bool = False) -> Iterator[Any]:
     """The real app on a temporary database, open in headless Chromium; yields the page.
 
@@ -141,3 +141,13 @@ def wait_idle(page: Any) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS
     )
+
+
+def choose(page: Any, key: str, label: str) -> None:
+    """Pick `label` in the selectbox with widget key `key`."""
+    from playwright.sync_api import expect
+
+    box = page.locator(f".st-key-{key} [role='combobox']")
+    box.click()
+    page.get_by_role("option", name=label).click()
+    expect(box).to_have_value(label)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, TIMEOUT_MS, app_in_browser, shot, wait_idle
+from browser_support import ARTIFACTS, TIMEOUT_MS, app_in_browser, choose, shot, wait_idle
 from playwright.sync_api import expect
 
 from rubric_core.export import EXPORT_COLUMNS, restore_cell
@@ -34,14 +34,6 @@ def app_page(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     with app_in_browser(db, log_name="streamlit.log", last_shot="99-last",
                         accept_downloads=True) as page:
         yield page, db
-
-
-def choose(page: Any, key: str, label: str) -> None:
-    """Pick `label` in the selectbox with widget key `key`."""
-    box = page.locator(f".st-key-{key} [role='combobox']")
-    box.click()
-    page.get_by_role("option", name=label).click()
-    expect(box).to_have_value(label)
 
 
 def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
