@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from contextlib import closing
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from rubric_core import app_support as sup
 from rubric_core.experiments import SharedBackoff, experiment_results, retry_cell
+
+if TYPE_CHECKING:
+    from rubric_core.store import ExperimentRecord
 
 state = st.session_state
 if "store" not in state:
@@ -28,6 +32,13 @@ RESUME_HELP = "Continue the cells that have not ended, each on its own thread."
 def show(message: sup.UiMessage | None) -> None:
     if message is not None:
         getattr(st, message.level)(message.text)
+
+
+def delete(record: ExperimentRecord) -> None:
+    message = sup.delete_experiment(store, record)
+    state["exp_message"] = message
+    if message.level == "success":
+        state.pop("exp_pick", None)
 
 
 def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -> None:
@@ -142,7 +153,8 @@ with st.expander("New experiment", expanded=not experiments):
                 state["exp_pick"] = started.experiment_id
                 experiments = store.list_experiments()
 
-# -- 3. the experiment: live progress, Stop, Resume, retries
+# -- 3. the experiment: live progress, Stop, Resume, retries, Delete
+show(state.pop("exp_message", None))
 if not experiments:
     st.stop()
 st.subheader("Experiment")
@@ -156,8 +168,8 @@ results = experiment_results(store, exp_id)
 failed = sup.failed_cells(results)
 labels = [sup.config_column(results, i) for i in range(len(experiment.configurations))]
 
-stop_col, resume_col, retry_col, retry_btn = st.columns([1, 1, 3, 1],
-                                                        vertical_alignment="bottom")
+stop_col, resume_col, delete_col, retry_col, retry_btn = st.columns(
+    [1, 1, 1, 3, 1], vertical_alignment="bottom")
 resume_slot = resume_col.empty()
 resume = resume_slot.button("Resume", key="exp_resume", icon=":material/replay:",
                             disabled=not sup.can_resume(experiment) or started is not None,
@@ -175,6 +187,13 @@ stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not ac
                  on_click=sup.stop_experiment, args=(exp_id,),
                  help="Stops the running cells; Resume continues them on their threads."
                  if active else "This experiment is not running in this session.")
+with delete_col.popover("Delete", icon=":material/delete:", disabled=active or stopping,
+                       help="Stop the experiment before deleting it." if active or stopping
+                       else "Delete this experiment; its runs stay in Review."):
+    st.markdown(f"Delete **{experiment.name}** and its {len(results.cells)} cells? Their runs "
+                "stay in Review. This cannot be undone.")
+    st.button("Delete experiment", key="exp_delete", type="primary", icon=":material/delete:",
+              on_click=delete, args=(experiment,))
 if stopping:
     st.info("This experiment is still stopping (or running in another tab). Refresh in a moment.")
 if retry is not None:

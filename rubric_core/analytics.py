@@ -187,6 +187,7 @@ def mcnemar_exact(broken: int, fixed: int) -> float:
     """Two-sided exact McNemar p-value for ``broken`` (A✓B✗) and ``fixed`` (A✗B✓) flips.
 
     p = min(1, 2 · Σ_{i ≤ min(b, c)} C(b + c, i) / 2^(b + c)); 1.0 when nothing flipped.
+    Never rounded: a very lopsided split has a tiny p, never exactly 0.
     """
     from math import comb
 
@@ -194,7 +195,7 @@ def mcnemar_exact(broken: int, fixed: int) -> float:
     if n == 0:
         return 1.0
     tail = sum(comb(n, i) for i in range(min(broken, fixed) + 1)) / 2**n
-    return min(1.0, round(2 * tail, 6))
+    return min(1.0, 2 * tail)
 
 
 def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool]) -> Comparison:

@@ -891,6 +891,35 @@ def test_a_stopped_experiment_resumes_to_the_end(app: AppTest, db_path: Path) ->
     assert {c.status for c in cells} == {"satisfied"}
 
 
+def test_delete_experiment_refuses_while_a_worker_holds_a_cell_then_deletes(
+    app: AppTest, db_path: Path
+) -> None:
+    exp_id = start_bundled_experiment(app)
+    with Store(db_path) as store:
+        runs = len(store.list_runs(limit=None))
+        cell = store.experiment_cells(exp_id)[0]
+        store.finish_run(cell.run.run_id, "interrupted")  # as if Stopped, then taken elsewhere
+        assert store.claim_cell(exp_id, "other-machine:1:abc", lease_s=600,
+                                done={"satisfied"}) is not None
+    app.run()
+    assert app.button(key="exp_delete").label == "Delete experiment"
+    app.button(key="exp_delete").click().run()
+    assert not app.exception, app.exception
+    errors = _texts(app.error)
+    assert "Not deleted: experiment" in errors and "1 cell(s) are leased" in errors
+    with Store(db_path) as store:
+        assert store.get_experiment(exp_id) is not None
+        store.release_cell(exp_id, cell.key, "other-machine:1:abc")
+    app.button(key="exp_delete").click().run()
+    assert not app.exception, app.exception
+    assert "its runs stay in Review" in _texts(app.success), _messages(app)
+    with Store(db_path) as store:
+        assert store.list_experiments() == [] and store.experiment_cells(exp_id) == []
+        assert len(store.list_runs(limit=None)) == runs
+        store.delete_dataset("bundled-demo")  # no experiment uses it any more
+    assert "New experiment" in [e.label for e in app.expander]
+
+
 def test_align_regrades_labelled_answers_both_ways_and_fills_the_grader_prompt(
     app: AppTest, db_path: Path
 ) -> None:

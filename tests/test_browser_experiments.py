@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import pytest
-from browser_support import app_in_browser, shot, wait_idle
+from browser_support import ARTIFACTS, app_in_browser, shot, wait_idle
 from playwright.sync_api import expect
 
 from rubric_core.store import Store
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.browser
 def app_page(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     db = tmp_path / "browser.sqlite3"
     with app_in_browser(db, log_name="streamlit-experiments.log",
-                        last_shot="29-experiments-last") as page:
+                        last_shot="29-experiments-last", accept_downloads=True) as page:
         yield page, db
 
 
@@ -57,24 +58,80 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     page.locator(".st-key-load_demo_dataset button").click()
     page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
     wait_idle(page)
-    page.locator(".st-key-exp_cfg_0").scroll_into_view_if_needed()
+    # Two configurations: the second allows one grader pass, so some rows cannot be fixed.
+    count = page.locator(".st-key-exp_config_count input")
+    count.fill("2")
+    count.press("Enter")
+    wait_idle(page)
+    cap = page.locator(".st-key-exp_cfg_1_cap input")
+    cap.fill("1")
+    cap.press("Enter")
+    wait_idle(page)
+    label = page.locator(".st-key-exp_cfg_1_label input")
+    label.fill("one pass")
+    label.press("Enter")
+    wait_idle(page)
+    page.locator(".st-key-exp_cfg_1").scroll_into_view_if_needed()
     shot(page, "22b-new-experiment-form")
+
+    # Record every progress text the page shows while the experiment runs.
+    page.evaluate("""() => {
+        window.__progress = [];
+        const seen = () => document.querySelectorAll('[data-testid="stProgress"]').forEach(e => {
+            const text = e.innerText.trim();
+            if (text && !window.__progress.includes(text)) window.__progress.push(text);
+        });
+        new MutationObserver(seen).observe(document.body,
+            {subtree: true, childList: true, characterData: true, attributes: true});
+    }""")
     page.locator(".st-key-exp_start button").click()
     page.get_by_text("Experiment finished").wait_for()
     wait_idle(page)
-    page.get_by_text("finished · 24/24 cells ended").wait_for()
+    page.get_by_text("finished · 48/48 cells ended").wait_for()
     expect(page.get_by_role("button", name="Stop")).to_be_disabled()
     shot(page, "23-experiment-finished")
+    seen = page.evaluate("() => window.__progress")
+    counts = [int(m.group(1)) for t in seen
+              if (m := re.search(r"demo × rules: (\d+)/24 cells", t))]
+    assert any(0 < n < 24 for n in counts), seen  # progress was shown live, not only at the end
+    assert 24 in counts
     with Store(db) as store:
         [exp] = store.list_experiments()
         cells = store.experiment_cells(exp.experiment_id)
-    assert [c.status for c in cells] == ["satisfied"] * 24
+    first = [c for c in cells if c.config_index == 0]
+    assert [c.status for c in first] == ["satisfied"] * 24
+    capped = {c.row_id for c in cells if c.config_index == 1 and c.status != "satisfied"}
+    assert capped  # one pass is not enough for every row
 
     page.get_by_role("tab", name="Summary").click()
     shot(page, "24-experiment-summary")
+
+    # Compare: the rows the one-pass configuration lost, with McNemar's exact p.
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_text(f"{len(capped)} pass → fail, 0 fail → pass. McNemar's exact p =").wait_for()
+    shot(page, "24b-experiment-compare")
+
+    # Export: the CSV holds one row per row × configuration × pass × criterion.
+    page.get_by_role("tab", name="Export").click()
+    button = page.locator(".st-key-exp_download_csv button")
+    button.wait_for()
+    with page.expect_download() as info:
+        button.click()
+    csv_path = ARTIFACTS / "experiment.csv"
+    info.value.save_as(str(csv_path))
+    frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    with Store(db) as store:
+        expected = sum(len(ev["criteria"]) for c in cells
+                       for ev in store.evaluations(c.run.run_id))
+    assert len(frame) == expected
+    assert set(frame["row_id"]) == {c.row_id for c in cells}
+    assert set(frame["config_index"]) == {"0", "1"}
+
     page.get_by_role("tab", name="Grid").click()
 
-    # A click on the second row's cell opens that run in Review.
+    # A click on the second row's cell under the second configuration (the grid's right-hand
+    # column) opens that run in Review.
+    wanted = next(c for c in cells if c.config_index == 1 and c.row_id == first[1].row_id)
     grid = page.locator(f".st-key-exp_grid_{exp.experiment_id} "
                         "[data-testid='stDataFrameResizable']")
     grid.scroll_into_view_if_needed()
@@ -85,7 +142,7 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     page.wait_for_timeout(300)
     page.mouse.click(box["x"] + box["width"] * 0.7, box["y"] + 35 + 35 + 17)
     picker = page.locator(".st-key-review_run [role='combobox']")
-    expect(picker).to_have_value(re.compile(cells[1].run.run_id[:8]))
+    expect(picker).to_have_value(re.compile(wanted.run.run_id[:8]))
     page.get_by_role("tab", name="Iterations").wait_for()
     wait_idle(page)
     shot(page, "25-cell-opened-in-review")

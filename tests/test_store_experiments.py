@@ -189,6 +189,21 @@ def test_a_live_lease_is_kept_an_expired_one_is_reclaimable(store: Store) -> Non
     assert released is not None and released.key == first.key
 
 
+def test_an_experiment_with_a_live_lease_is_not_deleted(store: Store) -> None:
+    exp_id = _experiment(store, rows=1, configs=2)
+    held = store.claim_cell(exp_id, "worker", lease_s=600, done=ENDED)
+    dying = store.claim_cell(exp_id, "dies", lease_s=0.001, done=ENDED)
+    assert held is not None and dying is not None
+    with pytest.raises(ValueError, match=r"is running: 1 cell\(s\) are leased .* 600 s more"):
+        store.delete_experiment(exp_id)
+    assert len(store.experiment_cells(exp_id)) == 2  # nothing was deleted
+    assert store.release_cell(exp_id, held.key, "worker")
+    time.sleep(0.05)  # and the dead worker's lease has expired
+    assert store.delete_experiment(exp_id)
+    assert store.get_experiment(exp_id) is None and store.experiment_cells(exp_id) == []
+    assert not store.delete_experiment(exp_id)
+
+
 def test_a_claim_can_be_kept_to_some_cells(store: Store) -> None:
     exp_id = _experiment(store)
     keys = [c.key for c in store.experiment_cells(exp_id)]

@@ -319,6 +319,24 @@ def can_resume(record: ExperimentRecord) -> bool:
     return record.status != "finished" and not experiment_active(record.experiment_id)
 
 
+def delete_experiment(store: Store, record: ExperimentRecord) -> UiMessage:
+    """Delete an experiment and its cells, unless it is running here or on another worker.
+
+    Its runs stay in the run index, so Review still opens them.
+    """
+    if experiment_active(record.experiment_id):
+        return UiMessage("error", "Not deleted: this experiment is running in this app. Stop it "
+                                  "first.")
+    try:
+        deleted = store.delete_experiment(record.experiment_id)
+    except ValueError as exc:
+        return UiMessage("error", f"Not deleted: {exc}.")
+    if not deleted:
+        return UiMessage("warning", "That experiment was already deleted (by another session?).")
+    return UiMessage("success", f"Deleted experiment {record.name!r} "
+                                f"({record.experiment_id[:8]}); its runs stay in Review.")
+
+
 def failed_cells(results: ExperimentResults) -> list[tuple[str, int, int]]:
     """Keys of the cells that ended ``error`` or ``grader_error`` (each retryable alone)."""
     return [c.key for c in results.cells if c.status in ERROR_STATUSES]

@@ -1148,8 +1148,32 @@ class Store:
                          "WHERE experiment_id = ?", (status, _now(), experiment_id))
 
     def delete_experiment(self, experiment_id: str) -> bool:
-        """Delete an experiment and its cells; its runs stay in the run index (and Review)."""
+        """Delete an experiment and its cells; its runs stay in the run index (and Review).
+
+        Refused while a worker (in this process or any other sharing the database) holds a
+        live lease on one of its cells: Stop it first, or wait for a dead worker's leases to
+        expire. A worker that claims a cell as the experiment is deleted loses it at its next
+        lease renewal.
+
+        Returns:
+            False when there is no such experiment.
+
+        Raises:
+            ValueError: The experiment is running (the message says how many cells are leased
+                and when the last lease expires).
+
+        """
         with self._connect(write=True) as conn:
+            now = conn.dialect.epoch_now
+            held, left = conn.execute(
+                f"SELECT COUNT(*), MAX(lease_expires_at) - {now} FROM experiment_cells "
+                f"WHERE experiment_id = ? AND lease_owner IS NOT NULL "
+                f"AND lease_expires_at > {now}", (experiment_id,)).fetchone()
+            if held:
+                msg = (f"experiment {experiment_id} is running: {held} cell(s) are leased by a "
+                       f"worker for up to {float(left):.0f} s more; stop it first (a killed "
+                       "worker's leases expire by themselves)")
+                raise ValueError(msg)
             return bool(conn.execute("DELETE FROM experiments WHERE experiment_id = ?",
                                      (experiment_id,)).rowcount)
 
