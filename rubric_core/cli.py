@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rubric_core.models import ModelConfigError
 from rubric_core.redact import install_log_redaction, redact
 from rubric_core.rubric import RubricError
-from rubric_core.store import DB_ENV_VAR, StoreError, shown_location
+from rubric_core.store import DB_ENV_VAR, StoreError, default_db_path, shown_location
 from rubric_core.store import is_url as is_db_url
 
 if TYPE_CHECKING:
@@ -385,14 +385,27 @@ def _add_eval_parsers(sub: Any) -> None:
     ev.add_argument("--dataset-name", default=None, help="store it under this name")
     ev.add_argument("--rubric", default=None,
                     help="TEXT or @FILE: the rubric for rows without their own")
+    ev.add_argument("--model", action="append", default=[], metavar="M",
+                    help="a worker model: one configuration each, graded by --grader with "
+                    "--max-iterations; repeat to compare models")
+    ev.add_argument("--grader", default=None,
+                    help="grader model of the --model configurations (default: rules)")
+    ev.add_argument("--max-iterations", type=int, default=None,
+                    help="grader passes per cell for the --model configurations (default 3)")
     ev.add_argument("--config", action="append", default=[], metavar="KEY=VALUE,...",
                     help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
-                    "[,label=L][,base_url=URL]; repeat for more (default worker=demo,grader=rules)")
+                    "[,label=L][,base_url=URL]: a configuration in full; repeat for more. With "
+                    "no --model and no --config: worker=demo,grader=rules")
     ev.add_argument("--repeats", type=int, default=1)
     ev.add_argument("--concurrency", type=int, default=None, help="cells at once (default 4)")
-    ev.add_argument("--min-pass-rate", type=float, default=1.0,
-                    help="satisfied share each configuration needs for exit 0 (default 1.0)")
-    ev.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
+    ev.add_argument("--model-limit", action="append", default=[], metavar="M=N",
+                    help="at most N cells at once use model M (worker or grader); repeatable")
+    ev.add_argument("--min-pass-rate", type=float, default=None,
+                    help="satisfied share (0-1) each configuration needs for exit 0; without "
+                    "it, exit 0 needs every cell ended without an error")
+    ev.add_argument("--db", default=None,
+                    help="SQLite file or postgresql:// URL (default: the app's database, "
+                    "$RUBRIC_STUDIO_DB)")
     ev.add_argument("--resume", default=None, metavar="EXP_ID",
                     help="continue a stopped or killed experiment")
     ev.add_argument("--retry-errors", action="store_true",
@@ -485,23 +498,33 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
     if (args.concurrency is not None and args.concurrency < 1) or args.repeats < 1:
         msg = "--concurrency and --repeats must be at least 1"
         raise UsageError(msg)
+    if args.max_iterations is not None and args.max_iterations < 1:
+        msg = "--max-iterations must be at least 1"
+        raise UsageError(msg)
+    if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
+        msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
+        raise UsageError(msg)
+    per_model = _model_limits(args.model_limit)
     if args.resume is None and not args.dataset:
         msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
         raise UsageError(msg)
-    store = Store(args.db)
+    db = args.db or default_db_path()
+    store = Store(db)
     try:
         if args.resume:
-            if args.dataset or args.config:
-                msg = "--resume continues an experiment as it was created: drop --dataset/--config"
+            if (args.dataset or args.config or args.model or args.grader
+                    or args.max_iterations is not None):
+                msg = ("--resume continues an experiment as it was created: drop --dataset, "
+                       "--model, --grader, --max-iterations and --config")
                 raise UsageError(msg)
             experiment = store.get_experiment(args.resume)
             if experiment is None:
-                msg = f"no experiment {args.resume!r} in {shown_location(args.db)}"
+                msg = f"no experiment {args.resume!r} in {shown_location(db)}"
                 raise UsageError(msg)
         else:
             dataset = _load_dataset(args)
             rubric = _text_arg(args.rubric, "rubric") if args.rubric else ""
-            configs = [_config(c) for c in args.config] or [_config("worker=demo,grader=rules")]
+            configs = [*_model_configs(args), *(_config(c) for c in args.config)]
             configs = [c if c.rubric else dataclasses.replace(c, rubric=rubric) for c in configs]
             experiment = create_experiment(store, dataset, configs, repeats=args.repeats)
         exp_id = experiment.experiment_id
@@ -509,9 +532,10 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"{len(experiment.configurations)} configuration(s), "
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
                   f"resume with: rubric-studio eval --resume {exp_id} "
-                  f"--db {shown_location(args.db)}\n")
+                  f"--db {shown_location(db)}\n")
         for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
-                                    concurrency=args.concurrency or DEFAULT_CONCURRENCY):
+                                    concurrency=args.concurrency or DEFAULT_CONCURRENCY,
+                                    per_model=per_model):
             _print_progress(event, out)
         results = experiment_results(store, exp_id)
         summary = results.summary()
@@ -527,9 +551,52 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"wrote the summary to {args.summary_csv}\n")
     finally:
         store.close()
-    rates = [(row["satisfied_pct"] or 0.0) / 100 if row["done"] == row["cells"] else -1.0
-             for row in summary.to_dict("records")]
-    return 0 if all(r >= args.min_pass_rate for r in rates) else 1
+    rows = summary.to_dict("records")
+    if any(row["done"] < row["cells"] for row in rows):
+        out.write("not every cell ended (stopped?): exit 1\n")
+        return 1
+    if args.min_pass_rate is None:
+        errors = sum(int(row["errors"]) for row in rows)
+        if errors:
+            out.write(f"{errors} cell(s) ended in an error (retry them with --resume "
+                      f"{exp_id} --retry-errors): exit 1\n")
+        return 1 if errors else 0
+    low = [row["configuration"] for row in rows
+           if (row["satisfied_pct"] or 0.0) / 100 < args.min_pass_rate]
+    if low:
+        out.write(f"below --min-pass-rate {args.min_pass_rate:g}: {', '.join(low)}: exit 1\n")
+    return 1 if low else 0
+
+
+def _model_configs(args: argparse.Namespace) -> list[Any]:
+    """The configurations --model / --grader / --max-iterations ask for (and the default)."""
+    from rubric_core.settings import ExperimentConfig
+
+    shared: dict[str, Any] = {}
+    if args.grader:
+        shared["grader_model"] = args.grader
+    if args.max_iterations is not None:
+        shared["max_iterations"] = args.max_iterations
+    if args.model:
+        return [ExperimentConfig(worker_model=m, **shared) for m in args.model]
+    if args.config and not shared:
+        return []
+    return [ExperimentConfig(**shared)]  # the offline default: demo worker, rules grader
+
+
+def _model_limits(values: list[str]) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for value in values:
+        model, sep, number = value.rpartition("=")
+        try:
+            limit = int(number)
+        except ValueError:
+            limit = 0
+        if not sep or not model.strip() or limit < 1:
+            msg = f"--model-limit {value!r}: expected MODEL=N with N a whole number ≥ 1"
+            raise UsageError(msg)
+        limits[model.strip()] = limit
+    return limits
 
 
 def _datasets(args: argparse.Namespace, out: TextIO) -> int:

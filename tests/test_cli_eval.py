@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from openai_server import DelayedServer
+from openai_server import DelayedServer, FakeOpenAI, error
 from pg_support import scalar
 from test_experiments import runs_per_thread
 
@@ -57,8 +57,80 @@ def test_bundled_dataset_satisfied_exit_0_with_export(tmp_path: Path) -> None:
 def test_a_configuration_below_the_pass_rate_exits_1(tmp_path: Path) -> None:
     out = io.StringIO()
     code = main(["eval", "--dataset", "bundled", "--db", str(tmp_path / "db.sqlite3"),
-                 "--config", "worker=demo,grader=rules,cap=1,label=one pass"], out)
+                 "--config", "worker=demo,grader=rules,cap=1,label=one pass",
+                 "--min-pass-rate", "0.5"], out)
     assert code == 1 and "0% satisfied" in out.getvalue()
+    assert "below --min-pass-rate 0.5: one pass: exit 1" in out.getvalue()
+
+
+def test_model_grader_and_cap_flags_make_one_configuration_per_model(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite3"
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--model", "demo", "--model", "demo",
+                 "--grader", "rules", "--max-iterations", "1", "--db", str(db)], out)
+    # No --min-pass-rate: every cell ended without an error, so 0 % satisfied still exits 0.
+    assert code == 0, out.getvalue()
+    with Store(db) as store:
+        [exp] = store.list_experiments()
+        cells = store.experiment_cells(exp.experiment_id)
+    assert [(c.worker_model, c.grader_model, c.max_iterations) for c in exp.configurations] \
+        == [("demo", "rules", 1)] * 2
+    assert {c.status for c in cells} == {"max_iterations_reached"} and len(cells) == 48
+    code = main(["eval", "--dataset", "bundled", "--model", "demo", "--db", str(db),
+                 "--min-pass-rate", "1"], io.StringIO())
+    assert code == 0  # the default cap (3) satisfies every bundled row
+
+
+def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "q.csv"
+    data.write_text("prompt\nquestion one\nquestion two\n", encoding="utf-8")
+    with FakeOpenAI(default=error(400, "this model is not served here")) as fake:
+        monkeypatch.setenv("RUBRIC_STUDIO_BASE_URL", fake.base_url)  # as for `run`
+        out = io.StringIO()
+        code = main(["eval", "--dataset", str(data), "--rubric", "- answers",
+                     "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
+                     "--db", str(tmp_path / "db.sqlite3")], out)
+    text = out.getvalue()
+    assert code == 1, text
+    assert "2 cell(s) ended in an error (retry them with --resume" in text
+    assert "--retry-errors): exit 1" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["--model-limit", "demo"], "--model-limit 'demo': expected MODEL=N",
+                 id="limit_without_number"),
+    pytest.param(["--model-limit", "demo=0"], "expected MODEL=N with N a whole number",
+                 id="limit_zero"),
+    pytest.param(["--min-pass-rate", "80"], "--min-pass-rate must be a share between 0 and 1",
+                 id="percent_not_share"),
+    pytest.param(["--max-iterations", "0"], "--max-iterations must be at least 1", id="cap_0"),
+])
+def test_bad_eval_flags_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    db = tmp_path / "db.sqlite3"
+    code = main(["eval", "--dataset", "bundled", "--db", str(db), *args], io.StringIO())
+    assert code == 2 and message in capsys.readouterr().err
+    assert not db.exists() or _count(db, "experiments") == 0
+
+
+def test_model_limit_is_passed_to_the_experiment(tmp_path: Path) -> None:
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--model-limit", "demo=1", "--concurrency",
+                 "4", "--db", str(tmp_path / "db.sqlite3")], out)
+    assert code == 0, out.getvalue()
+
+
+def test_eval_without_db_uses_the_apps_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "app.sqlite3"
+    monkeypatch.setenv("RUBRIC_STUDIO_DB", str(db))
+    out = io.StringIO()
+    assert main(["eval", "--dataset", "bundled"], out) == 0, out.getvalue()
+    assert f"--db {db}" in out.getvalue() and _count(db, "experiments") == 1
 
 
 @pytest.mark.parametrize(("content", "where"), [
@@ -107,7 +179,9 @@ def test_resume_after_kill_9_runs_every_cell_exactly_once(
                     encoding="utf-8")
     config = ("worker=openai-compatible:w,grader=openai-compatible:g,"
               f"base_url={server.fake.base_url}")
-    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    # Its cell leases (and run heartbeats) go stale 3 s after the kill, not 30.
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key",
+           "RUBRIC_STUDIO_STALE_AFTER_S": "3"}
     with server.fake:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
@@ -126,7 +200,9 @@ def test_resume_after_kill_9_runs_every_cell_exactly_once(
             [exp] = store.list_experiments()
             cells = store.experiment_cells(exp.experiment_id)
         before = [c.status for c in cells]
-        assert "running" in before and before.count("satisfied") < 16
+        assert before.count("satisfied") < 16
+        # Killed mid-cell: a run left 'running', or a cell claimed before its run was created.
+        assert any(c.status == "running" or c.lease_owner for c in cells), before
         # The killed process's runs go stale after STALE_AFTER_S; shorten it for the test.
         monkeypatch.setattr(session, "STALE_AFTER_S", 1.0)
         monkeypatch.setenv("OPENAI_API_KEY", "test-key")
