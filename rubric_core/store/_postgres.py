@@ -67,6 +67,9 @@ INSTALL_HINT = "pip install 'rubric-studio[postgres]'"
 _CONNECT_TIMEOUT_S = 10
 _POOL_TIMEOUT_S = 30.0
 _SCHEMA_LOCK = "rubric-studio:schema"
+_SAVER_SETUP_LOCK = "rubric-studio:saver-setup"
+_SAVER_SETUP_WAIT_S = 120.0
+_SAVER_SETUP_POLL_S = 0.05
 
 
 def is_url(location: object) -> bool:
@@ -286,21 +289,32 @@ class PostgresBackend:
             return self._saver
 
     def _setup(self, saver: PostgresSaver) -> None:
+        """Run the saver's migrations, one process at a time.
+
+        ``setup()`` cannot run in a transaction (its ``CREATE INDEX CONCURRENTLY``), and two
+        of those on one table deadlock, so a session-level advisory lock, held on a connection
+        of its own, serialises first uses across processes. The lock is taken by polling
+        ``pg_try_advisory_lock``: a blocking ``pg_advisory_lock`` would sit in a transaction
+        with a snapshot, which the holder's ``CREATE INDEX CONCURRENTLY`` waits for (a
+        deadlock of its own). Closing the holding connection releases the lock.
+        """
         import psycopg
 
-        # setup() cannot run in a transaction (CREATE INDEX CONCURRENTLY), so no lock can
-        # serialise two processes' first use: the loser of a race retries from where it is.
-        for attempt in range(3):
-            try:
+        try:
+            with psycopg.connect(self.url, **self._conninfo_kwargs()) as holder:
+                deadline = time.monotonic() + _SAVER_SETUP_WAIT_S
+                while not holder.execute(
+                        "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                        (_SAVER_SETUP_LOCK,)).fetchone()[0]:  # type: ignore[index]
+                    if time.monotonic() > deadline:
+                        msg = (f"Another process has been creating LangGraph's checkpoint "
+                               f"tables in {self.location} for over {_SAVER_SETUP_WAIT_S:.0f} s;"
+                               " try again once it has finished (or stop it)")
+                        raise StoreError(msg)
+                    time.sleep(_SAVER_SETUP_POLL_S)
                 saver.setup()
-                return
-            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable,
-                    psycopg.errors.DuplicateObject):
-                if attempt == 2:
-                    raise
-                time.sleep(0.2)
-            except self.errors as exc:
-                raise self.error(exc) from exc
+        except self.errors as exc:
+            raise self.error(exc) from exc
 
     @contextmanager
     def connect(self, *, write: bool) -> Iterator[_PgTx]:
