@@ -25,6 +25,7 @@ from rubric_core.store import (
     StoreError,
     default_db_path,
 )
+from rubric_core.store._sqlite import SqliteBackend
 
 if TYPE_CHECKING:
 
@@ -359,6 +360,37 @@ def test_saver_is_cached_and_closed(db_location: str | Path) -> None:
     assert store.saver() is not saver  # usable again after close
     assert store.saver().get_tuple({"configurable": {"thread_id": "none"}}) is None
     store.close()
+
+
+def test_sqlite_connections_are_reused_and_commit_with_normal_sync(tmp_path: Path) -> None:
+    store = Store(tmp_path / "pool.sqlite3").open()
+    backend = store._backend
+    assert isinstance(backend, SqliteBackend)
+    with backend.connect(write=False) as tx:
+        first = tx.conn
+        assert tx.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL, in WAL mode
+        assert tx.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with backend.connect(write=False) as tx:
+        assert tx.conn is first  # taken from the pool, not opened again
+    assert store.saver().conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+    # A body that fails rolls its writes back; the connection goes back clean.
+    with pytest.raises(RuntimeError), backend.connect(write=True) as tx:
+        tx.execute("INSERT INTO meta (key, value) VALUES ('half', 'written')")
+        raise RuntimeError
+    with backend.connect(write=False) as tx:
+        assert not tx.conn.in_transaction
+        assert tx.execute("SELECT COUNT(*) FROM meta WHERE key = 'half'").fetchone()[0] == 0
+    # A database error is not reused at all.
+    with pytest.raises(StoreError), backend.connect(write=True) as tx:
+        tx.execute("INSERT INTO no_such_table VALUES (1)")
+    assert tx.conn not in backend._idle
+    run = _new_run(store)
+    store.add_evaluation(run.run_id, _evaluation(0, [True]))
+    store.close()
+    assert backend._idle == []
+    with Store(tmp_path / "pool.sqlite3") as again:
+        assert len(again.evaluations(run.run_id)) == 1
 
 
 def test_saver_and_index_from_several_threads(store: Store) -> None:

@@ -1,9 +1,15 @@
 """The embedded backend: one SQLite file holds LangGraph's checkpoints and our tables.
 
-Threads: Streamlit runs each script run on its own thread and a ``sqlite3.Connection`` must not
-be shared between threads. Our own tables therefore use one short-lived connection per
-operation; the saver holds one long-lived connection opened with ``check_same_thread=False``
-and serialises access with its own lock.
+Threads: Streamlit runs each script run on its own thread, so no ``sqlite3.Connection`` is tied
+to one. Our own tables use a small pool: each operation takes an idle connection (or opens
+one), uses it alone, and puts it back when it ended cleanly; the saver holds one long-lived
+connection opened with ``check_same_thread=False`` and serialises access with its own lock.
+
+Durability: the file is in WAL mode and every connection commits with ``synchronous=NORMAL``,
+SQLite's recommended pairing for WAL: a commit survives the process being killed (kill -9) and
+the file is never corrupted, but the last commits before a power cut or an OS crash may be
+rolled back. ``FULL`` would add an fsync to every commit (several milliseconds here), and
+every checkpoint write and recorded event is a commit.
 
 Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
 carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
@@ -54,6 +60,7 @@ _HEADER_SIZE = 100  # the database header, before the first page's b-tree
 _APPLICATION_ID_AT = 68
 _SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
 _TIMEOUT_S = 10.0
+_IDLE_CONNECTIONS = 8  # kept open per backend for reuse; more may be open while busy
 
 
 class _SqliteTx:
@@ -85,6 +92,7 @@ class SqliteBackend:
         self.location = str(path)
         self._lock = threading.Lock()
         self._saver: SqliteSaver | None = None
+        self._idle: list[sqlite3.Connection] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -95,9 +103,12 @@ class SqliteBackend:
         self._create_schema()
 
     def close(self) -> None:
-        """Close the saver's connection, if one was made."""
+        """Close the saver's connection and the idle ones; a later use opens new ones."""
         with self._lock:
             saver, self._saver = self._saver, None
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
         if saver is not None:
             with saver.lock:  # wait for an operation in flight on another thread
                 saver.conn.close()
@@ -116,6 +127,7 @@ class SqliteBackend:
                     raise self.error(exc) from exc
                 # Checkpoints never hold a secret (an echoed key in an error, say).
                 saver = SqliteSaver(conn, serde=RedactingSerializer())
+                conn.execute("PRAGMA synchronous = NORMAL")  # see Durability above
                 try:
                     saver.setup()
                 except sqlite3.Error as exc:
@@ -126,20 +138,17 @@ class SqliteBackend:
 
     @contextmanager
     def connect(self, *, write: bool) -> Iterator[_SqliteTx]:
-        """A short-lived connection; with ``write``, one IMMEDIATE transaction around the body."""
+        """A pooled connection; with ``write``, one IMMEDIATE transaction around the body."""
+        conn = self._take()
+        clean = False
         try:
-            conn = sqlite3.connect(self.path, timeout=_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self.error(exc) from exc
-        conn.row_factory = sqlite3.Row
-        try:
-            conn.execute("PRAGMA foreign_keys = ON")
             if write:
                 # IMMEDIATE takes the write lock up front, so read-then-insert cannot race.
                 conn.execute("BEGIN IMMEDIATE")
             yield _SqliteTx(conn)
             if conn.in_transaction:
                 conn.execute("COMMIT")
+            clean = True
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -147,9 +156,36 @@ class SqliteBackend:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            clean = not conn.in_transaction  # our own refusal, after a clean rollback
             raise
         finally:
+            self._give_back(conn, reuse=clean)
+
+    def _take(self) -> sqlite3.Connection:
+        """An idle connection, or a new one (used by one thread at a time, then given back)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        try:
+            conn = sqlite3.connect(self.path, timeout=_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self.error(exc) from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")  # see Durability above
+        except sqlite3.Error as exc:
             conn.close()
+            raise self.error(exc) from exc
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection, *, reuse: bool) -> None:
+        with self._lock:
+            if reuse and len(self._idle) < _IDLE_CONNECTIONS:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     # -- messages -------------------------------------------------------------------------------
 
