@@ -581,7 +581,8 @@ class _Driver:
             thread_id = store.renew_cell_thread(cell.experiment_id, cell.key)
             record = None
         if record is None:
-            run = session.start(store, settings, models=self.models, thread_id=thread_id)
+            run = session.start(store, settings, models=self.models, thread_id=thread_id,
+                                watch=False)  # nobody watches a cell's tokens
         elif record.status in TERMINAL_STATUSES:
             return record.status, record.run_id, record.error
         else:
@@ -606,12 +607,12 @@ class _Driver:
         """Resume a cell's run, waiting for a lost owner's run to go stale; None on Stop."""
         while not self.stop.is_set():
             try:
-                return session.resume(self.store, run_id, models=self.models)
+                return session.resume(self.store, run_id, models=self.models, watch=False)
             except RuntimeError:  # still 'running' for another process, or not yet stale
                 self.stop.wait(_STALE_POLL_S)
                 record = self.store.get_run(run_id)
                 if record is not None and record.status in ENDED_STATUSES:
-                    return session.resume(self.store, run_id, models=self.models)
+                    return session.resume(self.store, run_id, models=self.models, watch=False)
         return None
 
     def _progress(self, index: int) -> ExperimentProgress:

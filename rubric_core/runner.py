@@ -9,6 +9,7 @@ generator (a Stop button, Ctrl-C) aborts the graph; the thread's checkpoints sta
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -113,6 +114,11 @@ class RunSpec:
     api_key: str | None = None
     token_delay_s: float = 0.0
     max_retries: int = 2
+    watch_worker: bool = True
+    """Stream the worker's answers as `WorkerToken` / `WorkerMessage` events (LangGraph's v3
+    event stream). False, for runs nobody watches (experiment cells): only the graph's custom
+    events are streamed (``stream_mode="custom"``), which costs less CPU per call; evaluations
+    and the final `RunFinished` are the same."""
 
     def validate(self) -> None:
         """Reject a spec that cannot run, before any model is built or called.
@@ -207,6 +213,44 @@ def _last_answer(values: dict[str, Any]) -> str:
     return ""
 
 
+def _custom_event(item: Any) -> RunEvent | None:
+    """The runner's event for one of the middleware's custom stream items, if it is one."""
+    if isinstance(item, dict) and item.get("type") == "rubric_evaluation_start":
+        return {"type": "evaluation_started", "iteration": item["iteration"],
+                "grading_run_id": item["grading_run_id"]}
+    if isinstance(item, dict) and item.get("type") == "rubric_evaluation_end":
+        return {"type": "evaluation_finished", "evaluation": item["evaluation"]}
+    return None
+
+
+def _watched(agent: Any, payload: dict[str, Any] | None, config: dict[str, Any],
+             iteration: int) -> Iterator[RunEvent]:
+    """The run through LangGraph's v3 event stream: the worker's tokens, then custom events."""
+    with warnings.catch_warnings():
+        # The v3 event protocol is marked beta; we rely on it knowingly (see README).
+        warnings.filterwarnings("ignore", message=".*v3 streaming protocol.*")
+        stream = agent.stream_events(
+            payload, config, version="v3", transformers=[CustomTransformer]
+        )
+    with stream:
+        for name, item in stream.interleave("messages", "custom"):
+            if name == "messages":
+                if item.node != "model":
+                    continue
+                yield {"type": "worker_started", "iteration": iteration}
+                parts: list[str] = []
+                for delta in item.text:
+                    parts.append(delta)
+                    yield {"type": "worker_token", "iteration": iteration, "text": delta}
+                yield {"type": "worker_message", "iteration": iteration, "text": "".join(parts)}
+                continue
+            event = _custom_event(item)
+            if event is not None:
+                if event["type"] == "evaluation_finished":
+                    iteration = event["evaluation"]["iteration"] + 1
+                yield event
+
+
 def run_rubric(
     run: RunSpec,
     *,
@@ -259,31 +303,16 @@ def run_rubric(
                 payload = {"messages": [], "rubric": run.rubric}
 
     status, error = "interrupted", None
-    with warnings.catch_warnings():
-        # The v3 event protocol is marked beta; we rely on it knowingly (see README).
-        warnings.filterwarnings("ignore", message=".*v3 streaming protocol.*")
-        stream = agent.stream_events(
-            payload, config, version="v3", transformers=[CustomTransformer]
-        )
     try:
-        with stream:
-            for name, item in stream.interleave("messages", "custom"):
-                if name == "messages":
-                    if item.node != "model":
-                        continue
-                    yield {"type": "worker_started", "iteration": iteration}
-                    parts: list[str] = []
-                    for delta in item.text:
-                        parts.append(delta)
-                        yield {"type": "worker_token", "iteration": iteration, "text": delta}
-                    yield {"type": "worker_message", "iteration": iteration,
-                           "text": "".join(parts)}
-                elif isinstance(item, dict) and item.get("type") == "rubric_evaluation_start":
-                    yield {"type": "evaluation_started", "iteration": item["iteration"],
-                           "grading_run_id": item["grading_run_id"]}
-                elif isinstance(item, dict) and item.get("type") == "rubric_evaluation_end":
-                    iteration = item["iteration"] + 1
-                    yield {"type": "evaluation_finished", "evaluation": item["evaluation"]}
+        if run.watch_worker:
+            yield from _watched(agent, payload, config, iteration)
+        else:
+            # Closed with the runner (a Stop), which aborts the graph as the v3 stream does.
+            with contextlib.closing(agent.stream(payload, config, stream_mode="custom")) as items:
+                for item in items:
+                    event = _custom_event(item)
+                    if event is not None:
+                        yield event
         status = ""
     except Exception as exc:
         status, error = "error", redact(f"{type(exc).__name__}: {exc}")

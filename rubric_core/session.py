@@ -23,6 +23,7 @@ The registry below only answers for this process's own script threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -244,6 +245,7 @@ def start(
     *,
     models: ModelResolver | None = None,
     thread_id: str | None = None,
+    watch: bool = True,
 ) -> Session:
     """Record a new run and prepare its events (nothing is called until they are iterated).
 
@@ -254,6 +256,8 @@ def start(
         settings: What to run.
         models: Builds the chat models, with their keys (`default_models()` when omitted).
         thread_id: The LangGraph thread (the new run's id when omitted).
+        watch: Stream the worker's answers as events (`RunSpec.watch_worker`); False for runs
+            nobody watches, which records the same evaluations for less CPU.
 
     Raises:
         ValueError: The settings cannot run (nothing is stored).
@@ -261,7 +265,7 @@ def start(
 
     """
     settings = settings.titled()
-    spec = build_spec(settings, models)
+    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
     record = store.create_run(settings.redacted(), thread_id=thread_id)
     return Session(store, record, spec, resume=False)
 
@@ -272,6 +276,7 @@ def resume(
     *,
     models: ModelResolver | None = None,
     base_url: str | None = None,
+    watch: bool = True,
 ) -> Session:
     """Continue a stored run on its thread with the settings it was started with.
 
@@ -282,6 +287,7 @@ def resume(
         run_id: The run.
         models: Builds the chat models, with their keys (`default_models()` when omitted).
         base_url: Use this server instead of the stored one for this resume (not stored).
+        watch: As for `start`.
 
     Raises:
         KeyError: No such run.
@@ -302,7 +308,8 @@ def resume(
     settings = record.settings
     if base_url:
         settings = settings.replace(base_url=base_url)
-    return Session(store, record, build_spec(settings, models), resume=True)
+    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+    return Session(store, record, spec, resume=True)
 
 
 # -- recording ------------------------------------------------------------------------------------

@@ -88,6 +88,35 @@ def test_events_arrive_in_loop_order() -> None:
     assert final["duration_s"] >= 0
 
 
+def test_an_unwatched_run_records_the_same_verdicts_without_worker_events() -> None:
+    watched = list(run_rubric(spec(["draft 1", "draft 2"], [FAIL, PASS]), thread_id="w"))
+    quiet = list(run_rubric(dataclasses.replace(
+        spec(["draft 1", "draft 2"], [FAIL, PASS]), watch_worker=False), thread_id="w"))
+    assert types(quiet) == ["evaluation_started", "evaluation_finished"] * 2 + ["run_finished"]
+
+    def verdicts(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(e["iteration"], e["status"], e["answer"], e["criteria"])
+                for e in events[-1]["evaluations"]]
+
+    assert verdicts(quiet) == verdicts(watched)
+    assert quiet[-1]["status"] == watched[-1]["status"] == "satisfied"
+    assert quiet[-1]["answer"] == "draft 2"
+
+
+def test_closing_an_unwatched_run_leaves_the_thread_resumable(saver: Any) -> None:
+    run = dataclasses.replace(spec(["draft 1", "draft 2"], [FAIL, PASS]), watch_worker=False)
+    gen = run_rubric(run, checkpointer=saver, thread_id="quiet")
+    for event in gen:
+        if event["type"] == "evaluation_finished":
+            break
+    gen.close()  # a Stop: the graph is aborted after the first verdict
+    assert isinstance(run.worker, ScriptedChatModel) and len(run.worker.calls) == 1
+    final = list(run_rubric(run, checkpointer=saver, thread_id="quiet", resume=True))[-1]
+    assert final["status"] == "satisfied" and final["answer"] == "draft 2"
+    assert [e["iteration"] for e in final["evaluations"]] == [0, 1]
+    assert len(run.worker.calls) == 2 and len(run.grader.calls) == 2
+
+
 @pytest.mark.parametrize(
     ("grader", "max_iterations", "status"),
     [
