@@ -66,22 +66,34 @@ def register_secrets(values: Mapping[str, Any] | Iterable[object]) -> None:
             register_secret(value)
 
 
+_env_seen: tuple[tuple[Any, Any], ...] | None = None
+_env_secret_items: tuple[tuple[Any, Any], ...] = ()
+
+
 def _secret_env_items() -> tuple[tuple[Any, Any], ...]:
     """The environment's secret-named ``(name, value)`` pairs, undecoded.
 
     Read on every call, so a key set or changed at run time counts at once. From the mapping
     behind ``os.environ`` when there is one (CPython's ``_data``: every change through
     ``os.environ`` lands there): iterating ``os.environ`` itself decodes every name and value
-    of the environment, and redaction asks once per checkpoint write.
+    of the environment, and redaction asks once per checkpoint write. The names are matched
+    again only when the environment changed (a snapshot compared in C, not a scan in Python).
     """
+    global _env_seen, _env_secret_items
     raw = getattr(os.environ, "_data", None)
-    if isinstance(raw, dict):
-        suffixes: tuple[Any, ...] = tuple(
-            s.encode() if os.supports_bytes_environ else s for s in SECRET_NAME_SUFFIXES)
-        return tuple((name, value) for name, value in raw.items()
-                     if name.upper().endswith(suffixes))
-    return tuple((name, value) for name, value in os.environ.items()
-                 if name.upper().endswith(SECRET_NAME_SUFFIXES))
+    if not isinstance(raw, dict):
+        return tuple((name, value) for name, value in os.environ.items()
+                     if name.upper().endswith(SECRET_NAME_SUFFIXES))
+    snapshot = tuple(raw.items())
+    with _lock:
+        if snapshot == _env_seen:
+            return _env_secret_items
+    suffixes: tuple[Any, ...] = tuple(
+        s.encode() if os.supports_bytes_environ else s for s in SECRET_NAME_SUFFIXES)
+    items = tuple((name, value) for name, value in snapshot if name.upper().endswith(suffixes))
+    with _lock:
+        _env_seen, _env_secret_items = snapshot, items
+    return items
 
 
 _cache_key: tuple[object, ...] | None = None
