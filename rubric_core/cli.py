@@ -117,8 +117,9 @@ def _parser() -> argparse.ArgumentParser:
         "it, oscillations, feedback efficacy, revision tokens and instability under repeats "
         "(rubric_core.analytics), over every run in --db.",
     )
-    stats.add_argument("--db", required=True,
-                       help="the database to read (SQLite file or postgresql:// URL)")
+    stats.add_argument("--db", default=None,
+                       help="the database to read: SQLite file or postgresql:// URL (default: "
+                       "the app's database, $RUBRIC_STUDIO_DB)")
     stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
     _add_eval_parsers(sub)
     _add_db_parsers(sub)
@@ -342,8 +343,10 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.csv:
         _check_output(args.csv)
+    args.db = args.db or default_db_path()
     if not is_db_url(args.db) and not Path(args.db).is_file():
-        msg = f"--db {args.db!r} does not exist"  # a path: a URL holds no password to show
+        # a path: a URL holds no password to show
+        msg = f"no database at {args.db}: pass --db PATH_OR_URL or set {DB_ENV_VAR}"
         raise UsageError(msg)
     store = Store(args.db)
     try:
@@ -396,7 +399,9 @@ def _add_eval_parsers(sub: Any) -> None:
                     help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
                     "[,label=L][,base_url=URL]: a configuration in full; repeat for more. With "
                     "no --model and no --config: worker=demo,grader=rules")
-    ev.add_argument("--repeats", type=int, default=1)
+    ev.add_argument("--repeats", type=int, default=1,
+                    help="run every row × configuration this many times (default 1), to see "
+                    "how stable the verdicts are")
     ev.add_argument("--concurrency", type=int, default=None, help="cells at once (default 4)")
     ev.add_argument("--model-limit", action="append", default=[], metavar="M=N",
                     help="at most N cells at once use model M (worker or grader); repeatable")
@@ -413,7 +418,9 @@ def _add_eval_parsers(sub: Any) -> None:
     ev.add_argument("--csv", default=None, help="write every pass × criterion as CSV here")
     ev.add_argument("--summary-csv", default=None, help="write the summary table as CSV here")
     ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
-    ds.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
+    ds.add_argument("--db", default=None,
+                    help="SQLite file or postgresql:// URL (default: the app's database, "
+                    "$RUBRIC_STUDIO_DB)")
     ds.add_argument("action", nargs="?", default="list", choices=("list", "show", "delete"))
     ds.add_argument("name", nargs="?", default=None)
 
@@ -605,6 +612,13 @@ def _datasets(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.action != "list" and not args.name:
         msg = f"datasets {args.action} needs a NAME"
+        raise UsageError(msg)
+    args.db = args.db or default_db_path()
+    if not is_db_url(args.db) and not Path(args.db).is_file():  # opening would create it
+        if args.action == "list":
+            out.write(f"no datasets: no database at {args.db} yet\n")
+            return 0
+        msg = f"no database at {args.db}: pass --db PATH_OR_URL or set {DB_ENV_VAR}"
         raise UsageError(msg)
     store = Store(args.db)
     try:

@@ -402,7 +402,7 @@ def test_analytics_over_a_database_of_real_runs(tmp_path: Path) -> None:
     fixed = rows.set_index("criterion").loc["Lines follow a 5-7-5 syllable pattern"]
     assert fixed["first_pass_fail_rate"] == 1.0 and fixed["mean_passes_to_fix"] == 1.0
     missing = cli("analytics", "--db", str(tmp_path / "none.sqlite3"))
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "no database at" in missing.stderr
 
 
 # --------------------------------------------------------------------------- issue 10

@@ -3,6 +3,7 @@ after a kill -9 of a real CLI process."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -20,7 +21,7 @@ from test_experiments import runs_per_thread
 
 from rubric_core import session
 from rubric_core.cli import main
-from rubric_core.store import Store
+from rubric_core.store import DB_ENV_VAR, Store
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -168,6 +169,28 @@ def test_datasets_list_show_delete(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["datasets", "--db", str(db), "delete", "pets"], out) == 0
     assert main(["datasets", "--db", str(db), "show", "pets"], io.StringIO()) == 2
+
+
+def test_datasets_and_analytics_default_to_the_apps_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(DB_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    default = tmp_path / "xdg" / "rubric-studio" / "rubric_studio.sqlite3"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["datasets"], out) == 0
+    assert f"no database at {default} yet" in out.getvalue()
+    assert not default.exists()  # listing creates nothing
+    with contextlib.redirect_stderr(err):
+        assert main(["analytics"], io.StringIO()) == 2
+        assert main(["datasets", "show", "pets"], io.StringIO()) == 2
+    assert f"no database at {default}: pass --db PATH_OR_URL or set {DB_ENV_VAR}" in (
+        err.getvalue())
+    assert main(["eval", "--dataset", "bundled"], io.StringIO()) == 0
+    out = io.StringIO()
+    assert main(["datasets"], out) == 0 and "bundled-demo" in out.getvalue()
+    out = io.StringIO()
+    assert main(["analytics"], out) == 0 and "24 run(s)" in out.getvalue()
 
 
 def test_resume_after_kill_9_runs_every_cell_exactly_once(
