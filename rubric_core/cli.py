@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -469,20 +470,42 @@ def _load_dataset(args: argparse.Namespace) -> Any:
     return parse_dataset(path.read_bytes(), name=name)
 
 
-def _print_progress(event: Any, out: TextIO) -> None:
-    if event["type"] == "experiment_progress":
-        rate = event["satisfied_rate"]
-        eta = "" if event["eta_s"] is None else f", ETA {event['eta_s']:.0f}s"
-        shown = "–" if rate is None else f"{rate:.0%}"
-        out.write(f"[{event['config_index']}] {event['label']}: {event['done']}/"
-                  f"{event['total']} done, {shown} satisfied, {event['errors']} error(s){eta}\n")
-    elif event["type"] == "cell_finished" and event["status"] not in ("satisfied",):
-        out.write(f"    row {event['row_id']} [{event['config_index']}]: {event['status']}"
-                  + (f" — {redact(event['error'])}" if event["error"] else "") + "\n")
-    elif event["type"] == "experiment_backoff":
-        out.write(f"    server answered {event['status_code']}: waiting {event['wait_s']:.2f}s "
-                  f"({event['hits']} so far)\n")
-    out.flush()
+_PROGRESS_EVERY_S = 2.0
+
+
+class _ProgressPrinter:
+    """Prints an experiment's events as they come.
+
+    A configuration's progress line when it starts, ends, gains an error, or at most every
+    `_PROGRESS_EVERY_S` seconds (a 1,000-row experiment is not 1,000 lines); every cell that
+    did not end satisfied; every backoff.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown: dict[int, tuple[float, int]] = {}  # config -> (when, errors) last printed
+
+    def __call__(self, event: Any) -> None:
+        out = self.out
+        if event["type"] == "experiment_progress":
+            index, now = event["config_index"], time.monotonic()
+            last = self.shown.get(index)
+            if (last is not None and event["done"] < event["total"]
+                    and event["errors"] == last[1] and now - last[0] < _PROGRESS_EVERY_S):
+                return
+            self.shown[index] = (now, event["errors"])
+            rate = event["satisfied_rate"]
+            eta = "" if event["eta_s"] is None else f", ETA {event['eta_s']:.0f}s"
+            shown = "–" if rate is None else f"{rate:.0%}"
+            out.write(f"[{index}] {event['label']}: {event['done']}/{event['total']} done, "
+                      f"{shown} satisfied, {event['errors']} error(s){eta}\n")
+        elif event["type"] == "cell_finished" and event["status"] not in ("satisfied",):
+            out.write(f"    row {event['row_id']} [{event['config_index']}]: {event['status']}"
+                      + (f" — {redact(event['error'])}" if event["error"] else "") + "\n")
+        elif event["type"] == "experiment_backoff":
+            out.write(f"    server answered {event['status_code']}: waiting "
+                      f"{event['wait_s']:.2f}s ({event['hits']} so far)\n")
+        out.flush()
 
 
 def _eval(args: argparse.Namespace, out: TextIO) -> int:
@@ -540,10 +563,11 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
+        show = _ProgressPrinter(out)
         for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
                                     concurrency=args.concurrency or DEFAULT_CONCURRENCY,
                                     per_model=per_model):
-            _print_progress(event, out)
+            show(event)
         results = experiment_results(store, exp_id)
         summary = results.summary()
         out.write("\n" + redact(summary.to_string(index=False)) + "\n")

@@ -242,3 +242,26 @@ def _satisfied(db: Path | str) -> int:
         return 0  # not created yet (and the test must not create it)
     # None until the tables are there
     return int(str(scalar(db, "SELECT COUNT(*) FROM runs WHERE status = 'satisfied'") or 0))
+
+
+def test_progress_lines_are_throttled_but_starts_ends_and_errors_always_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rubric_core import cli
+
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    show = cli._ProgressPrinter(out)
+
+    def progress(done: int, errors: int = 0) -> dict[str, object]:
+        return {"type": "experiment_progress", "config_index": 0, "label": "A", "done": done,
+                "total": 10, "satisfied_rate": None, "errors": errors, "eta_s": None}
+
+    for event in (progress(0), progress(1), progress(2)):
+        show(event)
+    clock[0] += 2.5
+    for event in (progress(3), progress(4), progress(5, errors=1), progress(10, errors=1)):
+        show(event)
+    shown = [line.split(": ", 1)[1].split(" done")[0] for line in out.getvalue().splitlines()]
+    assert shown == ["0/10", "3/10", "5/10", "10/10"]
