@@ -525,8 +525,13 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
     for path in (args.csv, args.summary_csv):
         if path:
             _check_output(path)
-    if (args.concurrency is not None and args.concurrency < 1) or args.repeats < 1:
-        msg = "--concurrency and --repeats must be at least 1"
+    from rubric_core.experiments import MAX_CONCURRENCY, MAX_REPEATS
+
+    if args.concurrency is not None and not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        msg = f"--concurrency must be from 1 to {MAX_CONCURRENCY}, got {args.concurrency}"
+        raise UsageError(msg)
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        msg = f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}"
         raise UsageError(msg)
     if args.max_iterations is not None and args.max_iterations < 1:
         msg = "--max-iterations must be at least 1"
@@ -616,6 +621,8 @@ def _model_configs(args: argparse.Namespace) -> list[Any]:
 
 
 def _model_limits(values: list[str]) -> dict[str, int]:
+    from rubric_core.experiments import MAX_CONCURRENCY
+
     limits: dict[str, int] = {}
     for value in values:
         model, sep, number = value.rpartition("=")
@@ -623,8 +630,9 @@ def _model_limits(values: list[str]) -> dict[str, int]:
             limit = int(number)
         except ValueError:
             limit = 0
-        if not sep or not model.strip() or limit < 1:
-            msg = f"--model-limit {value!r}: expected MODEL=N with N a whole number ≥ 1"
+        if not sep or not model.strip() or not 1 <= limit <= MAX_CONCURRENCY:
+            msg = (f"--model-limit {value!r}: expected MODEL=N with N a whole number from 1 "
+                   f"to {MAX_CONCURRENCY}")
             raise UsageError(msg)
         limits[model.strip()] = limit
     return limits

@@ -75,6 +75,15 @@ if TYPE_CHECKING:
 DEFAULT_CONCURRENCY = 4
 """Cells run at once unless the caller says otherwise."""
 
+MAX_CONCURRENCY = 64
+"""Most cells at once: each running cell holds a worker thread and an HTTP connection."""
+
+MAX_REPEATS = 20
+"""Most runs of one row under one configuration."""
+
+MAX_CELLS = 100_000
+"""Most cells (rows × configurations × repeats) in one experiment."""
+
 RETRY_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
 """HTTP statuses that slow the experiment down instead of failing a row."""
 
@@ -290,14 +299,15 @@ def create_experiment(
         dataset: A parsed dataset (stored as a new version unless unchanged) or a stored
             dataset's name.
         configurations: One or more configurations.
-        repeats: Runs of every row under every configuration.
+        repeats: Runs of every row under every configuration (1 to `MAX_REPEATS`).
         name: A label (the dataset's name when empty).
         dataset_version: With a stored name: that version (the latest when None).
         models: Builds the chat models to check them (`session.default_models()` if omitted).
 
     Raises:
         ValueError: No configurations, a row that cannot run under a configuration (the
-            message names the row), a bad repeat count. Nothing is stored.
+            message names the row), a bad repeat count, more than `MAX_CELLS` cells. Nothing
+            is stored.
         KeyError: No such stored dataset.
         ModelConfigError: A configuration's model cannot be built. Nothing is stored.
 
@@ -305,10 +315,20 @@ def create_experiment(
     if not configurations:
         msg = "an experiment needs at least one configuration (worker, grader, rubric)"
         raise ValueError(msg)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not (
+            1 <= repeats <= MAX_REPEATS):
+        msg = f"repeats must be a whole number from 1 to {MAX_REPEATS}"
+        raise ValueError(msg)
     if isinstance(dataset, str):
         dataset, version = store.load_dataset(dataset, dataset_version)
     else:
         version = None
+    cells = len(dataset.rows) * len(configurations) * repeats
+    if cells > MAX_CELLS:
+        msg = (f"{len(dataset.rows)} rows × {len(configurations)} configuration(s) × {repeats} "
+               f"repeat(s) is {cells:,} cells; an experiment holds at most {MAX_CELLS:,}: "
+               "split the dataset or run fewer configurations")
+        raise ValueError(msg)
     for config in configurations:
         for row in dataset.rows:
             config.settings_for(row).validate()
@@ -373,7 +393,7 @@ def run_experiment(
     Args:
         store: The database.
         experiment_id: The experiment.
-        concurrency: Cells run at once (at least 1).
+        concurrency: Cells run at once (1 to `MAX_CONCURRENCY`).
         per_model: At most this many cells at once using a model (worker or grader), by model
             string.
         models: Builds the chat models (`experiment_models(backoff)` when omitted; a custom
@@ -393,8 +413,9 @@ def run_experiment(
 
     """
     experiment = _require_experiment(store, experiment_id)
-    if concurrency < 1 or any(n < 1 for n in (per_model or {}).values()):
-        msg = "concurrency and per-model limits must be at least 1"
+    if not 1 <= concurrency <= MAX_CONCURRENCY or any(
+            not 1 <= n <= MAX_CONCURRENCY for n in (per_model or {}).values()):
+        msg = f"concurrency and per-model limits must be from 1 to {MAX_CONCURRENCY}"
         raise ValueError(msg)
     backoff = backoff or SharedBackoff()
     models = models or experiment_models(backoff)

@@ -107,6 +107,14 @@ def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
     pytest.param(["--min-pass-rate", "80"], "--min-pass-rate must be a share between 0 and 1",
                  id="percent_not_share"),
     pytest.param(["--max-iterations", "0"], "--max-iterations must be at least 1", id="cap_0"),
+    pytest.param(["--max-iterations", "51"], "max_iterations must be between 1 and 50",
+                 id="cap_51"),
+    pytest.param(["--model-limit", "demo=65"], "N a whole number from 1 to 64",
+                 id="limit_over_max"),
+    pytest.param(["--concurrency", "1000"], "--concurrency must be from 1 to 64",
+                 id="concurrency_over_max"),
+    pytest.param(["--repeats", "21"], "--repeats must be from 1 to 20", id="repeats_over_max"),
+    pytest.param(["--repeats", "0"], "--repeats must be from 1 to 20", id="repeats_0"),
 ])
 def test_bad_eval_flags_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str

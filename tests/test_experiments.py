@@ -226,3 +226,21 @@ def test_export_is_streamed_formula_safe_and_carries_the_dataset_columns(store: 
     assert {r["row_note"] for r in records} == {"'=HYPERLINK(\"x\")"}
     assert {(r["row_id"], r["repeat_index"]) for r in records} == {
         (r.id, str(i)) for r in rows for i in (0, 1)}
+
+
+def test_limits_are_refused_before_anything_is_stored_or_run(store: Store) -> None:
+    from rubric_core.experiments import MAX_CELLS, MAX_CONCURRENCY, MAX_REPEATS
+
+    dataset = demo_dataset()
+    with pytest.raises(ValueError, match=f"repeats must be a whole number from 1 to {MAX_REPEATS}"):
+        create_experiment(store, dataset, [ExperimentConfig()], repeats=MAX_REPEATS + 1)
+    many = [ExperimentConfig(label=str(i)) for i in range(MAX_CELLS // len(dataset.rows) + 1)]
+    with pytest.raises(ValueError, match="an experiment holds at most 100,000"):
+        create_experiment(store, dataset, many)
+    assert store.list_experiments() == [] and store.list_datasets() == []
+    exp = create_experiment(store, dataset, [ExperimentConfig()])
+    for bad in ({"concurrency": MAX_CONCURRENCY + 1}, {"concurrency": 0},
+                {"per_model": {"demo": MAX_CONCURRENCY + 1}}):
+        with pytest.raises(ValueError, match=f"from 1 to {MAX_CONCURRENCY}"):
+            list(run_experiment(store, exp.experiment_id, **bad))
+    assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"pending"}

@@ -23,6 +23,8 @@ from rubric_core.datasets import DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     DEFAULT_CONCURRENCY,
     ERROR_STATUSES,
+    MAX_CONCURRENCY,
+    MAX_REPEATS,
     SUMMARY_COLUMNS,
     create_experiment,
     export_columns,
@@ -46,11 +48,6 @@ if TYPE_CHECKING:
 MAX_CONFIGS = 6
 """Configuration blocks the form offers."""
 
-MAX_REPEATS = 20
-"""Highest repeat count the form accepts."""
-
-MAX_CONCURRENCY = 32
-"""Highest concurrency the form accepts."""
 
 _CONFIG_FIELDS: dict[str, Any] = {
     "worker": "demo", "grader": "rules", "system": "", "tools": [], "label": "",
