@@ -235,22 +235,33 @@ with agreement_tab:
                 st.success("The custom grader prompt (Author page) now holds the examples.")
 with analytics_tab:
     scope = st.radio("Runs", sup.ANALYTICS_SCOPES, key="analytics_scope", horizontal=True)
-    analytics, n_runs = sup.analytics_for(store, record, scope)
-    if analytics.empty:
-        st.info("No graded passes to analyse yet.")
+    experiments = {e.experiment_id: e for e in store.list_experiments()}
+    if scope == "An experiment" and not experiments:
+        st.info("No experiments yet: start one on the Experiments page.")
     else:
-        st.caption(f"Per criterion over {n_runs} run(s): first-pass fail rate, mean passes "
-                   "to fix, oscillations (pass → fail → pass), feedback efficacy, revision "
-                   "tokens and instability under repeats.")
-        st.dataframe(analytics, hide_index=True, width="stretch", column_config={
-            "criterion": st.column_config.TextColumn("Criterion", width="large")})
-        measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
-                               format_func=sup.CHART_MEASURES.__getitem__)
-        st.altair_chart(sup.analytics_chart(analytics, measure), width="stretch")
-        st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
-                           f"analytics-{run_id[:8]}.csv", "text/csv",
-                           key="download_analytics_csv", on_click="ignore",
-                           icon=":material/download:")
+        experiment_id = None
+        if scope == "An experiment":
+            own = sup.experiment_of_run(store, record, list(experiments.values()))
+            experiment_id = st.selectbox(
+                "Experiment", list(experiments), key=f"analytics_experiment_{run_id}",
+                index=list(experiments).index(own) if own else 0,
+                format_func=lambda eid: sup.experiment_label(experiments[eid]))
+        analytics, n_runs = sup.analytics_for(store, record, scope, experiment_id)
+        if analytics.empty:
+            st.info("No graded passes to analyse yet.")
+        else:
+            st.caption(f"Per criterion over {n_runs} run(s): first-pass fail rate, mean "
+                       "passes to fix, oscillations (pass → fail → pass), feedback efficacy, "
+                       "tokens on the revisions it forced and instability under repeats.")
+            st.dataframe(analytics, hide_index=True, width="stretch", column_config={
+                "criterion": st.column_config.TextColumn("Criterion", width="large")})
+            measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
+                                   format_func=sup.CHART_MEASURES.__getitem__)
+            st.altair_chart(sup.analytics_chart(analytics, measure), width="stretch")
+            st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
+                               f"analytics-{run_id[:8]}.csv", "text/csv",
+                               key="download_analytics_csv", on_click="ignore",
+                               icon=":material/download:")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
     csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)]))

@@ -753,6 +753,65 @@ def test_loop_analytics_for_a_run_and_its_rubric(
     assert app.get("arrow_vega_lite_chart") or app.get("vega_lite_chart")
 
 
+def _store_graded_run(store: Store, thread_id: str | None, passes: list[bool]) -> str:
+    run = store.create_run(prompt="p", rubric="- a", title="cell", thread_id=thread_id)
+    for i, passed in enumerate(passes):
+        store.add_evaluation(run.run_id, {
+            "grading_run_id": f"g-{run.run_id}", "iteration": i,
+            "result": "satisfied" if passed else "needs_revision", "explanation": "",
+            "status": "satisfied" if passed else "needs_revision", "unverified": False,
+            "duration_s": 0.1, "input_tokens": 10, "output_tokens": 2, "answer": str(i),
+            "criteria": [{"name": "a", "passed": passed, **({} if passed else {"gap": "x"})}]})
+    store.finish_run(run.run_id, "satisfied" if passes[-1] else "max_iterations_reached")
+    return str(run.run_id)
+
+
+def test_loop_analytics_for_an_experiment_with_every_measure_charted(
+    app: AppTest, db_path: Path, captured_files: dict[str, bytes]
+) -> None:
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+
+    with Store(db_path) as store:
+        _store_graded_run(store, None, [True])  # same rubric, not in the experiment
+        dataset = demo_dataset()
+        version = store.save_dataset(dataset)
+        exp = store.create_experiment(
+            name="trial", dataset_name=dataset.name, dataset_version=version,
+            configurations=[ExperimentConfig()], repeats=1,
+            row_ids=[r.id for r in dataset.rows[:3]])
+        cells = store.experiment_cells(exp.experiment_id)
+        for cell, passes in zip(cells[:2], ([False, True], [False, False]), strict=True):
+            cell_run = _store_graded_run(store, cell.thread_id, passes)
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == cell_run  # the newest run
+    app.radio(key="analytics_scope").set_value("An experiment").run()
+    assert not app.exception, app.exception
+    picker = app.selectbox(key=f"analytics_experiment_{cell_run}")
+    assert picker.value == exp.experiment_id  # the experiment this run is a cell of
+    assert "over 2 run(s)" in _texts(app.caption)  # the cells that ran, not the other run
+    frame = pd.read_csv(io.BytesIO(captured_files[f"analytics-{cell_run[:8]}.csv"]))
+    row = frame.set_index("criterion").loc["a"]
+    assert (row["grading_runs"], row["first_pass_fail_rate"]) == (2, 1.0)
+    assert (row["feedback_efficacy"], row["revision_tokens"]) == (0.5, 24.0)
+    for measure in sup.CHART_MEASURES:
+        app.selectbox(key="analytics_measure").set_value(measure).run()
+        assert not app.exception, (measure, app.exception)
+        assert app.get("arrow_vega_lite_chart") or app.get("vega_lite_chart")
+    app.radio(key="analytics_scope").set_value("All runs of this rubric").run()
+    assert "over 3 run(s)" in _texts(app.caption)
+
+
+def test_loop_analytics_without_experiments_says_so_and_the_page_goes_on(app: AppTest) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    goto(app, "review")
+    app.radio(key="analytics_scope").set_value("An experiment").run()
+    assert not app.exception, app.exception
+    assert "No experiments yet" in _texts(app.info)
+    assert app.button(key="prepare_export")  # the Export tab after it is still drawn
+
+
 def test_final_answer_is_labelled_when_the_best_attempt_is_not_the_last(
     app: AppTest, db_path: Path
 ) -> None:
