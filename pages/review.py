@@ -212,23 +212,24 @@ with agreement_tab:
             open_run(opened)
             st.rerun()
         state["disagreement_opened"] = opened
-        st.markdown("**Align the grader with these labels**")
-        inputs = sup.alignment_inputs(store)
+        st.markdown("**Align the grader with the labels of this run's rubric**")
+        inputs = sup.alignment_inputs(store, record.rubric)
         grader_name = state.get("grader_model", "rules")
         st.caption(
-            f"Re-grades up to {sup.MAX_ALIGN_ANSWERS} labelled answers with the sidebar's grader "
-            f"(`{grader_name}`) twice, without and with the labelled verdicts as few-shot "
-            "examples (never an answer's own label), and shows the agreement with people both "
-            f"ways: {2 * len(inputs.items)} grader calls.")
+            f"Re-grades up to {sup.MAX_ALIGN_ANSWERS} labelled answers of runs with this "
+            f"rubric with the sidebar's grader (`{grader_name}`) twice, without and with their "
+            "labelled verdicts as few-shot examples (never an answer's own label), and shows "
+            f"the agreement with people both ways: {2 * len(inputs.items)} grader calls.")
         if st.button("Re-grade with and without the examples", key="align_run",
                      disabled=not inputs.items, icon=":material/balance:"):
             try:
                 with st.spinner("Re-grading the labelled answers ..."):
                     state["align_result"] = sup.align_with_sidebar_grader(
                         inputs, state, sup.safe_mapping(st.secrets))
+                    state["align_rubric"] = record.rubric
             except Exception as exc:  # a model that cannot be built or called: say so
                 st.error(f"The Align check could not run: {type(exc).__name__}: {exc}")
-        if "align_result" in state:
+        if "align_result" in state and state.get("align_rubric") == record.rubric:
             st.dataframe(state["align_result"], hide_index=True, width="stretch")
             if st.button("Use these examples in the custom grader prompt", key="align_use"):
                 state["grader_system_prompt"] = sup.aligned_grader_prompt(inputs)

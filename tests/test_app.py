@@ -1001,3 +1001,30 @@ def test_align_regrades_labelled_answers_both_ways_and_fills_the_grader_prompt(
     app.button(key="align_use").click().run()
     prompt = app.session_state["grader_system_prompt"]
     assert "<labelled_examples>" in prompt and "it is not" in prompt
+
+
+def test_align_uses_only_the_labels_of_the_open_run_s_rubric(app: AppTest) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    haiku = app.session_state["last_run_id"]
+    name = store.evaluations(haiku)[0]["criteria"][0]["name"]
+    store.set_label(haiku, 0, name, "ana", agree=False, note="HAIKU-NOTE")
+    load_example(app, "photosynthesis")
+    run_loop(app)
+    summary = app.session_state["last_run_id"]
+    name = store.evaluations(summary)[0]["criteria"][0]["name"]
+    store.set_label(summary, 0, name, "ana", agree=False, note="SUMMARY-NOTE")
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == summary
+    assert "2 grader calls" in _texts(app.caption)  # one answer, not both rubrics' answers
+    app.button(key="align_run").click().run()
+    assert not app.exception, app.exception
+    assert app.session_state["align_result"].iloc[-1]["n"] == 1
+    app.button(key="align_use").click().run()
+    prompt = app.session_state["grader_system_prompt"]
+    assert "SUMMARY-NOTE" in prompt and "HAIKU-NOTE" not in prompt
+    # The result belongs to that rubric: another rubric's run does not show it.
+    app.selectbox(key="review_run").set_value(haiku).run()
+    assert not app.exception, app.exception
+    assert "align_use" not in [b.key for b in app.button]
+    assert "2 grader calls" in _texts(app.caption)

@@ -138,8 +138,10 @@ def save_label(store: Store, form: LabelInput) -> UiMessage:
                      f"Saved: {form.labeller.strip()} {verb} with the grader on “{criterion}”.")
 
 
-def _all_verdicts(store: Store) -> tuple[list[LabelledVerdict], dict[str, RunRecord]]:
-    labels = store.labels()
+def _all_verdicts(
+    store: Store, runs: Sequence[RunRecord] | None = None
+) -> tuple[list[LabelledVerdict], dict[str, RunRecord]]:
+    labels = store.labels(None if runs is None else [r.run_id for r in runs])
     run_ids = list(dict.fromkeys(lb["run_id"] for lb in labels))
     evaluations = store.evaluations_for_runs(run_ids)
     records = {rid: r for rid in run_ids if (r := store.get_run(rid)) is not None}
@@ -189,9 +191,18 @@ class AlignmentInputs:
     """Normalised criterion → display name."""
 
 
-def alignment_inputs(store: Store) -> AlignmentInputs:
-    """The labelled answers and examples for the Align check, from every label."""
-    verdicts, records = _all_verdicts(store)
+def alignment_inputs(store: Store, rubric: str | None = None) -> AlignmentInputs:
+    """The labelled answers and examples for the Align check.
+
+    Args:
+        store: The database.
+        rubric: Only labels of runs graded against this rubric text (spaces around it
+            ignored), so one rubric's examples never calibrate another's grader; None: every
+            label.
+
+    """
+    scope = None if rubric is None else store.runs_for_rubric(rubric)
+    verdicts, records = _all_verdicts(store, scope)
     by_run = store.evaluations_for_runs(records)
     answers = {(rid, seq): str(ev.get("answer") or "")
                for rid, evs in by_run.items() for seq, ev in enumerate(evs)}
