@@ -212,45 +212,57 @@ with agreement_tab:
             open_run(opened)
             st.rerun()
         state["disagreement_opened"] = opened
-        st.markdown("**Align the grader with these labels**")
-        inputs = sup.alignment_inputs(store)
+        st.markdown("**Align the grader with the labels of this run's rubric**")
+        inputs = sup.alignment_inputs(store, record.rubric)
         grader_name = state.get("grader_model", "rules")
         st.caption(
-            f"Re-grades up to {sup.MAX_ALIGN_ANSWERS} labelled answers with the sidebar's grader "
-            f"(`{grader_name}`) twice, without and with the labelled verdicts as few-shot "
-            "examples (never an answer's own label), and shows the agreement with people both "
-            f"ways: {2 * len(inputs.items)} grader calls.")
+            f"Re-grades up to {sup.MAX_ALIGN_ANSWERS} labelled answers of runs with this "
+            f"rubric with the sidebar's grader (`{grader_name}`) twice, without and with their "
+            "labelled verdicts as few-shot examples (never an answer's own label), and shows "
+            f"the agreement with people both ways: {2 * len(inputs.items)} grader calls.")
         if st.button("Re-grade with and without the examples", key="align_run",
                      disabled=not inputs.items, icon=":material/balance:"):
             try:
                 with st.spinner("Re-grading the labelled answers ..."):
                     state["align_result"] = sup.align_with_sidebar_grader(
                         inputs, state, sup.safe_mapping(st.secrets))
+                    state["align_rubric"] = record.rubric
             except Exception as exc:  # a model that cannot be built or called: say so
                 st.error(f"The Align check could not run: {type(exc).__name__}: {exc}")
-        if "align_result" in state:
+        if "align_result" in state and state.get("align_rubric") == record.rubric:
             st.dataframe(state["align_result"], hide_index=True, width="stretch")
             if st.button("Use these examples in the custom grader prompt", key="align_use"):
                 state["grader_system_prompt"] = sup.aligned_grader_prompt(inputs)
                 st.success("The custom grader prompt (Author page) now holds the examples.")
 with analytics_tab:
     scope = st.radio("Runs", sup.ANALYTICS_SCOPES, key="analytics_scope", horizontal=True)
-    analytics, n_runs = sup.analytics_for(store, record, scope)
-    if analytics.empty:
-        st.info("No graded passes to analyse yet.")
+    experiments = {e.experiment_id: e for e in store.list_experiments()}
+    if scope == "An experiment" and not experiments:
+        st.info("No experiments yet: start one on the Experiments page.")
     else:
-        st.caption(f"Per criterion over {n_runs} run(s): first-pass fail rate, mean passes "
-                   "to fix, oscillations (pass → fail → pass), feedback efficacy, revision "
-                   "tokens and instability under repeats.")
-        st.dataframe(analytics, hide_index=True, width="stretch", column_config={
-            "criterion": st.column_config.TextColumn("Criterion", width="large")})
-        measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
-                               format_func=sup.CHART_MEASURES.__getitem__)
-        st.altair_chart(sup.analytics_chart(analytics, measure), width="stretch")
-        st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
-                           f"analytics-{run_id[:8]}.csv", "text/csv",
-                           key="download_analytics_csv", on_click="ignore",
-                           icon=":material/download:")
+        experiment_id = None
+        if scope == "An experiment":
+            own = sup.experiment_of_run(store, record, list(experiments.values()))
+            experiment_id = st.selectbox(
+                "Experiment", list(experiments), key=f"analytics_experiment_{run_id}",
+                index=list(experiments).index(own) if own else 0,
+                format_func=lambda eid: sup.experiment_label(experiments[eid]))
+        analytics, n_runs = sup.analytics_for(store, record, scope, experiment_id)
+        if analytics.empty:
+            st.info("No graded passes to analyse yet.")
+        else:
+            st.caption(f"Per criterion over {n_runs} run(s): first-pass fail rate, mean "
+                       "passes to fix, oscillations (pass → fail → pass), feedback efficacy, "
+                       "tokens on the revisions it forced and instability under repeats.")
+            st.dataframe(analytics, hide_index=True, width="stretch", column_config={
+                "criterion": st.column_config.TextColumn("Criterion", width="large")})
+            measure = st.selectbox("Chart", list(sup.CHART_MEASURES), key="analytics_measure",
+                                   format_func=sup.CHART_MEASURES.__getitem__)
+            st.altair_chart(sup.analytics_chart(analytics, measure), width="stretch")
+            st.download_button("Download analytics CSV", sup.analytics_csv(analytics),
+                               f"analytics-{run_id[:8]}.csv", "text/csv",
+                               key="download_analytics_csv", on_click="ignore",
+                               icon=":material/download:")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
     csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)]))

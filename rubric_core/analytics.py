@@ -1,8 +1,9 @@
 """Loop analytics and grader-vs-people agreement, computed from stored evaluations.
 
 Everything here is a pure function of evaluations (and labels), so the app, the CLI and
-exports share one definition. Per criterion, over the grading runs given (a run, an experiment,
-or every run of a rubric):
+exports share one definition; `scoped_analytics` alone reads a store, to pick the runs of a
+scope (a run, an experiment, every run of a rubric, every run). Per criterion, over the grading
+runs given:
 
 - ``grading_runs``: grading runs in which the criterion was graded;
 - ``first_pass_fail_rate``: share of them whose first pass failed it;
@@ -36,11 +37,17 @@ from rubric_core.rubric import normalize_name
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from rubric_core.store import RunRecord, Store
+
 ANALYTICS_COLUMNS: tuple[str, ...] = (
     "criterion", "grading_runs", "first_pass_fail_rate", "mean_passes_to_fix", "oscillations",
     "feedback_efficacy", "revision_tokens", "instability",
 )
 """Columns of `loop_analytics`, in order."""
+
+SCOPES: tuple[str, ...] = ("run", "experiment", "rubric", "all")
+"""What `scoped_analytics` can cover: one run, an experiment's cells, every run of a rubric,
+every run in the store."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,3 +216,73 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool]) -> Comparison
         both_fail=sum(1 for row in shared if not a[row] and not b[row]),
         fixed=fixed, broken=broken, p_value=mcnemar_exact(len(broken), len(fixed)),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedAnalytics:
+    """`loop_analytics` over the runs of a scope, and what it covered."""
+
+    table: pd.DataFrame
+    """One row per criterion (:data:`ANALYTICS_COLUMNS`)."""
+    runs: list[RunRecord]
+    """The runs covered, newest first (an experiment's in cell order)."""
+    passes: int
+    """Grading passes (evaluations) read."""
+
+
+def _unique(kind: str, key: str, ids: Iterable[str]) -> str:
+    """The one id equal to ``key`` or starting with it (Review and the CLI show 8 characters)."""
+    known = list(ids)
+    if key in known:
+        return key
+    matches = [i for i in known if key and i.startswith(key)]
+    if len(matches) == 1:
+        return matches[0]
+    msg = (f"no {kind} {key!r} in this database" if not matches else
+           f"{kind} id {key!r} is ambiguous ({len(matches)} match): give more characters")
+    raise ValueError(msg)
+
+
+def scope_runs(store: Store, scope: str, key: str = "") -> list[RunRecord]:
+    """The runs a scope covers.
+
+    Args:
+        store: The database to read.
+        scope: One of :data:`SCOPES`.
+        key: For ``run`` and ``experiment``, the id or a unique prefix of it; for ``rubric``,
+            the rubric text (spaces around it ignored); unused for ``all``.
+
+    Raises:
+        ValueError: An unknown scope, or a key that names no run or experiment, or several.
+
+    """
+    if scope == "run":
+        run = store.get_run(key)
+        if run is None:
+            known = (r.run_id for r in store.list_runs(limit=None))
+            run = store.get_run(_unique("run", key, known))
+        return [run] if run is not None else []
+    if scope == "experiment":
+        experiment_id = key if store.get_experiment(key) is not None else _unique(
+            "experiment", key, (e.experiment_id for e in store.list_experiments(limit=None)))
+        return [cell.run for cell in store.experiment_cells(experiment_id)
+                if cell.run is not None]
+    if scope == "rubric":
+        return store.runs_for_rubric(key)
+    if scope == "all":
+        return store.list_runs(limit=None)
+    msg = f"unknown analytics scope {scope!r}; expected one of {SCOPES}"
+    raise ValueError(msg)
+
+
+def scoped_analytics(store: Store, scope: str, key: str = "") -> ScopedAnalytics:
+    """`loop_analytics` over the runs of a scope (`scope_runs`); the app and the CLI use it.
+
+    Raises:
+        ValueError: As `scope_runs`.
+
+    """
+    runs = scope_runs(store, scope, key)
+    by_run = store.evaluations_for_runs(r.run_id for r in runs)
+    evaluations = [ev for r in runs for ev in by_run.get(r.run_id, [])]
+    return ScopedAnalytics(loop_analytics(evaluations), runs, len(evaluations))

@@ -115,12 +115,19 @@ def _parser() -> argparse.ArgumentParser:
     stats = sub.add_parser(
         "analytics", help="per-criterion loop statistics over the runs in a database",
         description="How often each criterion fails on the first pass, how many passes fix "
-        "it, oscillations, feedback efficacy, revision tokens and instability under repeats "
-        "(rubric_core.analytics), over every run in --db.",
+        "it, oscillations, feedback efficacy, tokens on the revisions it forced and instability "
+        "under repeats (rubric_core.analytics), over one run, an experiment, every run of a "
+        "rubric, or (by default) every run in --db.",
     )
     stats.add_argument("--db", default=None,
                        help="the database to read: SQLite file or postgresql:// URL (default: "
                        "the app's database, $RUBRIC_STUDIO_DB)")
+    scope = stats.add_mutually_exclusive_group()
+    scope.add_argument("--run", default=None, help="one run: its id or a unique prefix of it")
+    scope.add_argument("--experiment", default=None,
+                       help="an experiment's cells: its id or a unique prefix of it")
+    scope.add_argument("--rubric", default=None,
+                       help="every run graded against this rubric, TEXT or @FILE")
     stats.add_argument("--csv", default=None, help="also write the table as CSV to this path")
     _add_eval_parsers(sub)
     _add_db_parsers(sub)
@@ -338,7 +345,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _analytics(args: argparse.Namespace, out: TextIO) -> int:
-    from rubric_core.analytics import loop_analytics
+    from rubric_core.analytics import scoped_analytics
     from rubric_core.export import to_csv
     from rubric_core.store import Store
 
@@ -349,19 +356,28 @@ def _analytics(args: argparse.Namespace, out: TextIO) -> int:
         # a path: a URL holds no password to show
         msg = f"no database at {args.db}: pass --db PATH_OR_URL or set {DB_ENV_VAR}"
         raise UsageError(msg)
+    scope, key = "all", ""
+    if args.run is not None:
+        scope, key = "run", args.run
+    elif args.experiment is not None:
+        scope, key = "experiment", args.experiment
+    elif args.rubric is not None:
+        scope, key = "rubric", _text_arg(args.rubric, "--rubric")
     store = Store(args.db)
     try:
-        runs = store.list_runs(limit=None)
-        by_run = store.evaluations_for_runs(r.run_id for r in runs)
+        scoped = scoped_analytics(store, scope, key)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     finally:
         store.close()
-    evaluations = [ev for run in runs for ev in by_run[run.run_id]]
-    frame = loop_analytics(evaluations)
+    frame = scoped.table
     if frame.empty:
-        out.write(f"no graded runs in {shown_location(args.db)}\n")
+        out.write(f"no graded runs in {shown_location(args.db)}"
+                  + ("" if scope == "all" else f" for this {scope}") + "\n")
         return 0
-    out.write(f"{len(runs)} run(s), {len(evaluations)} grading pass(es)\n")
-    out.write(redact(frame.to_string(index=False)) + "\n")
+    out.write(f"{len(scoped.runs)} run(s), {scoped.passes} grading pass(es)\n")
+    # Empty cells (never fixed, no gaps, no repeats) print as "-", not NaN or None.
+    out.write(redact(frame.astype(object).fillna("-").to_string(index=False)) + "\n")
     if args.csv:
         with open(args.csv, "w", encoding="utf-8", newline="") as handle:
             handle.write(to_csv(frame))

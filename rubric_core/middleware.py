@@ -304,6 +304,8 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             "_current_grading_run_id": uuid.uuid4().hex,
             "_rubric_iterations": 0,
             "_rubric_status": None,
+            # The last run's best pass is not this run's: nothing until this run's first pass.
+            "_rubric_best_iteration": None,
         }
 
     async def abefore_agent(

@@ -172,7 +172,7 @@ class RubricState(AgentState):
     """The rubric text that started the current grading run."""
     _rubric_best_iteration: NotRequired[Annotated[int | None, PrivateStateAttr]]
     """0-based pass of the current grading run whose answer passed the most criteria (ties go
-    to the later pass); updated every pass."""
+    to the later pass); updated every pass, `None` until the run's first pass ends."""
 
 
 class GradedCriterion(BaseModel):

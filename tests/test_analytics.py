@@ -129,3 +129,98 @@ def test_compare_outcomes_counts_flips_on_shared_rows() -> None:
     assert (result.n, result.both_pass, result.both_fail) == (4, 1, 1)
     assert result.fixed == ["r2"] and result.broken == ["r4"]
     assert result.p_value == 1.0
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+def _graded_run(store: Any, rubric: str, verdicts: list[dict[str, bool]],
+                thread_id: str | None = None) -> str:
+    run = store.create_run(prompt="p", rubric=rubric, title="t", thread_id=thread_id)
+    for i, passes in enumerate(verdicts):
+        store.add_evaluation(run.run_id, {
+            "grading_run_id": f"g-{run.run_id}", "iteration": i,
+            "result": "satisfied" if all(passes.values()) else "needs_revision",
+            "explanation": "", "status": "needs_revision", "unverified": False,
+            "duration_s": 0.1, "input_tokens": None, "output_tokens": None, "answer": str(i),
+            "criteria": [{"name": n, "passed": v, **({} if v else {"gap": "x"})}
+                         for n, v in passes.items()]})
+    return str(run.run_id)
+
+
+@pytest.fixture
+def scoped_store(tmp_path: Any) -> Any:
+    """Two runs of rubric A (one an experiment cell), one of rubric B; a cell never run."""
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+    from rubric_core.store import Store
+
+    store = Store(tmp_path / "db.sqlite3")
+    dataset = demo_dataset()
+    version = store.save_dataset(dataset)
+    exp = store.create_experiment(name="e", dataset_name=dataset.name, dataset_version=version,
+                                  configurations=[ExperimentConfig()], repeats=1,
+                                  row_ids=[r.id for r in dataset.rows[:2]])
+    cell = store.experiment_cells(exp.experiment_id)[0]
+    ids = {
+        "cell": _graded_run(store, "- a", [{"a": False}, {"a": True}], cell.thread_id),
+        "solo": _graded_run(store, "- a\n", [{"a": True}]),
+        "other": _graded_run(store, "- b", [{"b": False}]),
+        "experiment": exp.experiment_id,
+    }
+    yield store, ids
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("scope", "key", "runs", "first_fail"),
+    [
+        pytest.param("run", "cell", ["cell"], {"a": 1.0}, id="one_run"),
+        pytest.param("run", "cell[:8]", ["cell"], {"a": 1.0}, id="run_by_prefix"),
+        pytest.param("experiment", "experiment", ["cell"], {"a": 1.0}, id="experiment_cells"),
+        pytest.param("experiment", "experiment[:6]", ["cell"], {"a": 1.0},
+                     id="experiment_by_prefix"),
+        pytest.param("rubric", "- a", ["solo", "cell"], {"a": 0.5}, id="every_run_of_a_rubric"),
+        pytest.param("all", "", ["other", "solo", "cell"], {"a": 0.5, "b": 1.0}, id="all"),
+    ],
+)
+def test_scoped_analytics_covers_the_runs_of_its_scope(
+    scoped_store: Any, scope: str, key: str, runs: list[str], first_fail: dict[str, float]
+) -> None:
+    from rubric_core.analytics import scoped_analytics
+
+    store, ids = scoped_store
+    if key and key != "- a":
+        name, _, cut = key.partition("[:")
+        key = ids[name][: int(cut.rstrip("]"))] if cut else ids[name]
+    scoped = scoped_analytics(store, scope, key)
+    assert [r.run_id for r in scoped.runs] == [ids[n] for n in runs]
+    table = scoped.table.set_index("criterion")
+    assert table["first_pass_fail_rate"].to_dict() == first_fail
+    assert scoped.passes == sum(len(store.evaluations(ids[n])) for n in runs)
+
+
+@pytest.mark.parametrize(
+    ("scope", "key", "message"),
+    [
+        pytest.param("run", "nope", "no run 'nope'", id="unknown_run"),
+        pytest.param("run", "", "no run ''", id="empty_run_id"),
+        pytest.param("experiment", "nope", "no experiment 'nope'", id="unknown_experiment"),
+        pytest.param("dataset", "", "unknown analytics scope", id="unknown_scope"),
+    ],
+)
+def test_a_scope_that_names_nothing_is_refused(scoped_store: Any, scope: str, key: str,
+                                               message: str) -> None:
+    from rubric_core.analytics import scoped_analytics
+
+    with pytest.raises(ValueError, match=message):
+        scoped_analytics(scoped_store[0], scope, key)
+
+
+def test_an_ambiguous_prefix_is_refused_and_an_exact_id_always_wins() -> None:
+    from rubric_core.analytics import _unique
+
+    with pytest.raises(ValueError, match="ambiguous \\(2 match\\)"):
+        _unique("run", "ab", ["abc1", "abd2"])
+    assert _unique("run", "ab", ["ab", "abd2"]) == "ab"
+    assert _unique("run", "abd", ["abc1", "abd2"]) == "abd2"

@@ -753,6 +753,65 @@ def test_loop_analytics_for_a_run_and_its_rubric(
     assert app.get("arrow_vega_lite_chart") or app.get("vega_lite_chart")
 
 
+def _store_graded_run(store: Store, thread_id: str | None, passes: list[bool]) -> str:
+    run = store.create_run(prompt="p", rubric="- a", title="cell", thread_id=thread_id)
+    for i, passed in enumerate(passes):
+        store.add_evaluation(run.run_id, {
+            "grading_run_id": f"g-{run.run_id}", "iteration": i,
+            "result": "satisfied" if passed else "needs_revision", "explanation": "",
+            "status": "satisfied" if passed else "needs_revision", "unverified": False,
+            "duration_s": 0.1, "input_tokens": 10, "output_tokens": 2, "answer": str(i),
+            "criteria": [{"name": "a", "passed": passed, **({} if passed else {"gap": "x"})}]})
+    store.finish_run(run.run_id, "satisfied" if passes[-1] else "max_iterations_reached")
+    return str(run.run_id)
+
+
+def test_loop_analytics_for_an_experiment_with_every_measure_charted(
+    app: AppTest, db_path: Path, captured_files: dict[str, bytes]
+) -> None:
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+
+    with Store(db_path) as store:
+        _store_graded_run(store, None, [True])  # same rubric, not in the experiment
+        dataset = demo_dataset()
+        version = store.save_dataset(dataset)
+        exp = store.create_experiment(
+            name="trial", dataset_name=dataset.name, dataset_version=version,
+            configurations=[ExperimentConfig()], repeats=1,
+            row_ids=[r.id for r in dataset.rows[:3]])
+        cells = store.experiment_cells(exp.experiment_id)
+        for cell, passes in zip(cells[:2], ([False, True], [False, False]), strict=True):
+            cell_run = _store_graded_run(store, cell.thread_id, passes)
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == cell_run  # the newest run
+    app.radio(key="analytics_scope").set_value("An experiment").run()
+    assert not app.exception, app.exception
+    picker = app.selectbox(key=f"analytics_experiment_{cell_run}")
+    assert picker.value == exp.experiment_id  # the experiment this run is a cell of
+    assert "over 2 run(s)" in _texts(app.caption)  # the cells that ran, not the other run
+    frame = pd.read_csv(io.BytesIO(captured_files[f"analytics-{cell_run[:8]}.csv"]))
+    row = frame.set_index("criterion").loc["a"]
+    assert (row["grading_runs"], row["first_pass_fail_rate"]) == (2, 1.0)
+    assert (row["feedback_efficacy"], row["revision_tokens"]) == (0.5, 24.0)
+    for measure in sup.CHART_MEASURES:
+        app.selectbox(key="analytics_measure").set_value(measure).run()
+        assert not app.exception, (measure, app.exception)
+        assert app.get("arrow_vega_lite_chart") or app.get("vega_lite_chart")
+    app.radio(key="analytics_scope").set_value("All runs of this rubric").run()
+    assert "over 3 run(s)" in _texts(app.caption)
+
+
+def test_loop_analytics_without_experiments_says_so_and_the_page_goes_on(app: AppTest) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    goto(app, "review")
+    app.radio(key="analytics_scope").set_value("An experiment").run()
+    assert not app.exception, app.exception
+    assert "No experiments yet" in _texts(app.info)
+    assert app.button(key="prepare_export")  # the Export tab after it is still drawn
+
+
 def test_final_answer_is_labelled_when_the_best_attempt_is_not_the_last(
     app: AppTest, db_path: Path
 ) -> None:
@@ -942,3 +1001,30 @@ def test_align_regrades_labelled_answers_both_ways_and_fills_the_grader_prompt(
     app.button(key="align_use").click().run()
     prompt = app.session_state["grader_system_prompt"]
     assert "<labelled_examples>" in prompt and "it is not" in prompt
+
+
+def test_align_uses_only_the_labels_of_the_open_run_s_rubric(app: AppTest) -> None:
+    load_example(app, "haiku")
+    store = run_loop(app)
+    haiku = app.session_state["last_run_id"]
+    name = store.evaluations(haiku)[0]["criteria"][0]["name"]
+    store.set_label(haiku, 0, name, "ana", agree=False, note="HAIKU-NOTE")
+    load_example(app, "photosynthesis")
+    run_loop(app)
+    summary = app.session_state["last_run_id"]
+    name = store.evaluations(summary)[0]["criteria"][0]["name"]
+    store.set_label(summary, 0, name, "ana", agree=False, note="SUMMARY-NOTE")
+    goto(app, "review")
+    assert app.selectbox(key="review_run").value == summary
+    assert "2 grader calls" in _texts(app.caption)  # one answer, not both rubrics' answers
+    app.button(key="align_run").click().run()
+    assert not app.exception, app.exception
+    assert app.session_state["align_result"].iloc[-1]["n"] == 1
+    app.button(key="align_use").click().run()
+    prompt = app.session_state["grader_system_prompt"]
+    assert "SUMMARY-NOTE" in prompt and "HAIKU-NOTE" not in prompt
+    # The result belongs to that rubric: another rubric's run does not show it.
+    app.selectbox(key="review_run").set_value(haiku).run()
+    assert not app.exception, app.exception
+    assert "align_use" not in [b.key for b in app.button]
+    assert "2 grader calls" in _texts(app.caption)

@@ -405,6 +405,34 @@ def test_analytics_over_a_database_of_real_runs(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no database at" in missing.stderr
 
 
+def test_analytics_of_one_run_a_rubric_or_an_experiment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "runs.sqlite3")
+    for example in ("haiku", "photosynthesis"):
+        assert run_main(["run", "--example", example, "--db", db, "--quiet"], capsys)[0] == 0
+    with Store(db) as store:
+        haiku = next(r for r in store.list_runs() if "haiku" in r.prompt)
+    code, out, _ = run_main(["analytics", "--db", db, "--run", haiku.run_id[:8]], capsys)
+    assert code == 0 and out.startswith("1 run(s), 2 grading pass(es)\n")
+    assert "The answer is one sentence" not in out  # the other run's criterion
+    # Never fixed, no gaps after it, no repeats: "-", not NaN or None.
+    line = next(x for x in out.splitlines() if x.strip().startswith("The poem has three lines"))
+    assert line.split()[-7:] == ["1", "0.0", "-", "0", "-", "0.0", "-"]
+    assert "NaN" not in out and "None" not in out
+    rubric = tmp_path / "rubric.md"
+    rubric.write_text(haiku.rubric, encoding="utf-8")
+    code, out, _ = run_main(["analytics", "--db", db, "--rubric", f"@{rubric}"], capsys)
+    assert code == 0 and out.startswith("1 run(s)")
+    code, _, err = run_main(["analytics", "--db", db, "--experiment", "feed"], capsys)
+    assert code == 2 and "no experiment 'feed'" in err
+    with pytest.raises(SystemExit) as exiting:  # argparse: one scope at a time
+        run_main(["analytics", "--db", db, "--run", "x", "--rubric", "- a"], capsys)
+    assert exiting.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    code, out, _ = run_main(["analytics", "--db", db, "--rubric", "- never used"], capsys)
+    assert code == 0 and "no graded runs in" in out and "for this rubric" in out
+
+
 # --------------------------------------------------------------------------- issue 10
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, SUMMARY
+from conftest import CODE_OK, HAIKU_DRAFT, HAIKU_FIXED, ROOT, SUMMARY
 from rules_phrasings import PHRASINGS, TOOLS
 
 from rubric_core.offline.rules import check_criterion, partial_reading, read, unrecognised_criteria
@@ -124,6 +124,10 @@ def test_phrasing_table_is_read_exactly_and_says_how_much_it_declines() -> None:
     recognised = sum(expected is not None for _, expected in PHRASINGS)
     # The counts the README quotes: change them there when the table changes.
     assert (len(PHRASINGS), recognised, len(PHRASINGS) - recognised) == TABLE_COUNTS
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    total, read_, declined = TABLE_COUNTS
+    assert (f"pins {total} phrasings, {read_} read and {declined} declined, 100% read exactly "
+            "as listed") in readme
     # The table's readings and the grader agree on what is declined.
     assert unrecognised_criteria(criteria, TOOLS) == [c for c, r in PHRASINGS if r is None]
 

@@ -271,3 +271,72 @@ def test_a_failing_coverage_correction_keeps_the_first_verdict_unverified() -> N
     assert [c["passed"] for c in first["criteria"]] == [True, True, False]
     assert values["_rubric_status"] == "satisfied"  # the loop went on instead of grader_error
     assert len(worker.calls) == 2
+
+
+# --------------------------------------------------------------------------- defaults and the seed
+
+
+def _seed_view(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What the seed specifies of a capped three-pass run whose first answer was the best."""
+    from langgraph.stream import CustomTransformer
+
+    seen: list[dict[str, Any]] = []
+    agent, worker, grader = _make(["best draft", "worse", "also worse"],
+                                  [_v("c3"), _v("c1", "c3"), _v("c2", "c3")],
+                                  max_iterations=3, on_evaluation=seen.append, **kwargs)
+    config = {"configurable": {"thread_id": "seed"}}
+    stream = agent.stream_events({"messages": [HumanMessage("write it")], "rubric": RUBRIC},
+                                 config, version="v3", transformers=[CustomTransformer])
+    events = list(stream.custom)
+    values = agent.get_state(config).values
+    seed_fields = ("iteration", "result", "explanation", "criteria")  # and grading_run_id:
+    ids = {values["_current_grading_run_id"]} | {e["grading_run_id"] for e in [*events, *seen]}
+    return {
+        "grader_calls": len(grader.calls), "worker_calls": len(worker.calls),
+        "status": values["_rubric_status"], "iterations": values["_rubric_iterations"],
+        "final_message": (values["messages"][-1].type, values["messages"][-1].content),
+        "start_events": [set(e) for e in events if e["type"] == "rubric_evaluation_start"],
+        "end_events": [{k: e[k] for k in ("type", *seed_fields)} for e in events
+                       if e["type"] == "rubric_evaluation_end"],
+        "callback": [{k: ev[k] for k in seed_fields} for ev in seen],
+        "evaluations": [{k: ev[k] for k in seed_fields} for ev in values["_rubric_evaluations"]],
+        "one_grading_run": len(ids) == 1,
+    }
+
+
+def test_one_repeat_and_no_return_best_change_nothing_the_seed_specifies() -> None:
+    defaults = _seed_view({})
+    explicit = _seed_view({"grader_repeats": 1, "return_best": False, "consensus": "majority"})
+    assert defaults == explicit and defaults["one_grading_run"]
+    # One grader call per pass, the last attempt stays the final message, the cap is the
+    # status while each pass keeps the grader's own verdict, and criteria are {name, passed}
+    # or {name, passed, gap}: nothing of repeats, best attempt or consensus shows.
+    assert (defaults["grader_calls"], defaults["worker_calls"]) == (3, 3)
+    assert defaults["final_message"] == ("ai", "also worse")
+    assert (defaults["status"], defaults["iterations"]) == ("max_iterations_reached", 3)
+    assert defaults["start_events"] == [{"type", "grading_run_id", "iteration"}] * 3
+    assert [e["result"] for e in defaults["callback"]] == ["needs_revision"] * 3
+    assert defaults["callback"] == defaults["evaluations"]
+    assert [e["iteration"] for e in defaults["end_events"]] == [0, 1, 2]
+    for ev in defaults["evaluations"]:
+        for c in ev["criteria"]:
+            assert set(c) == ({"name", "passed"} if c["passed"] else {"name", "passed", "gap"})
+
+
+def test_a_new_grading_run_does_not_inherit_the_last_run_s_best_pass() -> None:
+    mw = RubricMiddleware(model="x:y")
+    state: Any = {"messages": [], "rubric": RUBRIC, "_active_rubric": RUBRIC,
+                  "_current_grading_run_id": "old", "_rubric_iterations": 2,
+                  "_rubric_status": "satisfied", "_rubric_best_iteration": 1}
+    update = mw.before_agent(state, None)  # type: ignore[arg-type]
+    assert update is not None and update["_rubric_best_iteration"] is None
+    # On a thread: the first run's best pass was its second; the next run, stopped before its
+    # first verdict, must not claim a best pass of its own yet.
+    agent, _, _ = _make(["d1", "d2", "d3"], [_v("c1"), ALL, KeyboardInterrupt()])
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("write it")], "rubric": RUBRIC}, config)
+    assert agent.get_state(config).values["_rubric_best_iteration"] == 1
+    with pytest.raises(KeyboardInterrupt):
+        agent.invoke({"messages": [HumanMessage("again")]}, config)
+    values = agent.get_state(config).values
+    assert values["_rubric_iterations"] == 0 and values["_rubric_best_iteration"] is None

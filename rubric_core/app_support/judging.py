@@ -22,7 +22,7 @@ from rubric_core.align import (
     model_grader,
     regrade,
 )
-from rubric_core.analytics import loop_analytics
+from rubric_core.analytics import scoped_analytics
 from rubric_core.app_support._common import UiMessage
 from rubric_core.attempts import ShownAnswer, final_answers
 from rubric_core.export import to_csv
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from rubric_core.labels import LabelledVerdict
-    from rubric_core.store import RunRecord, Store
+    from rubric_core.store import ExperimentRecord, RunRecord, Store
     from rubric_core.types import CriterionLabel, RubricEvaluation
 
 LABEL_CHOICES = ("agree", "disagree")
@@ -138,8 +138,10 @@ def save_label(store: Store, form: LabelInput) -> UiMessage:
                      f"Saved: {form.labeller.strip()} {verb} with the grader on “{criterion}”.")
 
 
-def _all_verdicts(store: Store) -> tuple[list[LabelledVerdict], dict[str, RunRecord]]:
-    labels = store.labels()
+def _all_verdicts(
+    store: Store, runs: Sequence[RunRecord] | None = None
+) -> tuple[list[LabelledVerdict], dict[str, RunRecord]]:
+    labels = store.labels(None if runs is None else [r.run_id for r in runs])
     run_ids = list(dict.fromkeys(lb["run_id"] for lb in labels))
     evaluations = store.evaluations_for_runs(run_ids)
     records = {rid: r for rid in run_ids if (r := store.get_run(rid)) is not None}
@@ -189,9 +191,18 @@ class AlignmentInputs:
     """Normalised criterion → display name."""
 
 
-def alignment_inputs(store: Store) -> AlignmentInputs:
-    """The labelled answers and examples for the Align check, from every label."""
-    verdicts, records = _all_verdicts(store)
+def alignment_inputs(store: Store, rubric: str | None = None) -> AlignmentInputs:
+    """The labelled answers and examples for the Align check.
+
+    Args:
+        store: The database.
+        rubric: Only labels of runs graded against this rubric text (spaces around it
+            ignored), so one rubric's examples never calibrate another's grader; None: every
+            label.
+
+    """
+    scope = None if rubric is None else store.runs_for_rubric(rubric)
+    verdicts, records = _all_verdicts(store, scope)
     by_run = store.evaluations_for_runs(records)
     answers = {(rid, seq): str(ev.get("answer") or "")
                for rid, evs in by_run.items() for seq, ev in enumerate(evs)}
@@ -260,27 +271,55 @@ def labels_csv(store: Store) -> bytes:
     return to_csv(pd.DataFrame(rows, columns=list(LABEL_EXPORT_COLUMNS))).encode("utf-8")
 
 
-ANALYTICS_SCOPES = ("This run", "All runs of this rubric")
+ANALYTICS_SCOPES = ("This run", "An experiment", "All runs of this rubric")
 """What the Loop analytics tab can cover."""
+_SCOPE_KEYS = dict(zip(ANALYTICS_SCOPES, ("run", "experiment", "rubric"), strict=True))
 
 
-def analytics_for(store: Store, record: RunRecord, scope: str) -> tuple[pd.DataFrame, int]:
-    """`rubric_core.analytics.loop_analytics` for a run or every run of its rubric.
+def analytics_for(
+    store: Store, record: RunRecord, scope: str, experiment_id: str | None = None
+) -> tuple[pd.DataFrame, int]:
+    """`rubric_core.analytics.scoped_analytics` for this run, an experiment or its rubric.
+
+    Args:
+        store: The database.
+        record: The run open in Review.
+        scope: One of :data:`ANALYTICS_SCOPES`.
+        experiment_id: The experiment, for ``"An experiment"``.
 
     Returns:
         The table and how many runs it covers.
 
     """
-    runs = [record] if scope == ANALYTICS_SCOPES[0] else store.runs_for_rubric(record.rubric)
-    by_run = store.evaluations_for_runs(r.run_id for r in runs)
-    return loop_analytics([ev for r in runs for ev in by_run[r.run_id]]), len(runs)
+    kind = _SCOPE_KEYS[scope]
+    key = {"run": record.run_id, "rubric": record.rubric}.get(kind, experiment_id or "")
+    scoped = scoped_analytics(store, kind, key)
+    return scoped.table, len(scoped.runs)
+
+
+def experiment_of_run(store: Store, record: RunRecord,
+                      experiments: Sequence[ExperimentRecord]) -> str | None:
+    """The experiment among ``experiments`` one of whose cells ran on this run's thread."""
+    for experiment in experiments:
+        if any(cell.thread_id == record.thread_id
+               for cell in store.experiment_cells(experiment.experiment_id)):
+            return experiment.experiment_id
+    return None
 
 
 CHART_MEASURES = {"first_pass_fail_rate": "First-pass fail rate",
-                  "mean_passes_to_fix": "Mean passes to fix"}
+                  "mean_passes_to_fix": "Mean passes to fix",
+                  "oscillations": "Oscillations (pass → fail → pass)",
+                  "feedback_efficacy": "Feedback efficacy",
+                  "revision_tokens": "Tokens on revisions it forced",
+                  "instability": "Instability under repeats"}
 """Columns of the analytics table the chart can show, with their titles."""
-_CHART_FORMATS = {"first_pass_fail_rate": (".0%", ".0%"), "mean_passes_to_fix": (".2f", "~g")}
+_CHART_FORMATS = {"first_pass_fail_rate": (".0%", ".0%"), "mean_passes_to_fix": (".2f", "~g"),
+                  "oscillations": (".0f", "d"), "feedback_efficacy": (".0%", ".0%"),
+                  "revision_tokens": (",.0f", "~s"), "instability": (".0%", ".0%")}
 """Per measure: the tooltip's number format (Python's) and the axis's (d3's)."""
+_SHARES = frozenset({"first_pass_fail_rate", "feedback_efficacy", "instability"})
+"""Measures that are shares, drawn on a 0 to 1 axis."""
 
 CHART_LABEL_LIMIT_PX = 320
 """The widest a criterion name is drawn on the chart's axis; a longer one ends in "…"."""
@@ -306,7 +345,7 @@ def analytics_chart(table: pd.DataFrame, measure: str) -> alt.Chart:
         "value": values.fillna(0.0),
         "shown": ["—" if pd.isna(v) else format(float(v), shown) for v in values],
     })
-    x_scale = alt.Scale(domain=[0, 1]) if measure == "first_pass_fail_rate" else alt.Scale()
+    x_scale = alt.Scale(domain=[0, 1]) if measure in _SHARES else alt.Scale()
     return alt.Chart(data).mark_bar().encode(
         x=alt.X("value:Q", title=title, scale=x_scale, axis=alt.Axis(format=axis)),
         y=alt.Y("criterion:N", sort=names, title=None,

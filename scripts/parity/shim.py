@@ -1,6 +1,6 @@
 """The names deepagents' RubricMiddleware tests import, mapped onto rubric_core's.
 
-The vendored suite (``upstream_test_rubric_middleware.py``) imports from here instead of
+Their test file, as ``scripts/deepagents_parity.py`` rewrites it, imports from here instead of
 ``deepagents.middleware.rubric`` and ``tests.unit_tests.chat_model``. Each name is ours:
 
 - ``RubricMiddleware``: ours, plus the one seam their tests stub, ``_grade(state, iteration)``

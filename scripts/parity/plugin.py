@@ -1,11 +1,10 @@
-"""Runs deepagents' own RubricMiddleware tests (`VENDORED`) against ours.
+"""The pytest plugin that runs deepagents' RubricMiddleware tests against ours.
 
-The tables in ``tables.py`` decide, by test name: `EXCLUDED` tests (private internals
-of theirs with no counterpart here) are deselected; `DIFFERS` tests (public behaviour where we
-differ on purpose) run as ``xfail(strict=True)``, so a change that makes one pass is noticed;
-every other test must pass. `tests/test_deepagents_parity.py` runs this suite in a child pytest
-and checks each outcome; run it alone with
-``python -m pytest tests/deepagents_parity/upstream_test_rubric_middleware.py``.
+Loaded into the child pytest by ``scripts/deepagents_parity.py`` (``-p parity.plugin``); it
+acts only on the rewritten upstream copy (`COPY_NAME`). The tables in ``tables.py`` decide, by
+test name: `EXCLUDED` tests (private internals of theirs with no counterpart here) are
+deselected; `DIFFERS` tests (public behaviour where we differ on purpose) run as
+``xfail(strict=True)``, so a change that makes one pass is noticed; every other test must pass.
 """
 
 from __future__ import annotations
@@ -19,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from deepagents_parity.tables import DIFFERS, EXCLUDED, REPORT_ENV, VENDORED
+from parity.tables import COPY_NAME, DIFFERS, EXCLUDED, REPORT_ENV
 
 
 def upstream_name(item: pytest.Item) -> str:
-    """``Class::test`` of a vendored test, without its parametrization."""
+    """``Class::test`` of an upstream test, without its parametrization."""
     return item.nodeid.split("::", 1)[1].split("[", 1)[0]
 
 
-def _vendored(item: pytest.Item) -> bool:
-    return item.path.name == VENDORED
+def _upstream(item: pytest.Item) -> bool:
+    return item.path.name == COPY_NAME
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        name = upstream_name(item) if _vendored(item) else ""
+        name = upstream_name(item) if _upstream(item) else ""
         if name in EXCLUDED:
             dropped.append(item)
             continue
@@ -55,9 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run the vendored ``async def`` tests (upstream runs them with pytest-asyncio's auto mode)."""
+    """Run upstream's ``async def`` tests (upstream runs them with pytest-asyncio's auto mode)."""
     func = pyfuncitem.obj
-    if not _vendored(pyfuncitem) or not inspect.iscoroutinefunction(func):
+    if not _upstream(pyfuncitem) or not inspect.iscoroutinefunction(func):
         return None
     args: dict[str, Any] = {n: pyfuncitem.funcargs[n] for n in pyfuncitem._fixtureinfo.argnames}
     asyncio.run(func(**args))
@@ -66,13 +65,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 def _upstream_id(entry: Any) -> str | None:
     nodeid = getattr(entry, "nodeid", "")
-    if "::" not in nodeid or not nodeid.split("::", 1)[0].endswith(VENDORED):
+    if "::" not in nodeid or not nodeid.split("::", 1)[0].endswith(COPY_NAME):
         return None
     return str(nodeid.split("::", 1)[1])
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """With `REPORT_ENV` set, write the vendored tests' outcomes and xfail texts as JSON.
+    """With `REPORT_ENV` set, write the upstream tests' outcomes and xfail texts as JSON.
 
     ``{"outcomes": {outcome: [test ids]}, "xfail_text": {test id: failure text}}``; a test id
     is ``Class::test[params]``.

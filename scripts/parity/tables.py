@@ -1,9 +1,9 @@
 """Which of deepagents' RubricMiddleware tests are left out, which differ on purpose, and why.
 
-Every upstream test not named here must pass. ``conftest.py`` applies these tables and
-``tests/test_deepagents_parity.py`` checks every outcome against them; the README's "Parity
-with deepagents' tests" says the same in prose. Names are ``Class::test`` and cover every
-parametrization.
+Every upstream test not named here must pass. ``plugin.py`` applies these tables and
+``scripts/deepagents_parity.py`` checks every outcome against them and against the pinned
+counts; the README's "Parity with deepagents' tests" says the same in prose. Names are
+``Class::test`` and cover every parametrization.
 """
 
 from __future__ import annotations
@@ -11,22 +11,27 @@ from __future__ import annotations
 UPSTREAM = ("https://github.com/langchain-ai/deepagents",
             "libs/deepagents/tests/unit_tests/middleware/test_rubric_middleware.py",
             "23b83ad50f63d241d0069a3dc426d43b211adf2e")
-"""Repository, path and commit the vendored file was taken from."""
+"""Repository, path in it, and the commit these tables were written against."""
 UPSTREAM_BLOB = "265c58b0ffb92fe56a78304b3375fa176663857b"
-"""The upstream file's git blob id: the vendored file, header removed and imports restored."""
+"""The git blob id of the upstream file at that commit (another version may differ)."""
 IMPORTS = {
-    "from deepagents_parity.shim import (\n": "from deepagents.middleware.rubric import (\n",
-    "from deepagents_parity.shim import GenericFakeChatModel\n":
-        "from tests.unit_tests.chat_model import GenericFakeChatModel\n",
+    "from deepagents.middleware.rubric import (\n": "from parity.shim import (\n",
+    "from tests.unit_tests.chat_model import GenericFakeChatModel\n":
+        "from parity.shim import GenericFakeChatModel\n",
 }
-"""Each changed line of the vendored file and the upstream line it replaces."""
-HEADER_END = "# --- end of Rubric Studio header ---\n"
-"""The last line of the header the vendored file starts with."""
+"""Each upstream import line, and the line the copy that is run has instead."""
 
-VENDORED = "upstream_test_rubric_middleware.py"
-"""The vendored test file (named so that only `tests/test_deepagents_parity.py` runs it)."""
+COPY_NAME = "test_rubric_middleware.py"
+"""The name of the rewritten copy in the child pytest's temporary directory."""
 REPORT_ENV = "RUBRIC_PARITY_REPORT"
-"""When set, the path the outcome of every vendored test is written to, as JSON."""
+"""When set, the path the outcome of every upstream test is written to, as JSON."""
+
+PASSED = 25
+"""Upstream tests (parametrizations counted) that pass against ours, as the README says."""
+DIFFERING = 9
+"""Upstream tests that fail where ours differs on purpose (run as strict xfail)."""
+LEFT_OUT = 30
+"""Upstream tests of private internals with no counterpart here (deselected)."""
 
 _NO_TRANSCRIPT = ("calls _build_grader_transcript: ours renders no transcript; the grader sees "
                   "request, work and answer sections (tests/test_grader.py pins them, and "
@@ -120,4 +125,4 @@ DIFFERS: dict[str, tuple[str, str]] = {
          "assert \"configured_model='stub:test'\" in 'RuntimeError: grader exploded'"),
 }
 """Upstream tests of public behaviour where ours differs on purpose: strict xfail, with the
-failure text that shows the difference (`tests/test_deepagents_parity.py` checks it is there)."""
+failure text that shows the difference (`scripts/deepagents_parity.py` checks it is there)."""
