@@ -89,6 +89,25 @@ with st.sidebar:
     )
     if max_iterations_notice:
         st.warning(max_iterations_notice)
+    with st.expander("Verdict stability", expanded=state["grader_repeats"] > 1
+                     or state["return_best"]):
+        st.number_input(
+            "Grader repeats", min_value=1, max_value=sup.MAX_GRADER_REPEATS, step=1,
+            key="grader_repeats", help="Grade each answer this many times and take the verdict "
+            "of the repeats per criterion; criteria the repeats disagree on are marked "
+            "unstable. Costs that many grader calls per pass.",
+        )
+        st.selectbox(
+            "Consensus", sup.CONSENSUS_MODES, key="consensus",
+            disabled=state["grader_repeats"] < 2,
+            help="majority: most repeats decide (a tie fails). unanimous: every repeat must "
+            "pass the criterion.",
+        )
+        st.checkbox(
+            "Return the best attempt at the cap", key="return_best",
+            help="When the run ends at the iteration cap, end with the answer of the pass that "
+            "met the most criteria instead of the last answer.",
+        )
     sandbox = sup.sandbox_summary()
     getattr(st, sandbox.level)(sandbox.text)
     st.markdown("### Database")

@@ -135,6 +135,15 @@ with st.expander("New experiment", expanded=not experiments):
                 s_col, t_col = st.columns(2)
                 s_col.text_input("Worker system prompt", key=sup.config_key(i, "system"))
                 t_col.multiselect("Grader tools", tools, key=sup.config_key(i, "tools"))
+                r_col, c_col, b_col = st.columns([1, 1, 2], vertical_alignment="bottom")
+                r_col.number_input("Grader repeats", 1, sup.MAX_GRADER_REPEATS,
+                                   key=sup.config_key(i, "repeats"),
+                                   help="Grade each answer this many times (see the sidebar)")
+                c_col.selectbox("Consensus", sup.CONSENSUS_MODES,
+                                key=sup.config_key(i, "consensus"),
+                                disabled=state[sup.config_key(i, "repeats")] < 2)
+                b_col.checkbox("Return the best attempt at the cap",
+                               key=sup.config_key(i, "best"))
         configs = sup.configs_from_state(state)
         dataset, _ = store.load_dataset(ds, ds_version)
         problems = sup.check_configs(configs, secrets=secrets, session_key=key,

@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--grader", default=None, help="grader model (default: rules)")
     run.add_argument("--system-prompt", default=None, help="worker system prompt, TEXT or @FILE")
     run.add_argument("--max-iterations", type=int, default=None)
+    _add_judging_arguments(run, "")
     run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
     run.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
     run.add_argument("--db", default=None,
@@ -169,6 +170,28 @@ def _start_app(streamlit_args: list[str]) -> int:
     return 0  # pragma: no cover - execv does not return
 
 
+def _add_judging_arguments(parser: Any, whose: str) -> None:
+    """--grader-repeats, --consensus and --return-best (RubricMiddleware's options)."""
+    from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
+
+    parser.add_argument("--grader-repeats", type=int, default=None, metavar="K",
+                        help=f"grade each answer K times (1-{MAX_GRADER_REPEATS}) and take the "
+                        f"consensus per criterion{whose} (default 1)")
+    parser.add_argument("--consensus", choices=CONSENSUS_MODES, default=None,
+                        help="how repeats combine: majority (a tie fails; the default) or "
+                        "unanimous")
+    parser.add_argument("--return-best", action="store_const", const=True, default=None,
+                        help="at the iteration cap, end with the best attempt's answer "
+                        f"instead of the last one{whose}")
+
+
+def _judging(args: argparse.Namespace) -> dict[str, Any]:
+    """The judging options given on the command line, by `RunSettings` field name."""
+    values = {"grader_repeats": args.grader_repeats, "consensus": args.consensus,
+              "return_best": args.return_best}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def _settings(args: argparse.Namespace) -> RunSettings:
     """The run the arguments describe (a bundled example, then the arguments that override)."""
     from rubric_core.settings import RunSettings
@@ -204,9 +227,12 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         prompt=prompt, rubric=rubric, worker_model=args.model or "demo",
         grader_model=args.grader or "rules", base_url=args.base_url,
         worker_system_prompt=system or "", grader_tools=tools, max_iterations=max_iterations,
-        example_name=args.example,
+        example_name=args.example, **_judging(args),
     )
-    settings.validate()
+    try:
+        settings.validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     return settings.titled()
 
 
@@ -216,6 +242,8 @@ _RESUME_CHECKED = (
     ("example", "--example", "example_name"), ("model", "--model", "worker_model"),
     ("grader", "--grader", "grader_model"), ("max_iterations", "--max-iterations",
                                              "max_iterations"),
+    ("grader_repeats", "--grader-repeats", "grader_repeats"),
+    ("consensus", "--consensus", "consensus"), ("return_best", "--return-best", "return_best"),
 )
 
 
@@ -391,6 +419,7 @@ _CONFIG_KEYS = {
     "worker": "worker_model", "grader": "grader_model", "rubric": "rubric",
     "system": "worker_system_prompt", "tools": "grader_tools", "cap": "max_iterations",
     "max_iterations": "max_iterations", "label": "label", "base_url": "base_url",
+    "grader_repeats": "grader_repeats", "consensus": "consensus", "return_best": "return_best",
 }
 
 
@@ -412,9 +441,11 @@ def _add_eval_parsers(sub: Any) -> None:
                     help="grader model of the --model configurations (default: rules)")
     ev.add_argument("--max-iterations", type=int, default=None,
                     help="grader passes per cell for the --model configurations (default 3)")
+    _add_judging_arguments(ev, " (for the --model configurations)")
     ev.add_argument("--config", action="append", default=[], metavar="KEY=VALUE,...",
                     help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
-                    "[,label=L][,base_url=URL]: a configuration in full; repeat for more. With "
+                    "[,label=L][,base_url=URL][,grader_repeats=K][,consensus=unanimous]"
+                    "[,return_best=yes]: a configuration in full; repeat for more. With "
                     "no --model and no --config: worker=demo,grader=rules")
     ev.add_argument("--repeats", type=int, default=1,
                     help="run every row × configuration this many times (default 1), to see "
@@ -442,6 +473,10 @@ def _add_eval_parsers(sub: Any) -> None:
     ds.add_argument("name", nargs="?", default=None)
 
 
+_YES = frozenset({"yes", "true", "1", "on"})
+_NO = frozenset({"no", "false", "0", "off"})
+
+
 def _config(text: str) -> Any:
     from rubric_core.settings import ExperimentConfig
 
@@ -458,12 +493,18 @@ def _config(text: str) -> Any:
             values[field] = _text_arg(value, key)
         elif field == "grader_tools":
             values[field] = tuple(t for t in value.split("+") if t)
-        elif field == "max_iterations":
+        elif field in ("max_iterations", "grader_repeats"):
             try:
                 values[field] = int(value)
             except ValueError:
-                msg = f"--config {text!r}: cap must be a whole number"
+                msg = f"--config {text!r}: {key.strip()} must be a whole number"
                 raise UsageError(msg) from None
+        elif field == "return_best":
+            flag = value.lower()
+            if flag not in _YES | _NO:
+                msg = f"--config {text!r}: return_best must be yes or no"
+                raise UsageError(msg)
+            values[field] = flag in _YES
         else:
             values[field] = value
     return ExperimentConfig(**values)
@@ -564,9 +605,10 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
     try:
         if args.resume:
             if (args.dataset or args.config or args.model or args.grader
-                    or args.max_iterations is not None):
+                    or args.max_iterations is not None or _judging(args)):
                 msg = ("--resume continues an experiment as it was created: drop --dataset, "
-                       "--model, --grader, --max-iterations and --config")
+                       "--model, --grader, --max-iterations, --grader-repeats, --consensus, "
+                       "--return-best and --config")
                 raise UsageError(msg)
             experiment = store.get_experiment(args.resume)
             if experiment is None:
@@ -629,6 +671,7 @@ def _model_configs(args: argparse.Namespace) -> list[Any]:
         shared["grader_model"] = args.grader
     if args.max_iterations is not None:
         shared["max_iterations"] = args.max_iterations
+    shared.update(_judging(args))
     if args.model:
         return [ExperimentConfig(worker_model=m, **shared) for m in args.model]
     if args.config and not shared:

@@ -27,6 +27,11 @@ explanation       str       The grader's summary of the pass (the error for ``gr
 duration_s        float     Wall-clock seconds of the pass.
 input_tokens      Int64     Grader input tokens, where the provider reports usage.
 output_tokens     Int64     Grader output tokens, where the provider reports usage.
+agreement         float     With grader repeats: the share of repeats whose verdict on the
+                            criterion agrees with the consensus; empty when graded once.
+unstable          bool      The grader repeats did not all agree on the criterion.
+regressed         bool      The criterion passed on the previous pass and fails on this one.
+stalled           bool      The answer is the previous attempt's, unchanged.
 answer            str       The text that was graded, on the first row of its iteration only
                             (empty on the iteration's other criterion rows, so a long answer
                             is written once per pass, not once per criterion).
@@ -66,7 +71,8 @@ if TYPE_CHECKING:
 EXPORT_COLUMNS: tuple[str, ...] = (
     "run_id", "run_title", "worker_model", "grader_model", "run_status", "grading_run_id",
     "iteration", "criterion_index", "criterion", "passed", "gap", "result", "status",
-    "unverified", "explanation", "duration_s", "input_tokens", "output_tokens", "answer",
+    "unverified", "explanation", "duration_s", "input_tokens", "output_tokens", "agreement",
+    "unstable", "regressed", "stalled", "answer",
 )
 """Export columns in their documented, stable order (see the module docstring)."""
 
@@ -82,6 +88,7 @@ DiffOp = Literal["equal", "insert", "delete"]
 _DTYPES: dict[str, str] = {
     "iteration": "int64", "criterion_index": "Int64", "passed": "boolean", "unverified": "bool",
     "duration_s": "float64", "input_tokens": "Int64", "output_tokens": "Int64",
+    "agreement": "float64", "unstable": "bool", "regressed": "bool", "stalled": "bool",
 }
 _ESCAPED_PREFIXES = (*FORMULA_PREFIXES, ESCAPE)
 _RUNS_PER_READ = 100  # runs whose evaluations are read from the store at a time
@@ -111,16 +118,21 @@ def pass_number(evaluation: Mapping[str, Any]) -> int:
 def criterion_rows(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An evaluation's criteria flattened to rows, the one way every table and export does it.
 
-    Each row is ``{"index", "criterion", "passed", "gap"}`` in rubric order; ``gap`` is None
-    when the criterion passed. A pass without criteria (``grader_error``) gives one row whose
-    fields are all None, so it still shows up.
+    Each row is ``{"index", "criterion", "passed", "gap", "agreement", "unstable",
+    "regressed"}`` in rubric order; ``gap`` is None when the criterion passed, ``agreement``
+    when the answer was graded once. A pass without criteria (``grader_error``) gives one row
+    whose fields are None (False for the flags), so it still shows up.
     """
     criteria = evaluation.get("criteria") or []
     if not criteria:
-        return [{"index": None, "criterion": None, "passed": None, "gap": None}]
+        return [{"index": None, "criterion": None, "passed": None, "gap": None,
+                 "agreement": None, "unstable": False, "regressed": False}]
+    unstable = set(evaluation.get("unstable") or ())
+    regressed = set(evaluation.get("regressed") or ())
     return [
         {"index": index, "criterion": c.get("name"), "passed": c.get("passed"),
-         "gap": None if c.get("passed") else c.get("gap")}
+         "gap": None if c.get("passed") else c.get("gap"), "agreement": c.get("agreement"),
+         "unstable": c.get("name") in unstable, "regressed": c.get("name") in regressed}
         for index, c in enumerate(criteria)
     ]
 
@@ -140,9 +152,11 @@ def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Itera
             ev.get("output_tokens"),
         )
         answer = _text(ev.get("answer"))
+        stalled = bool(ev.get("stalled", False))
         for n, row in enumerate(criterion_rows(ev)):
             yield (*start, row["index"], _text(row["criterion"]), row["passed"],
-                   _text(row["gap"]), *middle, answer if n == 0 else None)
+                   _text(row["gap"]), *middle, row["agreement"], row["unstable"],
+                   row["regressed"], stalled, answer if n == 0 else None)
 
 
 def _pairs(

@@ -28,7 +28,7 @@ from rubric_core.grader import message_text
 from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact, redact_data
-from rubric_core.settings import validate_run_text
+from rubric_core.settings import validate_judging, validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
     from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from rubric_core.consensus import Consensus
 
 
 class WorkerStarted(TypedDict):
@@ -114,6 +116,9 @@ class RunSpec:
     api_key: str | None = None
     token_delay_s: float = 0.0
     max_retries: int = 2
+    grader_repeats: int = 1
+    consensus: Consensus = "majority"
+    return_best: bool = False
     watch_worker: bool = True
     """Stream the worker's answers as `WorkerToken` / `WorkerMessage` events (LangGraph's v3
     event stream). False, for runs nobody watches (experiment cells): only the graph's custom
@@ -124,10 +129,12 @@ class RunSpec:
         """Reject a spec that cannot run, before any model is built or called.
 
         Raises:
-            ValueError: Empty prompt or rubric, rubric too large, bad iteration cap.
+            ValueError: Empty prompt or rubric, rubric too large, bad iteration cap, bad grader
+                repeats or consensus mode.
 
         """
         validate_run_text(self.prompt, self.rubric, self.max_iterations)
+        validate_judging(self.grader_repeats, self.consensus)
 
 
 MAX_ITERATIONS_CAP = MAX_ITERATIONS
@@ -155,7 +162,7 @@ def _agent_key(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> tuple[An
     return (id(run.worker), id(run.grader), run.worker_system_prompt,
             run.grader_system_prompt, tuple(id(t) for t in run.grader_tools),
             run.max_iterations, run.max_retries, run.base_url, run.api_key, run.token_delay_s,
-            id(checkpointer))
+            run.grader_repeats, run.consensus, run.return_best, id(checkpointer))
 
 
 def build_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
@@ -192,6 +199,9 @@ def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         tools=list(run.grader_tools),
         max_iterations=run.max_iterations,
         max_retries=run.max_retries,
+        grader_repeats=run.grader_repeats,
+        consensus=run.consensus,
+        return_best=run.return_best,
     )
     return create_agent(
         model=_model(run.worker, run),

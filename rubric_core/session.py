@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact, redact_data
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
 
+    from rubric_core.consensus import Consensus
     from rubric_core.runner import RunEvent
     from rubric_core.settings import RunSettings
     from rubric_core.store import RunRecord, Store
@@ -136,6 +137,9 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
         grader_system_prompt=settings.grader_system_prompt or None,
         grader_tools=build_grader_tools(settings.grader_tools, settings.example_name),
         max_iterations=settings.max_iterations, base_url=settings.base_url,
+        grader_repeats=settings.grader_repeats,
+        consensus=cast("Consensus", settings.consensus),  # checked by settings.validate()
+        return_best=settings.return_best,
     )
     spec.validate()
     return spec

@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
 from rubric_core.middleware import MAX_ITERATIONS
 from rubric_core.redact import redact, redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
@@ -57,6 +58,34 @@ def validate_run_text(prompt: object, rubric: object, max_iterations: object) ->
         raise ValueError(msg)
 
 
+def _check_judging_types(grader_repeats: object, consensus: object, return_best: object) -> None:
+    """Type checks of the verdict-stability options (ranges are checked by `validate`)."""
+    if isinstance(grader_repeats, bool) or not isinstance(grader_repeats, int):
+        msg = f"grader_repeats must be a whole number, got {type(grader_repeats).__name__}"
+        raise TypeError(msg)
+    if not isinstance(consensus, str):
+        msg = f"consensus must be a string, got {type(consensus).__name__}"
+        raise TypeError(msg)
+    if not isinstance(return_best, bool):
+        msg = f"return_best must be true or false, got {type(return_best).__name__}"
+        raise TypeError(msg)
+
+
+def validate_judging(grader_repeats: int, consensus: str) -> None:
+    """The ranges `RubricMiddleware` accepts for ``grader_repeats`` and ``consensus``.
+
+    Raises:
+        ValueError: Repeats outside 1 to ``MAX_GRADER_REPEATS``, or an unknown consensus mode.
+
+    """
+    if not 1 <= grader_repeats <= MAX_GRADER_REPEATS:
+        msg = f"grader_repeats must be from 1 to {MAX_GRADER_REPEATS}, got {grader_repeats}"
+        raise ValueError(msg)
+    if consensus not in CONSENSUS_MODES:
+        msg = f"consensus must be one of {', '.join(CONSENSUS_MODES)}, got {consensus!r}"
+        raise ValueError(msg)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunSettings:
     """Everything that describes one run; JSON-round-tripping, never a credential.
@@ -89,8 +118,15 @@ class RunSettings:
     """Short human label; `rubric_core.session.start` fills it with :func:`run_title`."""
     dataset_row: dict[str, Any] | None = None
     """The dataset row the run was made from (experiments); JSON values only."""
+    grader_repeats: int = 1
+    """Gradings of each answer; the per-criterion verdict is their consensus (1: the seed's)."""
+    consensus: str = "majority"
+    """How repeats combine: ``majority`` (a tie fails) or ``unanimous``."""
+    return_best: bool = False
+    """At the cap, end with the best attempt's answer instead of the last one."""
 
     def __post_init__(self) -> None:
+        _check_judging_types(self.grader_repeats, self.consensus, self.return_best)
         for name in _TEXT_FIELDS:
             if not isinstance(getattr(self, name), str):
                 msg = f"{name} must be a string, got {type(getattr(self, name)).__name__}"
@@ -127,11 +163,12 @@ class RunSettings:
         """Reject settings that cannot run, before any model is built or called.
 
         Raises:
-            ValueError: Empty prompt or rubric, a bad rubric, a bad iteration cap, or a model
-                left blank.
+            ValueError: Empty prompt or rubric, a bad rubric, a bad iteration cap, a model
+                left blank, or grader repeats or a consensus mode the middleware refuses.
 
         """
         validate_run_text(self.prompt, self.rubric, self.max_iterations)
+        validate_judging(self.grader_repeats, self.consensus)
         if not self.worker_model.strip() or not self.grader_model.strip():
             msg = "worker_model and grader_model must name a model, e.g. 'openai:gpt-4o-mini'"
             raise ValueError(msg)
@@ -271,8 +308,15 @@ class ExperimentConfig:
     """OpenAI-compatible server for ``openai``/``openai-compatible`` models."""
     label: str = ""
     """Short human label; `display_label` derives one when empty."""
+    grader_repeats: int = 1
+    """Gradings of each answer (`RunSettings.grader_repeats`)."""
+    consensus: str = "majority"
+    """How repeats combine (`RunSettings.consensus`)."""
+    return_best: bool = False
+    """At the cap, end with the best attempt (`RunSettings.return_best`)."""
 
     def __post_init__(self) -> None:
+        _check_judging_types(self.grader_repeats, self.consensus, self.return_best)
         tools = self.grader_tools
         if isinstance(tools, str) or not isinstance(tools, Sequence):
             msg = f"grader_tools must be a list of tool names, got {type(tools).__name__}"
@@ -312,6 +356,8 @@ class ExperimentConfig:
             grader_model=self.grader_model, base_url=self.base_url,
             worker_system_prompt=self.worker_system_prompt, grader_tools=self.grader_tools,
             max_iterations=self.max_iterations, dataset_row=record,
+            grader_repeats=self.grader_repeats, consensus=self.consensus,
+            return_best=self.return_best,
         )
 
     def to_dict(self) -> dict[str, Any]:

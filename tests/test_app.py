@@ -1028,3 +1028,38 @@ def test_align_uses_only_the_labels_of_the_open_run_s_rubric(app: AppTest) -> No
     assert not app.exception, app.exception
     assert "align_use" not in [b.key for b in app.button]
     assert "2 grader calls" in _texts(app.caption)
+
+
+def test_the_sidebars_judging_options_reach_the_run(app: AppTest) -> None:
+    load_example(app, "haiku")
+    assert app.selectbox(key="consensus").disabled  # nothing to combine with one grading
+    app.number_input(key="grader_repeats").set_value(3).run()
+    assert not app.selectbox(key="consensus").disabled
+    app.selectbox(key="consensus").set_value("unanimous").run()
+    app.checkbox(key="return_best").check().run()
+    store = run_loop(app)
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run is not None and run.status == "satisfied"
+    assert (run.settings.grader_repeats, run.settings.consensus, run.settings.return_best) == (
+        3, "unanimous", True)
+    assert {ev.get("repeats") for ev in store.evaluations(run.run_id)} == {3}
+
+
+def test_an_experiment_configuration_carries_its_judging_options(app: AppTest,
+                                                                 db_path: Path) -> None:
+    goto(app, "experiments")
+    app.button(key="load_demo_dataset").click().run()
+    assert app.selectbox(key=sup.config_key(0, "consensus")).disabled
+    app.number_input(key=sup.config_key(0, "repeats")).set_value(2).run()
+    app.checkbox(key=sup.config_key(0, "best")).check().run()
+    app.button(key="exp_start").click().run()
+    assert not app.exception, app.exception
+    exp_id = str(app.session_state["exp_pick"])
+    with Store(db_path) as store:
+        exp = store.get_experiment(exp_id)
+        assert exp is not None
+        [config] = exp.configurations
+        assert (config.grader_repeats, config.return_best) == (2, True)
+        cell = store.experiment_cells(exp_id)[0]
+        assert cell.run is not None
+        assert {ev.get("repeats") for ev in store.evaluations(cell.run.run_id)} == {2}

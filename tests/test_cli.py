@@ -542,3 +542,29 @@ def test_best_attempt_is_labelled_when_the_last_is_worse(
     assert code == 1
     assert "── last attempt (pass 2 of 2) · 0/1 criteria pass ──\nworse" in out
     assert "── best attempt (pass 1 of 2) · 1/1 criteria pass ──\nbetter" in out
+
+
+def test_judging_options_reach_the_run_and_are_kept_for_resume(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    proc = cli("run", "--example", "haiku", "--grader-repeats", "3", "--consensus",
+               "unanimous", "--return-best", "--db", str(db), "--thread", "t1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "(3 repeats, unanimous.)" in proc.stdout
+    with Store(db) as store:
+        [run] = store.list_runs()
+        evaluations = store.evaluations(run.run_id)
+    assert (run.settings.grader_repeats, run.settings.consensus, run.settings.return_best) == (
+        3, "unanimous", True)
+    assert {ev.get("repeats") for ev in evaluations} == {3}
+    again = cli("run", "--db", str(db), "--thread", "t1", "--resume", "--grader-repeats", "1")
+    assert again.returncode == 2 and "another grader-repeats" in again.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["--grader-repeats", "10"], "grader_repeats must be from 1 to 9", id="ten"),
+    pytest.param(["--grader-repeats", "0"], "grader_repeats must be from 1 to 9", id="zero"),
+    pytest.param(["--consensus", "most"], "invalid choice: 'most'", id="consensus"),
+])
+def test_bad_judging_options_exit_2(args: list[str], message: str) -> None:
+    proc = cli("run", "--example", "haiku", *args)
+    assert proc.returncode == 2 and message in proc.stderr

@@ -273,3 +273,37 @@ def test_progress_lines_are_throttled_but_starts_ends_and_errors_always_show(
         show(event)
     shown = [line.split(": ", 1)[1].split(" done")[0] for line in out.getvalue().splitlines()]
     assert shown == ["0/10", "3/10", "5/10", "10/10"]
+
+
+def test_a_configuration_carries_its_judging_options_to_every_cell(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite3"
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--db", str(db), "--config",
+                 "worker=demo,grader=rules,grader_repeats=2,consensus=unanimous,return_best=yes,"
+                 "label=steady"], out)
+    assert code == 0, out.getvalue()
+    with Store(db) as store:
+        [exp] = store.list_experiments()
+        [config] = exp.configurations
+        assert (config.grader_repeats, config.consensus, config.return_best) == (
+            2, "unanimous", True)
+        cell = store.experiment_cells(exp.experiment_id)[0]
+        assert cell.run is not None and cell.run.settings.grader_repeats == 2
+        assert {ev.get("repeats") for ev in store.evaluations(cell.run.run_id)} == {2}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    pytest.param("worker=demo,return_best=maybe", "return_best must be yes or no", id="flag"),
+    pytest.param("worker=demo,grader_repeats=x", "grader_repeats must be a whole number",
+                 id="not_a_number"),
+    pytest.param("worker=demo,grader_repeats=12", "grader_repeats must be from 1 to 9",
+                 id="too_many"),
+])
+def test_bad_judging_keys_exit_2_and_store_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, message: str
+) -> None:
+    db = tmp_path / "db.sqlite3"
+    code = main(["eval", "--dataset", "bundled", "--db", str(db), "--config", config],
+                io.StringIO())
+    assert code == 2 and message in capsys.readouterr().err
+    assert not db.exists() or _count(db, "experiments") == 0

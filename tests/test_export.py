@@ -452,11 +452,17 @@ def test_export_rows_from_a_store_reads_runs_in_creation_order(tmp_path: Path) -
 def test_criterion_rows_is_the_one_flattening() -> None:
     from rubric_core.export import criterion_rows, pass_number
 
+    flags = {"agreement": None, "unstable": False, "regressed": False}
     ev = _ev(2, {"c1": True, "c2": False})
     assert criterion_rows(ev) == [
-        {"index": 0, "criterion": "c1", "passed": True, "gap": None},
-        {"index": 1, "criterion": "c2", "passed": False, "gap": "fix c2"},
+        {"index": 0, "criterion": "c1", "passed": True, "gap": None, **flags},
+        {"index": 1, "criterion": "c2", "passed": False, "gap": "fix c2", **flags},
     ]
     assert pass_number(ev) == 3  # people count passes from 1; the seed's iteration is 0-based
     assert criterion_rows(_ev(0, {})) == [
-        {"index": None, "criterion": None, "passed": None, "gap": None}]
+        {"index": None, "criterion": None, "passed": None, "gap": None, **flags}]
+    agreements = (1.0, 0.6)
+    repeated = {**ev, "unstable": ["c2"], "regressed": ["c2"], "criteria": [
+        {**c, "agreement": a} for c, a in zip(ev["criteria"], agreements, strict=True)]}
+    flat = [(r["agreement"], r["unstable"], r["regressed"]) for r in criterion_rows(repeated)]
+    assert flat == [(1.0, False, False), (0.6, True, True)]

@@ -171,3 +171,33 @@ def _claims(store: Store) -> None:
     assert store.claim_run(run.run_id, stale_before="9999-01-01T00:00:00.000000+00:00")
     with pytest.raises(KeyError):
         store.claim_run("no-such-run", stale_before=fresh)
+
+
+def test_judging_options_travel_from_settings_to_the_middleware_and_back(store: Store) -> None:
+    from scripted import ScriptedChatModel, verdict
+
+    fails_c2 = verdict("needs_revision", "c2 missing", ["c1", ("c2", "add c2")])
+    passes = verdict("satisfied", "fine", ["c1", "c2"])
+    worse = verdict("needs_revision", "both gone", [("c1", "lost c1"), ("c2", "add c2")])
+    worker = ScriptedChatModel(replies=["draft 1", "draft 2"])
+    grader = ScriptedChatModel(replies=[fails_c2, fails_c2, passes, worse, worse, worse])
+
+    def models(name: str, role: session.Role, base_url: str | None) -> Any:
+        return worker if role == "worker" else grader
+
+    settings = RunSettings(prompt="write it", rubric="- c1\n- c2", max_iterations=2,
+                           grader_repeats=3, consensus="majority", return_best=True)
+    run = session.start(store, settings, models=models)
+    final = list(run)[-1]
+    assert final["status"] == "max_iterations_reached"
+    assert final["answer"] == "draft 1"  # the best attempt, not the last one
+    assert len(grader.calls) == 6  # three gradings of each of the two answers
+    first, second = store.evaluations(run.run_id)
+    assert first["unstable"] == ["c2"]
+    agreement = {c["name"]: c["agreement"] for c in first["criteria"]}
+    assert agreement == {"c1": 1.0, "c2": pytest.approx(2 / 3, abs=1e-4)}
+    assert second["regressed"] == ["c1"]
+    stored = store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.settings.grader_repeats, stored.settings.consensus,
+            stored.settings.return_best) == (3, "majority", True)

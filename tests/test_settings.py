@@ -18,6 +18,7 @@ def _full() -> RunSettings:
         worker_system_prompt="Be brief.", grader_system_prompt="Be strict.",
         grader_tools=["text_stats", "run_python_tests"], max_iterations=7,
         example_name="haiku", title="A title", dataset_row={"id": 3, "tags": ["x"], "n": None},
+        grader_repeats=3, consensus="unanimous", return_best=True,
     )
 
 
@@ -57,6 +58,12 @@ def test_from_json_refuses_what_is_not_settings(text: str, message: str) -> None
         pytest.param({"max_iterations": 51}, "between 1 and 50", id="over_the_ceiling"),
         pytest.param({"max_iterations": True}, "whole number", id="bool_cap"),
         pytest.param({"worker_model": " "}, "must name a model", id="blank_worker"),
+        pytest.param({"grader_repeats": 0}, "grader_repeats must be from 1 to 9",
+                     id="zero_repeats"),
+        pytest.param({"grader_repeats": 10}, "grader_repeats must be from 1 to 9",
+                     id="too_many_repeats"),
+        pytest.param({"consensus": "most"}, "consensus must be one of majority, unanimous",
+                     id="unknown_consensus"),
     ],
 )
 def test_validate_says_what_is_wrong(changes: dict, message: str) -> None:
@@ -73,6 +80,17 @@ def test_types_are_checked_at_construction() -> None:
         RunSettings(prompt="p", rubric="- r", dataset_row={"x": object()})
     with pytest.raises(TypeError):
         RunSettings(prompt="p", rubric="- r", api_key="sk-x")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="grader_repeats must be a whole number"):
+        RunSettings(prompt="p", rubric="- r", grader_repeats=True)
+    with pytest.raises(TypeError, match="return_best must be true or false"):
+        RunSettings(prompt="p", rubric="- r", return_best="yes")  # type: ignore[arg-type]
+
+
+def test_settings_stored_before_the_judging_options_read_as_the_seeds_defaults() -> None:
+    old = '{"prompt": "p", "rubric": "- r", "max_iterations": 2}'
+    settings = RunSettings.from_json(old)
+    assert (settings.grader_repeats, settings.consensus, settings.return_best) == (
+        1, "majority", False)
 
 
 def test_a_base_url_with_credentials_is_refused() -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 import pytest
 from langgraph.graph import END, START, StateGraph
-from pg_support import database_holds
+from pg_support import database_holds, scalar
 from typing_extensions import TypedDict
 
 from rubric_core.settings import RunSettings
@@ -666,3 +666,46 @@ def test_runs_for_rubric_ignores_surrounding_whitespace(db_location: str | Path)
         a = store.create_run(title="a", prompt="p", rubric="- a\n- b\n")
         store.create_run(title="b", prompt="p", rubric="- other")
         assert [r.run_id for r in store.runs_for_rubric("  - a\n- b")] == [a.run_id]
+
+
+def _execute(location: str | Path, *statements: str) -> None:
+    """Statements run past the store, as an older release's file would have them."""
+    if str(location).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(location), autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+        return
+    conn = sqlite3.connect(location)
+    with conn:
+        for statement in statements:
+            conn.execute(statement)
+    conn.close()
+
+
+def test_an_evaluations_optional_keys_are_kept(db_location: str | Path) -> None:
+    extras = {"repeats": 3, "unstable": ["criterion 1"], "regressed": ["criterion 0"],
+              "stalled": True, "unknown_criteria": ["ghost"]}
+    with Store(db_location) as store:
+        run = _new_run(store)
+        store.add_evaluation(run.run_id, _evaluation(0, [True, False], **extras))
+        store.add_evaluation(run.run_id, _evaluation(1, [True, True]))
+        first, second = store.evaluations(run.run_id)
+    assert {k: first[k] for k in extras} == extras  # type: ignore[literal-required]
+    assert not set(extras) & set(second)
+
+
+def test_schema_6_evaluations_are_upgraded_in_place(db_location: str | Path) -> None:
+    with Store(db_location) as store:
+        run = _new_run(store)
+        store.add_evaluation(run.run_id, _evaluation(0, [True]))
+    _execute(db_location, "ALTER TABLE evaluations DROP COLUMN extra_json",
+             "UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    with Store(db_location) as store:
+        [old] = store.evaluations(run.run_id)
+        assert old["criteria"] == [{"name": "criterion 0", "passed": True}]
+        store.add_evaluation(run.run_id, _evaluation(1, [False], unstable=["criterion 0"]))
+        assert store.evaluations(run.run_id)[1]["unstable"] == ["criterion 0"]  # type: ignore[typeddict-item]
+    assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
+        SCHEMA_VERSION)

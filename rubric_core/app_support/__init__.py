@@ -159,10 +159,12 @@ from rubric_core.app_support.settings import (
     token_delay,
     uses_openai_client,
 )
+from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
 
 __all__ = [
     "ANALYTICS_SCOPES",
     "CHART_MEASURES",
+    "CONSENSUS_MODES",
     "CORRECT_CHOICES",
     "DEFAULT_TOKEN_DELAY_S",
     "FORM_DEFAULTS",
@@ -174,6 +176,7 @@ __all__ = [
     "MAX_ALIGN_ANSWERS",
     "MAX_CONCURRENCY",
     "MAX_CONFIGS",
+    "MAX_GRADER_REPEATS",
     "MAX_ITERATIONS",
     "MAX_REPEATS",
     "MIN_ITERATIONS",

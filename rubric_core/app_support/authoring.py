@@ -256,6 +256,9 @@ def apply_preset(state: MutableMapping[str, Any], preset: RunSettings) -> None:
     state["grader_model"] = preset.grader_model
     state["base_url"] = preset.base_url or ""
     state["max_iterations"] = preset.max_iterations
+    state["grader_repeats"] = preset.grader_repeats
+    state["consensus"] = preset.consensus
+    state["return_best"] = preset.return_best
 
 
 def save_library_rubric(

@@ -130,15 +130,19 @@ def config_key(index: int, field: str) -> str:
 def form_defaults(state: Mapping[str, Any]) -> dict[str, Any]:
     """The Experiments form's widget keys with their first values.
 
-    One configuration (``demo`` + ``rules``, the sidebar's cap) and the Author page's rubric.
+    One configuration (``demo`` + ``rules``, the sidebar's cap and verdict-stability options)
+    and the Author page's rubric.
     """
     out: dict[str, Any] = {
         "exp_config_count": 1, "exp_repeats": 1, "exp_concurrency": DEFAULT_CONCURRENCY,
         "exp_name": "", "exp_rubric": state.get("rubric_text") or "",
     }
-    cap = state.get("max_iterations", FORM_DEFAULTS["max_iterations"])
+    sidebar = {"cap": state.get("max_iterations", FORM_DEFAULTS["max_iterations"]),
+               **{field: state.get(key, FORM_DEFAULTS[key]) for field, key in (
+                   ("repeats", "grader_repeats"), ("consensus", "consensus"),
+                   ("best", "return_best"))}}
     for index in range(MAX_CONFIGS):
-        for field, value in {**_CONFIG_FIELDS, "cap": cap}.items():
+        for field, value in {**_CONFIG_FIELDS, **sidebar}.items():
             out[config_key(index, field)] = value
     return out
 
@@ -168,7 +172,10 @@ def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
             rubric=rubric, worker_system_prompt=str(get("system") or ""),
             grader_tools=tuple(get("tools") or ()),
             max_iterations=get("cap") or FORM_DEFAULTS["max_iterations"],
-            base_url=base_url, label=str(get("label") or "")))
+            base_url=base_url, label=str(get("label") or ""),
+            grader_repeats=int(get("repeats") or FORM_DEFAULTS["grader_repeats"]),
+            consensus=str(get("consensus") or FORM_DEFAULTS["consensus"]),
+            return_best=bool(get("best"))))
     return out
 
 

@@ -55,6 +55,9 @@ def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
         grader_tools=tuple(str(t) for t in tools),
         example_name=state.get("example_name") or None,
         base_url=text("base_url").strip() or None,
+        grader_repeats=state.get("grader_repeats", FORM_DEFAULTS["grader_repeats"]),
+        consensus=text("consensus") or FORM_DEFAULTS["consensus"],
+        return_best=bool(state.get("return_best", FORM_DEFAULTS["return_best"])),
     )
 
 

@@ -258,10 +258,18 @@ def _check_status(status: str) -> None:
         raise ValueError(msg)
 
 
+_EVALUATION_COLUMNS = frozenset({
+    "grading_run_id", "iteration", "result", "explanation", "criteria", "status", "unverified",
+    "duration_s", "input_tokens", "output_tokens", "answer"})
+"""Evaluation keys with a column of their own; every other key is kept in ``extra_json``."""
+
+
 def _row_to_evaluation(row: Any) -> RubricEvaluation:
+    extra = json.loads(row["extra_json"]) if row["extra_json"] else {}
     return cast(
         "RubricEvaluation",
         {
+            **{k: v for k, v in extra.items() if k not in _EVALUATION_COLUMNS},
             "grading_run_id": row["grading_run_id"],
             "iteration": row["iteration"],
             "result": row["result"],
@@ -484,16 +492,19 @@ class Store:
             (seq,) = conn.execute(
                 "SELECT COALESCE(MAX(seq) + 1, 0) FROM evaluations WHERE run_id = ?", (run_id,)
             ).fetchone()
+            extra = {k: v for k, v in ev.items() if k not in _EVALUATION_COLUMNS}
             conn.execute(
                 "INSERT INTO evaluations (run_id, seq, grading_run_id, iteration, result, "
                 "status, explanation, criteria_json, answer, duration_s, input_tokens, "
-                "output_tokens, unverified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "output_tokens, unverified, extra_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id, seq, ev["grading_run_id"], ev["iteration"], ev["result"],
                     ev["status"], ev.get("explanation", ""),
                     json.dumps(ev.get("criteria", []), ensure_ascii=False),
                     ev.get("answer", ""), ev.get("duration_s"), ev.get("input_tokens"),
                     ev.get("output_tokens"), int(bool(ev.get("unverified", False))),
+                    json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else None,
                 ),
             )
             # A pass that ends the grading run sets the run's status; one that asks for a

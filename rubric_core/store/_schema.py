@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -33,7 +33,10 @@ from their columns (`RunSettings.from_columns`). Version 4 added the ``labels`` 
 version 5 added ``datasets``, ``experiments`` and ``experiment_cells`` (new tables only: older
 files gain them in place). Version 6 (the first that PostgreSQL holds) added the runs'
 ``search_text`` (title, prompt and rubric casefolded, filled in for upgraded rows) and the cells'
-``lease_owner`` and ``lease_expires_at`` (`Store.claim_cell`).
+``lease_owner`` and ``lease_expires_at`` (`Store.claim_cell`). Version 7 added the
+evaluations' ``extra_json``: the evaluation's optional keys (``unstable``, ``repeats``,
+``regressed``, ``stalled``, ``unknown_criteria``, and any later ones) as a JSON object, NULL
+when it has none (and in upgraded rows).
 """
 
 APP_ID = "rubric-studio"
@@ -97,7 +100,7 @@ SCHEMA = (
         result TEXT NOT NULL, status TEXT NOT NULL, explanation TEXT NOT NULL,
         criteria_json TEXT NOT NULL, answer TEXT NOT NULL, duration_s {real},
         input_tokens INTEGER, output_tokens INTEGER, unverified INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (run_id, seq))""",
+        extra_json TEXT, PRIMARY KEY (run_id, seq))""",
     """CREATE TABLE IF NOT EXISTS rubrics (
         name TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS rubric_versions (
@@ -135,6 +138,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
              "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT"},
     "rubric_versions": {"settings_json": "TEXT"},
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
+    "evaluations": {"extra_json": "TEXT"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
