@@ -280,8 +280,17 @@ def test_pass_headline_and_verdict_frame() -> None:
     ev = _ev(1, "x", {"A": True, "B": False})
     assert "Pass 2" in sup.pass_headline(ev) and "1/2" in sup.pass_headline(ev)
     frame = sup.verdict_frame(ev)
-    assert list(frame.columns) == ["criterion", "passed", "gap"]
+    assert list(frame.columns) == ["criterion", "passed", "gap", "note"]
     assert frame.loc[1, "gap"] == "fix B" and frame.loc[0, "gap"] == ""
+    assert frame["note"].tolist() == ["", ""]  # graded once, nothing regressed
+    ev = ev | {"repeats": 3, "unstable": ["B"], "regressed": ["B"], "stalled": True,
+               "criteria": [{"name": "A", "passed": True, "agreement": 1.0},
+                            {"name": "B", "passed": False, "gap": "fix B", "agreement": 2 / 3}]}
+    assert sup.verdict_frame(ev)["note"].tolist() == [
+        "3/3 repeats agree", "regressed · unstable: 2/3 repeats agree"]
+    assert sup.pass_headline(ev).endswith(
+        "(answer unchanged from the previous pass · 1 criterion verdict(s) unstable across 3 "
+        "gradings)")
 
 
 def test_welcome_message_only_for_an_untouched_form() -> None:
@@ -304,8 +313,8 @@ def test_filters_kwargs() -> None:
 def test_iteration_table_and_heatmap() -> None:
     evs = [_ev(0, "one", {"A": False, "B": True}), _ev(1, "two", {"A": True, "B": True})]
     table = sup.iteration_table(evs)
-    assert list(table.columns) == ["iteration", "criterion", "passed", "gap", "verdict",
-                                   "explanation", "duration_s", "tokens"]
+    assert list(table.columns) == ["iteration", "criterion", "passed", "gap", "note",
+                                   "verdict", "explanation", "duration_s", "tokens"]
     assert len(table) == 4 and table.loc[0, "gap"] == "fix A" and table.loc[0, "tokens"] == 15
     heat = sup.heatmap_table(evs, "- A\n- B\n- C")
     assert list(heat.columns) == ["iteration 1", "iteration 2"]

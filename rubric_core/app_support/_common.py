@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rubric_core.runner import MAX_ITERATIONS_CAP
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 Level = Literal["error", "warning", "info", "success", "caption"]
 """How loudly a message is shown (the name of the Streamlit call that shows it)."""
@@ -60,3 +63,30 @@ class UiMessage:
     """How to show it."""
     text: str
     """The message."""
+
+
+def criterion_note(row: Mapping[str, Any], repeats: int | None) -> str:
+    """What a verdict table says of a criterion beyond pass/fail (`export.criterion_rows` row).
+
+    ``regressed`` when it passed on the previous pass and fails now; with grader repeats, how
+    many repeats agreed with the verdict (marked unstable when they did not all agree).
+    """
+    notes = ["regressed"] if row.get("regressed") else []
+    agreement = row.get("agreement")
+    if repeats and repeats > 1 and agreement is not None:
+        agreeing = round(float(agreement) * repeats)
+        text = f"{agreeing}/{repeats} repeats agree"
+        notes.append(f"unstable: {text}" if row.get("unstable") else text)
+    return " · ".join(notes)
+
+
+def pass_notes(evaluation: Mapping[str, Any]) -> str:
+    """What a pass's headline adds: an unchanged answer, criteria the repeats disagreed on."""
+    notes = []
+    if evaluation.get("stalled"):
+        notes.append("answer unchanged from the previous pass")
+    unstable = evaluation.get("unstable") or []
+    if unstable:
+        notes.append(f"{len(unstable)} criterion verdict(s) unstable across "
+                     f"{evaluation.get('repeats')} gradings")
+    return " · ".join(notes)

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rubric_core.app_support._common import HISTORY_PAGE_SIZE, UiMessage
+from rubric_core.app_support._common import (
+    HISTORY_PAGE_SIZE,
+    UiMessage,
+    criterion_note,
+    pass_notes,
+)
 from rubric_core.export import (
     criteria_changes,
     criterion_rows,
@@ -86,15 +91,19 @@ def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
         tokens = None
         if ev.get("input_tokens") is not None or ev.get("output_tokens") is not None:
             tokens = (ev.get("input_tokens") or 0) + (ev.get("output_tokens") or 0)
-        base = {"verdict": ev.get("result"), "explanation": ev.get("explanation", ""),
+        explanation = ev.get("explanation", "")
+        if notes := pass_notes(ev):
+            explanation = f"{explanation} ({notes})" if explanation else notes
+        base = {"verdict": ev.get("result"), "explanation": explanation,
                 "duration_s": ev.get("duration_s"), "tokens": tokens}
         for row in criterion_rows(ev):
             rows.append({
                 "iteration": pass_number(ev), "criterion": row["criterion"] or "",
-                "passed": row["passed"], "gap": row["gap"] or "", **base,
+                "passed": row["passed"], "gap": row["gap"] or "",
+                "note": criterion_note(row, ev.get("repeats")), **base,
             })
-    frame = pd.DataFrame(rows, columns=["iteration", "criterion", "passed", "gap", "verdict",
-                                        "explanation", "duration_s", "tokens"])
+    frame = pd.DataFrame(rows, columns=["iteration", "criterion", "passed", "gap", "note",
+                                        "verdict", "explanation", "duration_s", "tokens"])
     return frame.astype({"iteration": "int64", "passed": "boolean", "tokens": "Int64"})
 
 

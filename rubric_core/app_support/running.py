@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rubric_core.app_support._common import FORM_DEFAULTS, LLM_GRADER_HINT, UiMessage
+from rubric_core.app_support._common import (
+    FORM_DEFAULTS,
+    LLM_GRADER_HINT,
+    UiMessage,
+    criterion_note,
+    pass_notes,
+)
 from rubric_core.app_support.authoring import lint_for_ui
 from rubric_core.app_support.settings import (
     build_model,
@@ -192,16 +198,20 @@ def pass_headline(evaluation: Mapping[str, Any]) -> str:
     }.get(str(evaluation.get("result")), ":material/radio_button_unchecked:")
     counts = f" — {passed}/{len(criteria)} criteria pass" if criteria else ""
     number = int(evaluation.get("iteration", 0)) + 1
-    return f"{icon} Pass {number}: **{evaluation.get('result')}**{counts}"
+    notes = pass_notes(evaluation)
+    return (f"{icon} Pass {number}: **{evaluation.get('result')}**{counts}"
+            + (f" ({notes})" if notes else ""))
 
 
 def verdict_frame(evaluation: Mapping[str, Any]) -> pd.DataFrame:
-    """Per-criterion pass/fail table of one pass, with the gaps."""
+    """Per-criterion pass/fail table of one pass, with the gaps and notes (`criterion_note`)."""
+    repeats = evaluation.get("repeats")
     rows = [
-        {"criterion": row["criterion"], "passed": bool(row["passed"]), "gap": row["gap"] or ""}
+        {"criterion": row["criterion"], "passed": bool(row["passed"]), "gap": row["gap"] or "",
+         "note": criterion_note(row, repeats)}
         for row in criterion_rows(evaluation) if row["index"] is not None
     ]
-    return pd.DataFrame(rows, columns=["criterion", "passed", "gap"])
+    return pd.DataFrame(rows, columns=["criterion", "passed", "gap", "note"])
 
 
 @dataclass(frozen=True)
