@@ -7,6 +7,7 @@ tables and rows before and after, and the message.
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import Any
 
@@ -15,7 +16,14 @@ import pytest
 from pg_support import create_database, drop_database, free_port
 
 from rubric_core.redact import redact
-from rubric_core.store import DB_ENV_VAR, SCHEMA_VERSION, Store, StoreError, mask_url
+from rubric_core.store import (
+    DB_ENV_VAR,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+    mask_url,
+    shown_location,
+)
 
 
 def _snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -152,10 +160,77 @@ def test_password_is_masked_in_repr_location_and_errors() -> None:
         pytest.param("postgres://u@h/d?password=secret&sslmode=require",
                      "postgres://u@h/d?password=***&sslmode=require", id="query_parameter"),
         pytest.param("postgresql://h/d", "postgresql://h/d", id="no_password"),
+        # libpq ends the password at the first @ before any /: ? and # may stand in it.
+        pytest.param("postgresql://u:pa?ss@h/d", "postgresql://u:***@h/d", id="raw_question"),
+        pytest.param("postgresql://u:pa#ss@h/d", "postgresql://u:***@h/d", id="raw_hash"),
+        pytest.param("postgresql://u:p@ss@h/d", "postgresql://u:***@h/d", id="raw_at"),
+        pytest.param("postgresql://u@h/d?pass%77ord=s3cret", "postgresql://u@h/d?pass%77ord=***",
+                     id="percent_encoded_key"),
+        pytest.param("postgresql://u@h/d?sslpassword=keypass&sslmode=verify-full",
+                     "postgresql://u@h/d?sslpassword=***&sslmode=verify-full",
+                     id="ssl_key_password"),
+        pytest.param("postgresql://u@h/d?password=a%26b&password=c",
+                     "postgresql://u@h/d?password=***&password=***", id="twice_and_encoded"),
+        pytest.param("postgresql://u@h/d?options=-c%20app.api_key%3DK3y-1",
+                     "postgresql://u@h/d?options=***", id="secret_setting_in_options"),
+        pytest.param("postgresql://u@h/d?options=-csearch_path%3Drubric",
+                     "postgresql://u@h/d?options=-csearch_path%3Drubric", id="plain_options"),
+        pytest.param("POSTGRESQL://u:pw@h/d", "postgresql://u:***@h/d", id="upper_case_scheme"),
+        pytest.param("postgresql://u:pw@h1:5,h2:6/d", "postgresql://u:***@h1:5,h2:6/d",
+                     id="several_hosts"),
+        pytest.param("postgresql://u:pw@[::1]:5/d", "postgresql://u:***@[::1]:5/d", id="ipv6"),
+        pytest.param("postgresql:///d?host=/run/pg&user=a@b&password=pw",
+                     "postgresql:///d?host=/run/pg&user=a@b&password=***", id="socket_and_at"),
+        # A raw / (or an @ past it) leaves no telling where the password ends: hide it all.
+        pytest.param("postgresql://u:pa/ss@h/d", "postgresql://***", id="raw_slash"),
+        pytest.param("postgresql://u:pa#s/s@h/d", "postgresql://***", id="raw_hash_then_slash"),
     ],
 )
 def test_mask_url(url: str, shown: str) -> None:
     assert mask_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("postgresql://rubric:pw/Secret-9z@127.0.0.1:1/d", id="raw_slash"),
+        pytest.param("postgresql://rubric:pw#x/Secret-9z@127.0.0.1:1/d", id="raw_hash_slash"),
+    ],
+)
+def test_a_url_whose_password_cannot_be_told_apart_is_refused_and_never_shown(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # libpq would read "pw" as a port and echo it; nothing of the URL may be shown.
+    with pytest.raises(StoreError, match="must be percent-encoded") as info:
+        Store(url)
+    assert "Secret-9z" not in str(info.value) and "pw" not in str(info.value)
+    assert shown_location(url) == "postgresql://***"
+    from rubric_core.cli import main
+
+    code = main(["analytics", "--db", url], io.StringIO())
+    out = capsys.readouterr()
+    assert code == 2 and "percent-encoded" in out.err
+    assert "Secret-9z" not in out.out + out.err and "pw" not in out.out + out.err
+
+
+def test_every_spelling_of_the_password_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGPASSWORD", "from-the-ENV-3e1f")  # not a *_PASSWORD name
+    raw = "p@ss/W%C3%B6rd-8c2d"
+    store = Store(f"postgresql://rubric:{raw.replace('@', '%40').replace('/', '%2F')}"
+                  f"@127.0.0.1:1/d?sslpassword=ssl-Key-Pass-77&sslmode=require")
+    assert store.location == "postgresql://rubric:***@127.0.0.1:1/d?sslpassword=***&sslmode=require"
+    text = ("p@ss/Wörd-8c2d p%40ss%2FW%C3%B6rd-8c2d ssl-Key-Pass-77 from-the-ENV-3e1f")
+    assert redact(text) == " ".join(["[redacted]"] * 4)
+
+
+def test_an_unreachable_server_with_several_hosts_is_named(pg_server: str) -> None:
+    ports = free_port(), free_port()
+    url = f"postgresql://u:Several-Hosts-pw@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/d"
+    with pytest.raises(StoreError) as info:
+        Store(url).open()
+    message = str(info.value)
+    assert f"127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}" in message
+    assert "Several-Hosts-pw" not in message and "Check that the server is running" in message
 
 
 def test_missing_database_says_create_it(pg_server: str) -> None:

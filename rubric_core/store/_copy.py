@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.store._core import Store
-from rubric_core.store._postgres import is_url
+from rubric_core.store._pg_url import is_url
 from rubric_core.store._schema import TABLES, StoreError
 
 if TYPE_CHECKING:

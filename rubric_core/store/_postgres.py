@@ -18,8 +18,10 @@ other is refused with `StoreError` and left untouched (the check and the creatio
 are one transaction, under an advisory lock that serialises concurrent first opens).
 
 Credentials come only from the URL (or libpq's ``PGPASSWORD`` / ``~/.pgpass``) and are never
-stored; the URL is shown with its password masked (`mask_url`) in `Store.location`, ``repr``
-and every message, and the password is registered with `rubric_core.redact`.
+stored; the URL is shown with its password masked (`mask_url`, `rubric_core.store._pg_url`) in
+`Store.location`, ``repr`` and every message, and every spelling of the password (and
+``PGPASSWORD``) is registered with `rubric_core.redact`. A URL whose password cannot be told
+apart from its host (an unencoded ``/``) is refused unshown.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import functools
 import os
 import threading
 import time
-import urllib.parse
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+from rubric_core.store._pg_url import MASK, mask_url, normalized, servers, unreadable, url_secrets
 from rubric_core.store._schema import (
     DB_ENV_VAR,
     POSTGRESQL,
@@ -50,9 +52,6 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg_pool import ConnectionPool
 
-URL_SCHEMES = ("postgresql://", "postgres://")
-"""Prefixes of a database location that selects PostgreSQL."""
-
 POOL_SIZE_ENV = "RUBRIC_STUDIO_PG_POOL_SIZE"
 """Environment variable: the most connections one process's `Store` opens."""
 
@@ -70,32 +69,6 @@ _SCHEMA_LOCK = "rubric-studio:schema"
 _SAVER_SETUP_LOCK = "rubric-studio:saver-setup"
 _SAVER_SETUP_WAIT_S = 120.0
 _SAVER_SETUP_POLL_S = 0.05
-
-
-def is_url(location: object) -> bool:
-    """Whether a database location names PostgreSQL rather than a SQLite file."""
-    return isinstance(location, str) and location.strip().lower().startswith(URL_SCHEMES)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}:***@{hosts}" if sep else netloc
-    query = urllib.parse.urlencode(
-        [(k, "***" if k.lower() == "password" else v)
-         for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)], safe="*/:,=")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def _passwords(url: str) -> list[str]:
-    parts = urllib.parse.urlsplit(url)
-    found = [parts.password] if parts.password else []
-    found += [v for k, v in urllib.parse.parse_qsl(parts.query) if k.lower() == "password" and v]
-    return [p for p in found + [urllib.parse.quote(p, safe="") for p in found] if p]
 
 
 def _env_int(name: str, default: int | None, *, allow_none: bool = False) -> int | None:
@@ -176,19 +149,39 @@ class PostgresBackend:
     dialect = POSTGRESQL
 
     def __init__(self, url: str) -> None:
+        self.url = normalized(url)
+        self.location = mask_url(self.url)
+        if unreadable(self.url):
+            msg = (f"{DB_ENV_VAR} (or --db) names a PostgreSQL URL whose user name or password "
+                   "holds a character that must be percent-encoded ('/' as %2F, '#' as %23, '@' "
+                   "as %40), so where the password ends cannot be told; the URL is not shown "
+                   "and nothing was opened. Encode it (urllib.parse.quote(password, safe='')) "
+                   "or keep the password out of the URL: PGPASSWORD or ~/.pgpass")
+            raise StoreError(msg)
         try:
             import psycopg
             import psycopg_pool
+            from psycopg.conninfo import conninfo_to_dict
         except ImportError as exc:
-            msg = (f"{DB_ENV_VAR} names a PostgreSQL database ({mask_url(url)}), but psycopg "
+            msg = (f"{DB_ENV_VAR} names a PostgreSQL database ({self.location}), but psycopg "
                    f"is not installed: run {INSTALL_HINT} (or point {DB_ENV_VAR} at a SQLite "
                    "file path)")
             raise StoreError(msg) from exc
         from rubric_core.redact import register_secret
 
-        self.url = url.strip()
-        self.location = mask_url(self.url)
-        self._secrets = _passwords(self.url)
+        self._secrets = url_secrets(self.url)
+        try:
+            self._parsed = {k: str(v) for k, v in conninfo_to_dict(self.url).items()}
+        except psycopg.Error as exc:
+            msg = (f"{DB_ENV_VAR} (or --db) is not a PostgreSQL URL that libpq can read "
+                   f"({self._scrub(' '.join(str(exc).split()))}): see "
+                   "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING")
+            raise StoreError(msg) from exc
+        # libpq's own reading of the password, and the one it takes from the environment.
+        self._secrets += [v for v in (self._parsed.get("password"),
+                                      self._parsed.get("sslpassword"),
+                                      os.environ.get("PGPASSWORD")) if v]
+        self._secrets.sort(key=len, reverse=True)
         for secret in self._secrets:
             register_secret(secret)  # shown nowhere, whatever echoes it
         self.errors: tuple[type[Exception], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
@@ -226,6 +219,7 @@ class PostgresBackend:
                         "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
 
                 apply_schema(tx, columns)
+
         except psycopg.Error as exc:
             raise self.error(exc) from exc
         finally:
@@ -332,9 +326,11 @@ class PostgresBackend:
     # -- messages -------------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
+        """``text`` with the URL masked and every spelling of its passwords replaced."""
+        text = text.replace(self.url, self.location)
         for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text.replace(self.url, self.location)
+            text = text.replace(secret, MASK)
+        return text
 
     def _not_ours(self, reason: str) -> StoreError:
         return StoreError(
@@ -372,8 +368,7 @@ class PostgresBackend:
             )
         if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
                 None, "08001", "08006", "28000", "28P01", "3D000", "57P03"):
-            parts = urllib.parse.urlsplit(self.url)
-            where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+            where = servers(self._parsed)
             hint = (" (create it with `createdb`, or fix the database name)"
                     if "does not exist" in text else "")
             reason = f"{text.rstrip('.')}{hint}"
