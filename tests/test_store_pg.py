@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_support import create_database, drop_database, free_port
+from pg_support import create_database, drop_database, free_port, scalar
 
 from rubric_core.redact import redact
 from rubric_core.store import (
@@ -231,6 +231,45 @@ def test_an_unreachable_server_with_several_hosts_is_named(pg_server: str) -> No
     message = str(info.value)
     assert f"127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}" in message
     assert "Several-Hosts-pw" not in message and "Check that the server is running" in message
+
+
+def test_another_role_s_tables_make_a_database_foreign(pg_url: str) -> None:
+    # information_schema lists only what this user may touch: the check must not go by it.
+    _sql(pg_url, "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio') "
+                 "THEN CREATE ROLE studio LOGIN; END IF; END$$",
+         "GRANT CREATE, USAGE ON SCHEMA public TO studio",
+         "CREATE TABLE payroll (id int PRIMARY KEY, salary int)",
+         "INSERT INTO payroll VALUES (1, 100)")
+    before = _snapshot(pg_url)
+    with pytest.raises(StoreError, match=r"not a Rubric Studio database .*'payroll'"):
+        Store(pg_url.replace("postgres@", "studio@")).open()
+    assert _snapshot(pg_url) == before
+
+
+@pytest.mark.parametrize(
+    ("search_path", "reason"),
+    [
+        pytest.param("pg_temp", "temporary schema pg_temp_", id="temporary_schema_first"),
+        pytest.param("pg_temp%2Cpublic", "temporary schema pg_temp_", id="temporary_then_public"),
+        pytest.param("no_such_schema", "names no schema that exists", id="missing_schema"),
+    ],
+)
+def test_a_search_path_that_cannot_keep_tables_is_refused(
+    pg_url: str, search_path: str, reason: str
+) -> None:
+    with pytest.raises(StoreError, match="cannot hold Rubric Studio's tables") as info:
+        Store(f"{pg_url}?options=-csearch_path%3D{search_path}").open()
+    assert reason in str(info.value) and "Nothing was written" in str(info.value)
+    assert _snapshot(pg_url) == {}
+
+
+def test_a_search_path_keeps_our_tables_in_their_own_schema(pg_url: str) -> None:
+    _sql(pg_url, "CREATE SCHEMA rubric", "CREATE TABLE public.customers (id int)")
+    with Store(f"{pg_url}?options=-csearch_path%3Drubric") as store:
+        store.create_run(prompt="p", rubric="- a")
+        store.saver()
+    assert set(_snapshot(pg_url)) == {"customers"}
+    assert scalar(pg_url, "SELECT count(*) FROM rubric.runs") == 1
 
 
 def test_missing_database_says_create_it(pg_server: str) -> None:

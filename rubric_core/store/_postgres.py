@@ -13,9 +13,11 @@ mode (before 1.21, or without ``max_prepared_statements``) set
 ``RUBRIC_STUDIO_PG_PREPARE_THRESHOLD=none`` so that psycopg prepares no statements.
 
 Safety, as for a SQLite file: a database (the URL's schema, ``public`` by default) is written
-only when it holds no tables, or holds our ``meta`` table at a schema this version reads; any
-other is refused with `StoreError` and left untouched (the check and the creation of our tables
-are one transaction, under an advisory lock that serialises concurrent first opens).
+only when it holds no tables (of any owner: they are read from ``pg_class``), or holds our
+``meta`` table at a schema this version reads; any other is refused with `StoreError` and left
+untouched (the check and the creation of our tables are one transaction, under an advisory lock
+that serialises concurrent first opens). A search_path whose first schema is missing or
+temporary is refused too.
 
 Credentials come only from the URL (or libpq's ``PGPASSWORD`` / ``~/.pgpass``) and are never
 stored; the URL is shown with its password masked (`mask_url`, `rubric_core.store._pg_url`) in
@@ -120,6 +122,19 @@ def _placeholders(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+def _quoted(identifier: str) -> str:
+    """A name as a quoted SQL identifier (for a ``::regnamespace`` cast of any spelling)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _columns(tx: _PgTx, table: str) -> set[str]:
+    """The columns of ``table`` in the schema in use (none when there is no such table)."""
+    return {r[0] for r in tx.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = "
+        "to_regclass(quote_ident(current_schema()) || '.' || quote_ident(?)) "
+        "AND attnum > 0 AND NOT attisdropped", (table,))}
+
+
 class _PgTx:
     """`rubric_core.store._schema.Tx` over a psycopg connection."""
 
@@ -213,37 +228,40 @@ class PostgresBackend:
                 tx.lock(_SCHEMA_LOCK)  # two first opens at once: one creates, one checks
                 self._identify(tx)
 
-                def columns(table: str) -> set[str]:
-                    return {r[0] for r in tx.execute(
-                        "SELECT column_name FROM information_schema.columns "
-                        "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
-
-                apply_schema(tx, columns)
-
+                apply_schema(tx, functools.partial(_columns, tx))
         except psycopg.Error as exc:
             raise self.error(exc) from exc
         finally:
             conn.close()
 
     def _identify(self, tx: _PgTx) -> None:
-        """Raise unless the schema in use is empty, or ours at a schema version we read."""
-        (schema,) = tx.execute("SELECT current_schema()").fetchone()
+        """Raise unless the schema in use is empty, or ours at a schema version we read.
+
+        The catalogue is read from ``pg_class``, which lists every relation whatever its
+        owner: ``information_schema`` shows only those this user holds a privilege on, so
+        another role's tables would look like an empty schema.
+        """
+        schema, temporary = tx.execute(
+            "SELECT current_schema(), current_schema()::regnamespace = pg_my_temp_schema()"
+        ).fetchone()
         if schema is None:
-            msg = ("its search_path names no schema that exists: create one, or fix the URL's "
-                   "options=-csearch_path")
-            raise self._damaged(msg)
+            msg = ("its search_path names no schema that exists: create the schema, or fix "
+                   "the URL's options=-csearch_path")
+            raise self._no_schema(msg)
+        if temporary or schema.startswith(("pg_temp", "pg_toast")):
+            msg = (f"its search_path puts the temporary schema {schema} first, whose tables "
+                   "vanish with each connection: name a real schema in options=-csearch_path")
+            raise self._no_schema(msg)
         tables = [r[0] for r in tx.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
-            (schema,))]
+            "SELECT relname FROM pg_class WHERE relnamespace = ?::regnamespace "
+            "AND relkind IN ('r', 'p', 'v', 'm', 'f', 'S', 'c') ORDER BY relname",
+            (_quoted(schema),))]
         if not tables:
             return
         if "meta" not in tables:
             raise self._not_ours(foreign_tables(tables))
-        have = {r[0] for r in tx.execute(
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = ? AND table_name = 'meta'", (schema,))}
         meta = ({str(k): str(v) for k, v in tx.execute("SELECT key, value FROM meta")}
-                if {"key", "value"} <= have else {})
+                if {"key", "value"} <= _columns(tx, "meta") else {})
         check_meta(meta, Refusals(self._not_ours, self._damaged, self._newer))
 
     def _get_pool(self) -> ConnectionPool:
@@ -337,6 +355,13 @@ class PostgresBackend:
             f"The PostgreSQL database {self.location} is not a Rubric Studio database "
             f"({reason}). It was left untouched: create an empty database for Rubric Studio "
             f"(`createdb rubric_studio`) and point {DB_ENV_VAR} (or --db) at it."
+        )
+
+    def _no_schema(self, reason: str) -> StoreError:
+        return StoreError(
+            f"The PostgreSQL database {self.location} cannot hold Rubric Studio's tables: "
+            f"{reason}. Nothing was written; point {DB_ENV_VAR} (or --db) at a database and "
+            "schema of its own."
         )
 
     def _damaged(self, reason: str) -> StoreError:
