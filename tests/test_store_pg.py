@@ -9,21 +9,31 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from typing import Any
 
 import psycopg
 import pytest
-from pg_support import create_database, drop_database, free_port, scalar
+from pg_support import create_database, drop_database, free_port, postgres_cluster, scalar
 
+from rubric_core.offline.demo_dataset import demo_dataset
 from rubric_core.redact import redact
+from rubric_core.settings import ExperimentConfig
 from rubric_core.store import (
     DB_ENV_VAR,
     SCHEMA_VERSION,
     Store,
     StoreError,
+    _postgres,
     mask_url,
     shown_location,
 )
+from rubric_core.store._postgres import _PgTx
+
+_EVALUATION: Any = {
+    "grading_run_id": "g", "iteration": 0, "result": "satisfied", "status": "satisfied",
+    "explanation": "ok", "criteria": [{"name": "a", "passed": True}], "answer": "x",
+}
 
 
 def _snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -270,6 +280,71 @@ def test_a_search_path_keeps_our_tables_in_their_own_schema(pg_url: str) -> None
         store.saver()
     assert set(_snapshot(pg_url)) == {"customers"}
     assert scalar(pg_url, "SELECT count(*) FROM rubric.runs") == 1
+
+
+def test_a_connection_lost_mid_write_leaves_nothing_half_written(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password = "Lost-Mid-Write-4b"
+    url = pg_url.replace("postgres@", f"postgres:{password}@")
+    with Store(url) as store:
+        version = store.save_dataset(demo_dataset())
+        real = _PgTx.executemany
+
+        def die_first(tx: _PgTx, sql: str, rows: Any) -> None:
+            # The experiment row is in; the server drops the connection before its cells.
+            tx.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            real(tx, sql, rows)
+
+        monkeypatch.setattr(_PgTx, "executemany", die_first)
+        with pytest.raises(StoreError) as info:
+            store.create_experiment(name="e", dataset_name=demo_dataset().name,
+                                    dataset_version=version,
+                                    configurations=[ExperimentConfig()], repeats=1,
+                                    row_ids=["r1", "r2"])
+        monkeypatch.undo()
+        message = str(info.value)
+        assert "Lost the connection to the PostgreSQL server" in message
+        assert "none was half-written" in message and password not in message
+        assert store.list_experiments() == []  # the same store goes on, with nothing stored
+    assert scalar(pg_url, "SELECT count(*) FROM experiment_cells") == 0
+
+
+def test_a_server_that_dies_and_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its own cluster: it is stopped (as a crash would) and started again. The first failure
+    # waits the pool's timeout for a connection (30 s; 5 s here), later ones only 3 s.
+    monkeypatch.setattr(_postgres, "_POOL_TIMEOUT_S", 5.0)
+    password = "Outage-pw-91c2"
+    with postgres_cluster() as cluster:
+        plain = create_database(cluster.url)
+        # Durable commits here (the test cluster's default is off): the run must survive.
+        _sql(cluster.url, f'ALTER DATABASE "{plain.rsplit("/", 1)[1]}" '
+                          "SET synchronous_commit = on")
+        url = plain.replace("postgres@", f"postgres:{password}@")
+        store = Store(url).open()
+        saver = store.saver()
+        run = store.create_run(prompt="p", rubric="- a")
+        config: Any = {"configurable": {"thread_id": run.thread_id}}
+        cluster.stop()
+        # Every operation, ours or the saver's, fails with the store's message, soon; once a
+        # failure is seen, the next ones do not wait the pool's whole timeout.
+        attempts = (lambda: store.get_run(run.run_id), lambda: saver.get_tuple(config),
+                    lambda: store.add_evaluation(run.run_id, _EVALUATION))
+        for limit, attempt in zip((9.0, 4.5, 4.5), attempts, strict=True):
+            started = time.monotonic()
+            with pytest.raises(StoreError) as info:
+                attempt()
+            message = str(info.value)
+            assert password not in message and f"127.0.0.1:{cluster.port}" in message
+            assert "server" in message and DB_ENV_VAR in message
+            assert time.monotonic() - started < limit
+        cluster.start()
+        # Back at once: the broken pooled connections are replaced, not handed out.
+        started = time.monotonic()
+        assert store.get_run(run.run_id) == run
+        assert saver.get_tuple(config) is None
+        assert time.monotonic() - started < 15
+        store.close()
 
 
 def test_missing_database_says_create_it(pg_server: str) -> None:

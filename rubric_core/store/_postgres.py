@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.store._pg_url import MASK, mask_url, normalized, servers, unreadable, url_secrets
 from rubric_core.store._schema import (
@@ -67,6 +67,10 @@ INSTALL_HINT = "pip install 'rubric-studio[postgres]'"
 
 _CONNECT_TIMEOUT_S = 10
 _POOL_TIMEOUT_S = 30.0
+_DOWN_TIMEOUT_S = 3.0
+_RECONNECT_S = 5.0
+_LOST = ("server closed the connection", "consuming input failed", "terminating connection",
+         "the connection is lost", "the connection is closed")
 _SCHEMA_LOCK = "rubric-studio:schema"
 _SAVER_SETUP_LOCK = "rubric-studio:saver-setup"
 _SAVER_SETUP_WAIT_S = 120.0
@@ -271,12 +275,30 @@ class PostgresBackend:
                 from psycopg_pool import ConnectionPool
 
                 # dict_row and autocommit are what PostgresSaver expects of its connections.
+                # A connection is checked as it is handed out (one empty query), so one that
+                # a server restart broke is replaced instead of failing an operation; and
+                # reconnecting gives up after _RECONNECT_S (the next request starts afresh)
+                # rather than backing off for minutes after the server is back. While the
+                # server is unreachable, a request waits _DOWN_TIMEOUT_S for a connection,
+                # not _POOL_TIMEOUT_S, so a run cut short says so in seconds.
                 self._pool = ConnectionPool(
                     self.url, min_size=1, max_size=self.pool_size, open=True,
                     kwargs={**self._conninfo_kwargs(), "row_factory": dict_row},
                     timeout=_POOL_TIMEOUT_S, name="rubric-studio",
+                    check=ConnectionPool.check_connection, reconnect_timeout=_RECONNECT_S,
+                    configure=lambda _conn: self._reachable(True),
                 )
             return self._pool
+
+    def _reachable(self, reachable: bool) -> None:
+        """Record whether the server answers: how long a request waits for a connection.
+
+        A new connection, or an operation that got one, says it does; a failed connection
+        says it does not.
+        """
+        pool = self._pool
+        if pool is not None:
+            pool.timeout = _POOL_TIMEOUT_S if reachable else _DOWN_TIMEOUT_S
 
     def close(self) -> None:
         """Close the pool (and so the saver's connections); a later use opens a new one."""
@@ -295,7 +317,8 @@ class PostgresBackend:
 
                 # Checkpoints never hold a secret (an echoed key in an error, say): the
                 # serializer scrubs what it writes, the subclass what PostgresSaver inlines.
-                saver = RedactingPostgresSaver(cast("Any", pool), serde=RedactingSerializer())
+                saver = RedactingPostgresSaver(pool, serde=RedactingSerializer(),
+                                               errors=self.errors, explain=self.error)
                 self._setup(saver)
                 self._saver = saver
             return self._saver
@@ -333,6 +356,7 @@ class PostgresBackend:
         """A pooled connection; with ``write``, one transaction around the body."""
         try:
             with self._get_pool().connection() as conn:
+                self._reachable(True)
                 if write:
                     with conn.transaction():
                         yield _PgTx(conn)
@@ -384,16 +408,28 @@ class PostgresBackend:
         import psycopg_pool
 
         text = self._scrub(" ".join(str(exc).split()))
+        where = servers(self._parsed)
+        sqlstate = getattr(exc, "sqlstate", None)
         if isinstance(exc, psycopg_pool.PoolTimeout):
+            self._reachable(False)
             return StoreError(
-                f"No connection to the PostgreSQL database {self.location} within "
-                f"{_POOL_TIMEOUT_S:.0f} s ({text}): the server may be down or every pooled "
-                f"connection busy. Check the server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} "
-                f"(now {self.pool_size})."
+                f"No connection to the PostgreSQL database {self.location} ({text}): the "
+                f"server at {where} may be down or every pooled connection busy. Check the "
+                f"server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} (now {self.pool_size})."
             )
-        if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
+        if isinstance(exc, psycopg.OperationalError) and (
+                sqlstate in ("57P01", "57P02") or (sqlstate is None and any(
+                    lost in text for lost in _LOST))):
+            self._reachable(False)
+            return StoreError(
+                f"Lost the connection to the PostgreSQL server at {where} for {self.location}: "
+                f"{text.rstrip('.')}. Each write is one transaction, so none was half-written: "
+                "check that the server is running; a run or experiment cut short is then "
+                "offered for Resume."
+            )
+        if isinstance(exc, psycopg.OperationalError) and sqlstate in (
                 None, "08001", "08006", "28000", "28P01", "3D000", "57P03"):
-            where = servers(self._parsed)
+            self._reachable(False)
             hint = (" (create it with `createdb`, or fix the database name)"
                     if "does not exist" in text else "")
             reason = f"{text.rstrip('.')}{hint}"
