@@ -154,3 +154,30 @@ def test_the_password_is_not_printed(tmp_path: Path) -> None:
     code, out, err = _copy(tmp_path / "a.sqlite3",
                            "postgresql://u:Sup3r-Secret-pw@127.0.0.1:1/db")
     assert code == 2 and "Sup3r-Secret-pw" not in out + err and "u:***@127.0.0.1:1" in err
+
+
+def test_a_copy_cut_short_says_how_to_finish_it(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.store import StoreError
+    from rubric_core.store._pg_saver import RedactingPostgresSaver
+
+    source = tmp_path / "s.sqlite3"
+    _fill(source)
+    real, calls = RedactingPostgresSaver.put, []
+
+    def put_then_fail(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 3:  # the server goes away after three checkpoints
+            msg = "Lost the connection to the PostgreSQL server."
+            raise StoreError(msg)
+        return real(self, *args)
+
+    monkeypatch.setattr(RedactingPostgresSaver, "put", put_then_fail)
+    code, _, err = _copy(source, pg_url)
+    assert code == 2 and "Lost the connection" in err
+    assert "holds a partial copy" in err and "--into-nonempty" in err
+    monkeypatch.undo()
+    code, _, err = _copy(source, pg_url, "--into-nonempty")
+    assert code == 0, err
+    assert _view(pg_url) == _view(source)
