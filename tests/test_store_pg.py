@@ -10,11 +10,19 @@ from __future__ import annotations
 import io
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from pg_support import create_database, drop_database, free_port, postgres_cluster, scalar
+from pg_support import (
+    create_database,
+    database_holds,
+    drop_database,
+    free_port,
+    postgres_cluster,
+    scalar,
+)
+from psycopg.rows import dict_row
 
 from rubric_core.offline.demo_dataset import demo_dataset
 from rubric_core.redact import redact
@@ -29,6 +37,9 @@ from rubric_core.store import (
     shown_location,
 )
 from rubric_core.store._postgres import _PgTx
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _EVALUATION: Any = {
     "grading_run_id": "g", "iteration": 0, "result": "satisfied", "status": "satisfied",
@@ -371,7 +382,33 @@ def test_pool_size_and_prepare_threshold_come_from_the_environment(
         assert pool.kwargs["prepare_threshold"] is None
         with pool.connection() as conn:
             assert conn.prepare_threshold is None
+            # What PostgresSaver needs of every connection it is handed.
+            assert conn.autocommit and conn.row_factory is dict_row
         store.create_run(prompt="p", rubric="- a")
     monkeypatch.setenv("RUBRIC_STUDIO_PG_POOL_SIZE", "0")
     with pytest.raises(StoreError, match="RUBRIC_STUDIO_PG_POOL_SIZE='0'"):
         Store(pg_url)
+
+
+def test_the_database_password_is_stored_nowhere_and_printed_nowhere(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The test server trusts local connections, so any password in the URL is accepted.
+    password = "Db-Password-Never-Stored-5e"
+    url = pg_url.replace("postgres@", f"postgres:{password}@")
+    from rubric_core.cli import main
+
+    data = tmp_path / "rows.csv"
+    data.write_text("prompt,rubric\nWrite a haiku about spring.,- The poem has three lines\n",
+                    encoding="utf-8")
+    out = io.StringIO()
+    assert main(["run", "--example", "haiku", "--db", url], out) == 0
+    assert main(["eval", "--dataset", str(data), "--db", url], out) == 0
+    assert main(["analytics", "--db", url], out) == 0
+    assert main(["datasets", "--db", url], out) == 0
+    copy = tmp_path / "copy.sqlite3"
+    assert main(["db", "copy", "--from", url, "--to", str(copy)], out) == 0
+    printed = out.getvalue() + "".join(capsys.readouterr())
+    assert password not in printed and "postgres:***@" in printed
+    assert database_holds(pg_url, password) == [] and database_holds(copy, password) == []
+    assert database_holds(pg_url, "three lines") != []  # the search does find stored text
