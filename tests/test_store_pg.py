@@ -157,6 +157,19 @@ def test_two_first_opens_at_once_both_succeed(pg_server: str) -> None:
             drop_database(url)
 
 
+def test_a_saver_whose_tables_are_current_takes_no_lock(pg_url: str) -> None:
+    # Behind PgBouncer in transaction mode a session advisory lock can outlive its client
+    # (it stays on the server connection): once the tables exist, nobody may wait for it.
+    with Store(pg_url) as store:
+        store.saver()  # the first use creates LangGraph's tables
+    with psycopg.connect(pg_url, autocommit=True) as stuck:
+        stuck.execute("SELECT pg_advisory_lock(hashtextextended('rubric-studio:saver-setup', 0))")
+        started = time.monotonic()
+        with Store(pg_url) as store:
+            store.saver().get_tuple({"configurable": {"thread_id": "t"}})
+        assert time.monotonic() - started < 5
+
+
 def test_password_is_masked_in_repr_location_and_errors() -> None:
     password = "pw-Do-Not-Show-7f3a"
     dead_port = free_port()  # nothing listens there

@@ -139,6 +139,15 @@ def _columns(tx: _PgTx, table: str) -> set[str]:
         "AND attnum > 0 AND NOT attisdropped", (table,))}
 
 
+def _migrated(conn: psycopg.Connection[Any]) -> int:
+    """The last of LangGraph's checkpoint migrations that ran here (-1 for none)."""
+    row = conn.execute("SELECT to_regclass('checkpoint_migrations') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return -1
+    row = conn.execute("SELECT coalesce(max(v), -1) FROM checkpoint_migrations").fetchone()
+    return int(row[0]) if row else -1
+
+
 class _PgTx:
     """`rubric_core.store._schema.Tx` over a psycopg connection."""
 
@@ -324,30 +333,43 @@ class PostgresBackend:
             return self._saver
 
     def _setup(self, saver: PostgresSaver) -> None:
-        """Run the saver's migrations, one process at a time.
+        """Run the saver's migrations, one process at a time, unless they have all run.
 
         ``setup()`` cannot run in a transaction (its ``CREATE INDEX CONCURRENTLY``), and two
         of those on one table deadlock, so a session-level advisory lock, held on a connection
         of its own, serialises first uses across processes. The lock is taken by polling
         ``pg_try_advisory_lock``: a blocking ``pg_advisory_lock`` would sit in a transaction
         with a snapshot, which the holder's ``CREATE INDEX CONCURRENTLY`` waits for (a
-        deadlock of its own). Closing the holding connection releases the lock.
+        deadlock of its own). The lock is released explicitly (closing the holding connection
+        would too). Once every migration has run, nothing is locked or created: a process that
+        finds the tables current (before or while it waits) uses them as they are, so only the
+        very first use of a database takes the lock (which matters behind PgBouncer in
+        transaction mode, where a session lock outlives the client's connection).
         """
         import psycopg
 
+        latest = len(saver.MIGRATIONS) - 1
         try:
             with psycopg.connect(self.url, **self._conninfo_kwargs()) as holder:
                 deadline = time.monotonic() + _SAVER_SETUP_WAIT_S
-                while not holder.execute(
-                        "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                        (_SAVER_SETUP_LOCK,)).fetchone()[0]:  # type: ignore[index]
+                while True:
+                    if _migrated(holder) >= latest:
+                        return
+                    locked = holder.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                                            (_SAVER_SETUP_LOCK,)).fetchone()
+                    if locked and locked[0]:
+                        break
                     if time.monotonic() > deadline:
                         msg = (f"Another process has been creating LangGraph's checkpoint "
                                f"tables in {self.location} for over {_SAVER_SETUP_WAIT_S:.0f} s;"
                                " try again once it has finished (or stop it)")
                         raise StoreError(msg)
                     time.sleep(_SAVER_SETUP_POLL_S)
-                saver.setup()
+                try:
+                    saver.setup()
+                finally:
+                    holder.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                                   (_SAVER_SETUP_LOCK,))
         except self.errors as exc:
             raise self.error(exc) from exc
 
