@@ -66,8 +66,8 @@ def _userinfo_end(rest: str) -> int:
     """Index of the ``@`` that ends the user part of ``rest`` (after ``://``), or -1.
 
     libpq takes the first ``@`` with no ``/`` before it; `urllib.parse` the last ``@`` before
-    the first ``/`` or ``?``. The later of the two is taken, so that either reading's
-    password is inside what is masked.
+    the first ``/`` or ``?``. The last ``@`` before the first ``/`` or ``?`` that follows
+    libpq's is taken, so that either reading's password is inside what is masked.
     """
     first_at, first_slash = rest.find("@"), rest.find("/")
     if first_at < 0 or (0 <= first_slash < first_at):
@@ -79,9 +79,9 @@ def _userinfo_end(rest: str) -> int:
 def unreadable(url: str) -> bool:
     """Whether a URL's user part cannot be told apart from its host, path or query.
 
-    True when the authority holds no ``@`` but one stands later, outside a query value
-    (``postgresql://u:pa/ss@host/db``, ``postgresql://u:pa#ss@host``): a user name or
-    password with a raw ``/``, ``#`` or ``@`` that should have been percent-encoded.
+    True when no ``@`` ends a user part (one stands after a ``/``) but one stands outside a
+    query value (``postgresql://u:pa/ss@host/db``, ``postgresql://u:p#s/s@host/db``): a user
+    name or password with a raw ``/`` that should have been percent-encoded.
     """
     _, _, rest = url.strip().partition("://")
     if _userinfo_end(rest) >= 0:
@@ -113,15 +113,10 @@ def mask_url(url: str) -> str:
 def url_secrets(url: str) -> list[str]:
     """Every spelling of every password in ``url``: as written, and percent-decoded.
 
-    For a URL that is `unreadable`, also everything after ``://`` and each of its pieces
-    between ``/``, ``#``, ``?`` or ``@`` (one of them is the password, or holds it).
+    An `unreadable` URL has no password that can be told apart (refuse it instead).
     """
-    url = normalized(url)
-    _, _, rest = url.partition("://")
+    _, _, rest = normalized(url).partition("://")
     raw: list[str] = []
-    if unreadable(url):
-        pieces = re.split(r"[/#?@]", rest)
-        raw += [rest, *pieces, *(p.partition(":")[2] for p in pieces)]
     end = _userinfo_end(rest)
     if end >= 0:
         raw.append(rest[:end].partition(":")[2])
