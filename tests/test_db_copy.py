@@ -181,3 +181,23 @@ def test_a_copy_cut_short_says_how_to_finish_it(
     code, _, err = _copy(source, pg_url, "--into-nonempty")
     assert code == 0, err
     assert _view(pg_url) == _view(source)
+
+
+def test_a_destination_that_is_someone_else_s_is_refused_untouched(
+    tmp_path: Path, pg_url: str
+) -> None:
+    import psycopg
+
+    source = tmp_path / "s.sqlite3"
+    _fill(source)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id int PRIMARY KEY, total int)")
+        conn.execute("INSERT INTO invoices VALUES (1, 42)")
+    code, _, err = _copy(source, pg_url)
+    assert code == 2 and "not a Rubric Studio database" in err and "'invoices'" in err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r'")]
+        assert tables == ["invoices"]
+        assert conn.execute("SELECT total FROM invoices").fetchall() == [(42,)]
