@@ -33,6 +33,7 @@ from rubric_core.store import (
     Store,
     StoreError,
     _postgres,
+    default_db_path,
     mask_url,
     shown_location,
 )
@@ -425,3 +426,25 @@ def test_the_database_password_is_stored_nowhere_and_printed_nowhere(
     assert password not in printed and "postgres:***@" in printed
     assert database_holds(pg_url, password) == [] and database_holds(copy, password) == []
     assert database_holds(pg_url, "three lines") != []  # the search does find stored text
+
+
+def test_the_environment_variable_selects_postgresql(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = pg_url.replace("postgres@", "postgres:Env-Selected-pw-0d@")
+    monkeypatch.setenv(DB_ENV_VAR, f"  {url}  ")
+    assert default_db_path() == url  # kept as text: a Path would fold the URL's //
+    with Store(default_db_path()) as store:
+        assert store.backend == "postgresql"
+    from rubric_core.app_support import resolve_db_path
+    from rubric_core.cli import main
+
+    assert resolve_db_path(None, {}) == url
+    data = tmp_path / "rows.csv"
+    data.write_text("prompt,rubric\nWrite a haiku about spring.,- The poem has three lines\n",
+                    encoding="utf-8")
+    out = io.StringIO()
+    assert main(["eval", "--dataset", str(data)], out) == 0, out.getvalue()  # no --db
+    assert "--db postgresql://postgres:***@" in out.getvalue()
+    assert "Env-Selected-pw-0d" not in out.getvalue()
+    assert scalar(pg_url, "SELECT count(*) FROM experiments") == 1
