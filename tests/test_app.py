@@ -614,6 +614,23 @@ def test_a_postgresql_url_that_cannot_be_used_is_shown_without_its_password(
         "password", "")
 
 
+
+def test_a_database_lost_while_a_page_reads_it_is_said_on_the_page(
+    app: AppTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.store import StoreError
+
+    def lost(*_: Any, **__: Any) -> Any:
+        msg = "Lost the connection to the PostgreSQL server at db.example:5432."
+        raise StoreError(msg)
+
+    monkeypatch.setattr(Store, "count_runs", lost)
+    app.switch_page("pages/review.py").run()
+    assert not app.exception
+    assert "Lost the connection to the PostgreSQL server" in _texts(app.error)
+    assert "database cannot be used" in _texts(app.error)
+
+
 # --------------------------------------------------------------------------- issue 10, 12
 
 
