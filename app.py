@@ -124,4 +124,7 @@ pages = [
 page = st.navigation(pages)
 if wanted := state.pop("_wanted_page", None):
     st.switch_page(wanted)  # a page that was opened before the router ran (see pages/)
-page.run()
+try:
+    page.run()
+except StoreError as exc:  # the database went away while the page read it (a server restart)
+    st.error(sup.store_error_message(str(exc)), icon=":material/database:")

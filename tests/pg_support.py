@@ -61,9 +61,30 @@ def _as_user() -> tuple[list[str], int | None]:
             "--init-groups", "--"], user.pw_uid
 
 
+class Cluster:
+    """A running throwaway cluster: its URL, and a stop and a start for outage tests."""
+
+    def __init__(self, binaries: Path, prefix: list[str], data: Path, log: Path,
+                 options: str, port: int) -> None:
+        self._pg_ctl = [*prefix, str(binaries / "pg_ctl"), "-D", str(data)]
+        self._log, self._options, self.port = log, options, port
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def start(self) -> None:
+        """Start the server (again) and wait until it accepts connections."""
+        subprocess.run([*self._pg_ctl, "-l", str(self._log), "-o", self._options, "-w",
+                        "-t", "60", "start"], check=True, capture_output=True, timeout=120)
+        _wait_ready(self.port)
+
+    def stop(self) -> None:
+        """Stop the server at once, as a crash would (``-m immediate``)."""
+        subprocess.run([*self._pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True,
+                       timeout=60, check=False)
+
+
 @contextmanager
-def postgres_server() -> Iterator[str]:
-    """Start a fresh cluster; yields its URL (``postgresql://postgres@127.0.0.1:PORT/postgres``)."""
+def postgres_cluster() -> Iterator[Cluster]:
+    """Start a fresh cluster; yields it (`Cluster.url` is its ``postgres`` database)."""
     binaries = pg_bin()
     prefix, owner = _as_user()
     root = Path(tempfile.mkdtemp(prefix="rubric_pg_"))
@@ -73,22 +94,25 @@ def postgres_server() -> Iterator[str]:
         for path in (root, sockets):
             os.chown(path, owner, -1)
     port = free_port()
-    log = root / "server.log"
+    options = (f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
+               "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60")
+    cluster = Cluster(binaries, prefix, data, root / "server.log", options, port)
     try:
         subprocess.run([*prefix, str(binaries / "initdb"), "-D", str(data), "-U", "postgres",
                         "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
                        check=True, capture_output=True, timeout=120)
-        options = (f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60")
-        subprocess.run([*prefix, str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log),
-                        "-o", options, "-w", "-t", "60", "start"],
-                       check=True, capture_output=True, timeout=120)
-        _wait_ready(port)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        cluster.start()
+        yield cluster
     finally:
-        subprocess.run([*prefix, str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                        "-w", "stop"], capture_output=True, timeout=60, check=False)
+        cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a fresh cluster; yields its URL (``postgresql://postgres@127.0.0.1:PORT/postgres``)."""
+    with postgres_cluster() as cluster:
+        yield cluster.url
 
 
 def _wait_ready(port: int, timeout_s: float = 30.0) -> None:

@@ -585,6 +585,52 @@ def test_corrupted_database_is_left_untouched(tmp_path: Path) -> None:
     assert path.read_bytes() == junk
 
 
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        pytest.param("postgresql://rubric:pw/Sidebar-Secret-1@127.0.0.1:1/db", "postgresql://***",
+                     id="unencoded_slash"),
+        pytest.param("postgresql://rubric@127.0.0.1:1/db?password=Sidebar-Secret-1",
+                     "postgresql://rubric@127.0.0.1:1/db?password=***", id="query_password"),
+        pytest.param("postgresql://rubric:Sidebar-Secret-1@127.0.0.1:1,127.0.0.1:2/db",
+                     "postgresql://rubric:***@127.0.0.1:1,127.0.0.1:2/db", id="several_hosts"),
+    ],
+)
+def test_a_postgresql_url_that_cannot_be_used_is_shown_without_its_password(
+    url: str, shown: str
+) -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = url
+    at.run()
+    assert not at.exception
+    assert f"In use: `{shown}`" in _texts(at.sidebar.caption)
+    assert "PostgreSQL" in _texts(at.sidebar.error)
+    goto(at, "run")
+    assert "database cannot be used" in _texts(at.error)
+    everything = "\n".join(_texts(x) for x in (at.sidebar.caption, at.sidebar.error,
+                                                at.markdown, at.error, at.warning))
+    assert "Sidebar-Secret-1" not in everything and "pw" not in everything.replace(
+        "password", "")
+
+
+
+def test_a_database_lost_while_a_page_reads_it_is_said_on_the_page(
+    app: AppTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.store import StoreError
+
+    def lost(*_: Any, **__: Any) -> Any:
+        msg = "Lost the connection to the PostgreSQL server at db.example:5432."
+        raise StoreError(msg)
+
+    monkeypatch.setattr(Store, "count_runs", lost)
+    app.switch_page("pages/review.py").run()
+    assert not app.exception
+    assert "Lost the connection to the PostgreSQL server" in _texts(app.error)
+    assert "database cannot be used" in _texts(app.error)
+
+
 # --------------------------------------------------------------------------- issue 10, 12
 
 

@@ -154,3 +154,50 @@ def test_the_password_is_not_printed(tmp_path: Path) -> None:
     code, out, err = _copy(tmp_path / "a.sqlite3",
                            "postgresql://u:Sup3r-Secret-pw@127.0.0.1:1/db")
     assert code == 2 and "Sup3r-Secret-pw" not in out + err and "u:***@127.0.0.1:1" in err
+
+
+def test_a_copy_cut_short_says_how_to_finish_it(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rubric_core.store import StoreError
+    from rubric_core.store._pg_saver import RedactingPostgresSaver
+
+    source = tmp_path / "s.sqlite3"
+    _fill(source)
+    real, calls = RedactingPostgresSaver.put, []
+
+    def put_then_fail(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 3:  # the server goes away after three checkpoints
+            msg = "Lost the connection to the PostgreSQL server."
+            raise StoreError(msg)
+        return real(self, *args)
+
+    monkeypatch.setattr(RedactingPostgresSaver, "put", put_then_fail)
+    code, _, err = _copy(source, pg_url)
+    assert code == 2 and "Lost the connection" in err
+    assert "holds a partial copy" in err and "--into-nonempty" in err
+    monkeypatch.undo()
+    code, _, err = _copy(source, pg_url, "--into-nonempty")
+    assert code == 0, err
+    assert _view(pg_url) == _view(source)
+
+
+def test_a_destination_that_is_someone_else_s_is_refused_untouched(
+    tmp_path: Path, pg_url: str
+) -> None:
+    import psycopg
+
+    source = tmp_path / "s.sqlite3"
+    _fill(source)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id int PRIMARY KEY, total int)")
+        conn.execute("INSERT INTO invoices VALUES (1, 42)")
+    code, _, err = _copy(source, pg_url)
+    assert code == 2 and "not a Rubric Studio database" in err and "'invoices'" in err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r'")]
+        assert tables == ["invoices"]
+        assert conn.execute("SELECT total FROM invoices").fetchall() == [(42,)]

@@ -1,8 +1,12 @@
-"""The session layer: start and resume record a run; the active registry; the stale-owner rule."""
+"""The session layer: start and resume record a run; the active registry; the stale-owner rule.
+
+Every test runs on SQLite and on PostgreSQL (the ``store`` fixture of tests/conftest.py): what
+another process is doing is read from the rows alone, on either database.
+"""
 
 from __future__ import annotations
 
-import sqlite3
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,14 +17,7 @@ from rubric_core.settings import RunSettings
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(tmp_path / "db.sqlite3") as s:
-        yield s
 
 
 def _haiku(**changes: Any) -> RunSettings:
@@ -39,11 +36,10 @@ def _stop_after_first_pass(run: session.Session) -> None:
 
 
 def _backdate(store: Store, run_id: str, seconds: float = 3600) -> None:
-    conn = sqlite3.connect(store.path)
-    with conn:
-        conn.execute("UPDATE runs SET updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', ?) "
-                     "|| '+00:00' WHERE run_id = ?", (f"-{int(seconds)} seconds", run_id))
-    conn.close()
+    """Set a run's heartbeat ``seconds`` in the past, as a process that died leaves it."""
+    stamp = (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+    with store._connect(write=True) as conn:
+        conn.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", (stamp, run_id))
 
 
 def test_start_records_the_run_with_its_settings(store: Store) -> None:

@@ -17,7 +17,7 @@ from rubric_core.store._core import (
     default_db_path,
     shown_location,
 )
-from rubric_core.store._postgres import is_url, mask_url
+from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._schema import APP_ID, DB_ENV_VAR, SCHEMA_VERSION, StoreError
 from rubric_core.store._sqlite import APPLICATION_ID
 from rubric_core.types import RUN_STATUSES

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.store._core import Store
-from rubric_core.store._postgres import is_url
+from rubric_core.store._pg_url import is_url
 from rubric_core.store._schema import TABLES, StoreError
 
 if TYPE_CHECKING:
@@ -51,7 +51,8 @@ def copy_store(source: str | Path, destination: str | Path, *,
 
     Raises:
         StoreError: The source does not exist, both name the same database, the destination
-            holds data (without ``into_nonempty``), either is refused by `Store`, or the
+            holds data (without ``into_nonempty``), either is refused by `Store`, a
+            checkpoint cannot be copied (the message says how to finish the copy), or the
             destination's counts do not match after the copy.
 
     """
@@ -72,7 +73,16 @@ def copy_store(source: str | Path, destination: str | Path, *,
         with src._connect() as reader, dst._connect(write=True) as writer:
             for table in TABLES:
                 copied[table] = _copy_table(reader, writer, table)
-        copied.update(_copy_checkpoints(src.saver(), dst.saver(), _thread_ids(src)))
+        failures: tuple[type[Exception], ...] = (
+            StoreError, *src._backend.errors, *dst._backend.errors)
+        try:
+            copied.update(_copy_checkpoints(src.saver(), dst.saver(), _thread_ids(src)))
+        except failures as exc:
+            # Our tables are in (one transaction); the checkpoints go one by one.
+            msg = (f"{str(exc).rstrip('.')}. The copy stopped after our tables were written, so "
+                   f"{dst.location} holds a partial copy: run the same copy again with "
+                   "--into-nonempty (into_nonempty=True) to finish it (what is there is kept)")
+            raise StoreError(msg) from exc
         after = _counts(dst)
     wrong = {t: (n, after[t] - before[t]) for t, n in copied.items()
              if (after[t] - before[t] != n if not into_nonempty else after[t] < n)}

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.datasets import Dataset, rows_from_jsonl
 from rubric_core.settings import ExperimentConfig, RunSettings
-from rubric_core.store._postgres import PostgresBackend, is_url, mask_url
+from rubric_core.store._pg_url import is_url, mask_url
+from rubric_core.store._postgres import PostgresBackend
 from rubric_core.store._schema import DB_ENV_VAR, SCHEMA_VERSION, StoreError, search_text
 from rubric_core.store._schema import now as _now
 from rubric_core.store._sqlite import SqliteBackend

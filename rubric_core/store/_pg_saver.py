@@ -1,14 +1,19 @@
-"""LangGraph's ``PostgresSaver``, made to keep no secret in the values it stores inline.
+"""LangGraph's ``PostgresSaver``, made to keep no secret and to fail with a `StoreError`.
 
 ``PostgresSaver`` writes a channel's value through its serializer only when it is not a
 primitive: strings, numbers and booleans go into the ``checkpoints`` row's JSONB as they are,
 as does the metadata. `rubric_core.redact.RedactingSerializer` never sees them, so they are
 scrubbed here before ``put`` (SQLite's saver serializes the whole checkpoint, so it needs none).
-Imported only with the ``postgres`` extra installed.
+
+A database error inside any of the saver's operations (the server went away mid-run, say)
+comes out as the store's `StoreError`, with the message `PostgresBackend.error` writes: the
+caller (the runner, a page, the CLI) is told what happened and what to do, and never sees a
+psycopg exception or a password. Imported only with the ``postgres`` extra installed.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -16,12 +21,42 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from rubric_core.redact import redact_data, secret_values
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from psycopg import Cursor
+    from psycopg.rows import DictRow
+    from psycopg_pool import ConnectionPool
 
 
 class RedactingPostgresSaver(PostgresSaver):
-    """A ``PostgresSaver`` whose inline checkpoint values and metadata are scrubbed."""
+    """A ``PostgresSaver`` whose inline values are scrubbed and whose errors are explained.
+
+    Args:
+        pool: The store's connection pool.
+        serde: The serializer (the store passes a redacting one).
+        errors: The exception types that mean a database failure.
+        explain: Turns one of them into the `StoreError` to raise instead.
+
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], *, serde: SerializerProtocol,
+                 errors: tuple[type[Exception], ...],
+                 explain: Callable[[Exception], Exception]) -> None:
+        super().__init__(cast("Any", pool), serde=serde)
+        self._errors = errors
+        self._explain = explain
+
+    @contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
+        # Every operation of PostgresSaver (get, list, put, writes, delete, setup) runs here.
+        try:
+            with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+        except self._errors as exc:
+            raise self._explain(exc) from exc
 
     def put(
         self,

@@ -13,13 +13,17 @@ mode (before 1.21, or without ``max_prepared_statements``) set
 ``RUBRIC_STUDIO_PG_PREPARE_THRESHOLD=none`` so that psycopg prepares no statements.
 
 Safety, as for a SQLite file: a database (the URL's schema, ``public`` by default) is written
-only when it holds no tables, or holds our ``meta`` table at a schema this version reads; any
-other is refused with `StoreError` and left untouched (the check and the creation of our tables
-are one transaction, under an advisory lock that serialises concurrent first opens).
+only when it holds no tables (of any owner: they are read from ``pg_class``), or holds our
+``meta`` table at a schema this version reads; any other is refused with `StoreError` and left
+untouched (the check and the creation of our tables are one transaction, under an advisory lock
+that serialises concurrent first opens). A search_path whose first schema is missing or
+temporary is refused too.
 
 Credentials come only from the URL (or libpq's ``PGPASSWORD`` / ``~/.pgpass``) and are never
-stored; the URL is shown with its password masked (`mask_url`) in `Store.location`, ``repr``
-and every message, and the password is registered with `rubric_core.redact`.
+stored; the URL is shown with its password masked (`mask_url`, `rubric_core.store._pg_url`) in
+`Store.location`, ``repr`` and every message, and every spelling of the password (and
+``PGPASSWORD``) is registered with `rubric_core.redact`. A URL whose password cannot be told
+apart from its host (an unencoded ``/``) is refused unshown.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import functools
 import os
 import threading
 import time
-import urllib.parse
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from rubric_core.store._pg_url import MASK, mask_url, normalized, servers, unreadable, url_secrets
 from rubric_core.store._schema import (
     DB_ENV_VAR,
     POSTGRESQL,
@@ -50,9 +54,6 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg_pool import ConnectionPool
 
-URL_SCHEMES = ("postgresql://", "postgres://")
-"""Prefixes of a database location that selects PostgreSQL."""
-
 POOL_SIZE_ENV = "RUBRIC_STUDIO_PG_POOL_SIZE"
 """Environment variable: the most connections one process's `Store` opens."""
 
@@ -66,36 +67,14 @@ INSTALL_HINT = "pip install 'rubric-studio[postgres]'"
 
 _CONNECT_TIMEOUT_S = 10
 _POOL_TIMEOUT_S = 30.0
+_DOWN_TIMEOUT_S = 3.0
+_RECONNECT_S = 5.0
+_LOST = ("server closed the connection", "consuming input failed", "terminating connection",
+         "the connection is lost", "the connection is closed")
 _SCHEMA_LOCK = "rubric-studio:schema"
 _SAVER_SETUP_LOCK = "rubric-studio:saver-setup"
 _SAVER_SETUP_WAIT_S = 120.0
 _SAVER_SETUP_POLL_S = 0.05
-
-
-def is_url(location: object) -> bool:
-    """Whether a database location names PostgreSQL rather than a SQLite file."""
-    return isinstance(location, str) and location.strip().lower().startswith(URL_SCHEMES)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password (in the user part or a ``password=`` parameter) as ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}:***@{hosts}" if sep else netloc
-    query = urllib.parse.urlencode(
-        [(k, "***" if k.lower() == "password" else v)
-         for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)], safe="*/:,=")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def _passwords(url: str) -> list[str]:
-    parts = urllib.parse.urlsplit(url)
-    found = [parts.password] if parts.password else []
-    found += [v for k, v in urllib.parse.parse_qsl(parts.query) if k.lower() == "password" and v]
-    return [p for p in found + [urllib.parse.quote(p, safe="") for p in found] if p]
 
 
 def _env_int(name: str, default: int | None, *, allow_none: bool = False) -> int | None:
@@ -147,6 +126,28 @@ def _placeholders(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+def _quoted(identifier: str) -> str:
+    """A name as a quoted SQL identifier (for a ``::regnamespace`` cast of any spelling)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _columns(tx: _PgTx, table: str) -> set[str]:
+    """The columns of ``table`` in the schema in use (none when there is no such table)."""
+    return {r[0] for r in tx.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = "
+        "to_regclass(quote_ident(current_schema()) || '.' || quote_ident(?)) "
+        "AND attnum > 0 AND NOT attisdropped", (table,))}
+
+
+def _migrated(conn: psycopg.Connection[Any]) -> int:
+    """The last of LangGraph's checkpoint migrations that ran here (-1 for none)."""
+    row = conn.execute("SELECT to_regclass('checkpoint_migrations') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return -1
+    row = conn.execute("SELECT coalesce(max(v), -1) FROM checkpoint_migrations").fetchone()
+    return int(row[0]) if row else -1
+
+
 class _PgTx:
     """`rubric_core.store._schema.Tx` over a psycopg connection."""
 
@@ -176,19 +177,39 @@ class PostgresBackend:
     dialect = POSTGRESQL
 
     def __init__(self, url: str) -> None:
+        self.url = normalized(url)
+        self.location = mask_url(self.url)
+        if unreadable(self.url):
+            msg = (f"{DB_ENV_VAR} (or --db) names a PostgreSQL URL whose user name or password "
+                   "holds a character that must be percent-encoded ('/' as %2F, '#' as %23, '@' "
+                   "as %40), so where the password ends cannot be told; the URL is not shown "
+                   "and nothing was opened. Encode it (urllib.parse.quote(password, safe='')) "
+                   "or keep the password out of the URL: PGPASSWORD or ~/.pgpass")
+            raise StoreError(msg)
         try:
             import psycopg
             import psycopg_pool
+            from psycopg.conninfo import conninfo_to_dict
         except ImportError as exc:
-            msg = (f"{DB_ENV_VAR} names a PostgreSQL database ({mask_url(url)}), but psycopg "
+            msg = (f"{DB_ENV_VAR} names a PostgreSQL database ({self.location}), but psycopg "
                    f"is not installed: run {INSTALL_HINT} (or point {DB_ENV_VAR} at a SQLite "
                    "file path)")
             raise StoreError(msg) from exc
         from rubric_core.redact import register_secret
 
-        self.url = url.strip()
-        self.location = mask_url(self.url)
-        self._secrets = _passwords(self.url)
+        self._secrets = url_secrets(self.url)
+        try:
+            self._parsed = {k: str(v) for k, v in conninfo_to_dict(self.url).items()}
+        except psycopg.Error as exc:
+            msg = (f"{DB_ENV_VAR} (or --db) is not a PostgreSQL URL that libpq can read "
+                   f"({self._scrub(' '.join(str(exc).split()))}): see "
+                   "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING")
+            raise StoreError(msg) from exc
+        # libpq's own reading of the password, and the one it takes from the environment.
+        self._secrets += [v for v in (self._parsed.get("password"),
+                                      self._parsed.get("sslpassword"),
+                                      os.environ.get("PGPASSWORD")) if v]
+        self._secrets.sort(key=len, reverse=True)
         for secret in self._secrets:
             register_secret(secret)  # shown nowhere, whatever echoes it
         self.errors: tuple[type[Exception], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
@@ -220,36 +241,40 @@ class PostgresBackend:
                 tx.lock(_SCHEMA_LOCK)  # two first opens at once: one creates, one checks
                 self._identify(tx)
 
-                def columns(table: str) -> set[str]:
-                    return {r[0] for r in tx.execute(
-                        "SELECT column_name FROM information_schema.columns "
-                        "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
-
-                apply_schema(tx, columns)
+                apply_schema(tx, functools.partial(_columns, tx))
         except psycopg.Error as exc:
             raise self.error(exc) from exc
         finally:
             conn.close()
 
     def _identify(self, tx: _PgTx) -> None:
-        """Raise unless the schema in use is empty, or ours at a schema version we read."""
-        (schema,) = tx.execute("SELECT current_schema()").fetchone()
+        """Raise unless the schema in use is empty, or ours at a schema version we read.
+
+        The catalogue is read from ``pg_class``, which lists every relation whatever its
+        owner: ``information_schema`` shows only those this user holds a privilege on, so
+        another role's tables would look like an empty schema.
+        """
+        schema, temporary = tx.execute(
+            "SELECT current_schema(), current_schema()::regnamespace = pg_my_temp_schema()"
+        ).fetchone()
         if schema is None:
-            msg = ("its search_path names no schema that exists: create one, or fix the URL's "
-                   "options=-csearch_path")
-            raise self._damaged(msg)
+            msg = ("its search_path names no schema that exists: create the schema, or fix "
+                   "the URL's options=-csearch_path")
+            raise self._no_schema(msg)
+        if temporary or schema.startswith(("pg_temp", "pg_toast")):
+            msg = (f"its search_path puts the temporary schema {schema} first, whose tables "
+                   "vanish with each connection: name a real schema in options=-csearch_path")
+            raise self._no_schema(msg)
         tables = [r[0] for r in tx.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
-            (schema,))]
+            "SELECT relname FROM pg_class WHERE relnamespace = ?::regnamespace "
+            "AND relkind IN ('r', 'p', 'v', 'm', 'f', 'S', 'c') ORDER BY relname",
+            (_quoted(schema),))]
         if not tables:
             return
         if "meta" not in tables:
             raise self._not_ours(foreign_tables(tables))
-        have = {r[0] for r in tx.execute(
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = ? AND table_name = 'meta'", (schema,))}
         meta = ({str(k): str(v) for k, v in tx.execute("SELECT key, value FROM meta")}
-                if {"key", "value"} <= have else {})
+                if {"key", "value"} <= _columns(tx, "meta") else {})
         check_meta(meta, Refusals(self._not_ours, self._damaged, self._newer))
 
     def _get_pool(self) -> ConnectionPool:
@@ -259,12 +284,30 @@ class PostgresBackend:
                 from psycopg_pool import ConnectionPool
 
                 # dict_row and autocommit are what PostgresSaver expects of its connections.
+                # A connection is checked as it is handed out (one empty query), so one that
+                # a server restart broke is replaced instead of failing an operation; and
+                # reconnecting gives up after _RECONNECT_S (the next request starts afresh)
+                # rather than backing off for minutes after the server is back. While the
+                # server is unreachable, a request waits _DOWN_TIMEOUT_S for a connection,
+                # not _POOL_TIMEOUT_S, so a run cut short says so in seconds.
                 self._pool = ConnectionPool(
                     self.url, min_size=1, max_size=self.pool_size, open=True,
                     kwargs={**self._conninfo_kwargs(), "row_factory": dict_row},
                     timeout=_POOL_TIMEOUT_S, name="rubric-studio",
+                    check=ConnectionPool.check_connection, reconnect_timeout=_RECONNECT_S,
+                    configure=lambda _conn: self._reachable(True),
                 )
             return self._pool
+
+    def _reachable(self, reachable: bool) -> None:
+        """Record whether the server answers: how long a request waits for a connection.
+
+        A new connection, or an operation that got one, says it does; a failed connection
+        says it does not.
+        """
+        pool = self._pool
+        if pool is not None:
+            pool.timeout = _POOL_TIMEOUT_S if reachable else _DOWN_TIMEOUT_S
 
     def close(self) -> None:
         """Close the pool (and so the saver's connections); a later use opens a new one."""
@@ -283,36 +326,50 @@ class PostgresBackend:
 
                 # Checkpoints never hold a secret (an echoed key in an error, say): the
                 # serializer scrubs what it writes, the subclass what PostgresSaver inlines.
-                saver = RedactingPostgresSaver(cast("Any", pool), serde=RedactingSerializer())
+                saver = RedactingPostgresSaver(pool, serde=RedactingSerializer(),
+                                               errors=self.errors, explain=self.error)
                 self._setup(saver)
                 self._saver = saver
             return self._saver
 
     def _setup(self, saver: PostgresSaver) -> None:
-        """Run the saver's migrations, one process at a time.
+        """Run the saver's migrations, one process at a time, unless they have all run.
 
         ``setup()`` cannot run in a transaction (its ``CREATE INDEX CONCURRENTLY``), and two
         of those on one table deadlock, so a session-level advisory lock, held on a connection
         of its own, serialises first uses across processes. The lock is taken by polling
         ``pg_try_advisory_lock``: a blocking ``pg_advisory_lock`` would sit in a transaction
         with a snapshot, which the holder's ``CREATE INDEX CONCURRENTLY`` waits for (a
-        deadlock of its own). Closing the holding connection releases the lock.
+        deadlock of its own). The lock is released explicitly (closing the holding connection
+        would too). Once every migration has run, nothing is locked or created: a process that
+        finds the tables current (before or while it waits) uses them as they are, so only the
+        very first use of a database takes the lock (which matters behind PgBouncer in
+        transaction mode, where a session lock outlives the client's connection).
         """
         import psycopg
 
+        latest = len(saver.MIGRATIONS) - 1
         try:
             with psycopg.connect(self.url, **self._conninfo_kwargs()) as holder:
                 deadline = time.monotonic() + _SAVER_SETUP_WAIT_S
-                while not holder.execute(
-                        "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                        (_SAVER_SETUP_LOCK,)).fetchone()[0]:  # type: ignore[index]
+                while True:
+                    if _migrated(holder) >= latest:
+                        return
+                    locked = holder.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                                            (_SAVER_SETUP_LOCK,)).fetchone()
+                    if locked and locked[0]:
+                        break
                     if time.monotonic() > deadline:
                         msg = (f"Another process has been creating LangGraph's checkpoint "
                                f"tables in {self.location} for over {_SAVER_SETUP_WAIT_S:.0f} s;"
                                " try again once it has finished (or stop it)")
                         raise StoreError(msg)
                     time.sleep(_SAVER_SETUP_POLL_S)
-                saver.setup()
+                try:
+                    saver.setup()
+                finally:
+                    holder.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                                   (_SAVER_SETUP_LOCK,))
         except self.errors as exc:
             raise self.error(exc) from exc
 
@@ -321,6 +378,7 @@ class PostgresBackend:
         """A pooled connection; with ``write``, one transaction around the body."""
         try:
             with self._get_pool().connection() as conn:
+                self._reachable(True)
                 if write:
                     with conn.transaction():
                         yield _PgTx(conn)
@@ -332,15 +390,24 @@ class PostgresBackend:
     # -- messages -------------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
+        """``text`` with the URL masked and every spelling of its passwords replaced."""
+        text = text.replace(self.url, self.location)
         for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text.replace(self.url, self.location)
+            text = text.replace(secret, MASK)
+        return text
 
     def _not_ours(self, reason: str) -> StoreError:
         return StoreError(
             f"The PostgreSQL database {self.location} is not a Rubric Studio database "
             f"({reason}). It was left untouched: create an empty database for Rubric Studio "
             f"(`createdb rubric_studio`) and point {DB_ENV_VAR} (or --db) at it."
+        )
+
+    def _no_schema(self, reason: str) -> StoreError:
+        return StoreError(
+            f"The PostgreSQL database {self.location} cannot hold Rubric Studio's tables: "
+            f"{reason}. Nothing was written; point {DB_ENV_VAR} (or --db) at a database and "
+            "schema of its own."
         )
 
     def _damaged(self, reason: str) -> StoreError:
@@ -363,17 +430,28 @@ class PostgresBackend:
         import psycopg_pool
 
         text = self._scrub(" ".join(str(exc).split()))
+        where = servers(self._parsed)
+        sqlstate = getattr(exc, "sqlstate", None)
         if isinstance(exc, psycopg_pool.PoolTimeout):
+            self._reachable(False)
             return StoreError(
-                f"No connection to the PostgreSQL database {self.location} within "
-                f"{_POOL_TIMEOUT_S:.0f} s ({text}): the server may be down or every pooled "
-                f"connection busy. Check the server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} "
-                f"(now {self.pool_size})."
+                f"No connection to the PostgreSQL database {self.location} ({text}): the "
+                f"server at {where} may be down or every pooled connection busy. Check the "
+                f"server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} (now {self.pool_size})."
             )
-        if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
+        if isinstance(exc, psycopg.OperationalError) and (
+                sqlstate in ("57P01", "57P02") or (sqlstate is None and any(
+                    lost in text for lost in _LOST))):
+            self._reachable(False)
+            return StoreError(
+                f"Lost the connection to the PostgreSQL server at {where} for {self.location}: "
+                f"{text.rstrip('.')}. Each write is one transaction, so none was half-written: "
+                "check that the server is running; a run or experiment cut short is then "
+                "offered for Resume."
+            )
+        if isinstance(exc, psycopg.OperationalError) and sqlstate in (
                 None, "08001", "08006", "28000", "28P01", "3D000", "57P03"):
-            parts = urllib.parse.urlsplit(self.url)
-            where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+            self._reachable(False)
             hint = (" (create it with `createdb`, or fix the database name)"
                     if "does not exist" in text else "")
             reason = f"{text.rstrip('.')}{hint}"
