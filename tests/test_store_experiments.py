@@ -28,10 +28,6 @@ def _count(location: str | Path, table: str) -> int:
     return int(str(scalar(location, f"SELECT COUNT(*) FROM {table}")))
 
 
-def test_schema_version_is_six() -> None:
-    assert SCHEMA_VERSION == 6
-
-
 def test_dataset_versions_round_trip(db_location: str | Path) -> None:
     with Store(db_location) as store:
         ds = parse_dataset(CSV, name="pets")
