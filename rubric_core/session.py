@@ -15,9 +15,12 @@ owner (a killed server or CLI): it is shown as ``interrupted`` (`reconcile` writ
 offered for Resume, like runs stopped (``interrupted``) or ended on an error (``error``).
 
 Several processes (app servers, CLIs) may share one database: what another process is doing
-is read from the rows alone (status and heartbeat), and a resume takes the run with one
-conditional update (`Store.claim_run`), so two processes never record the same run at once.
-The registry below only answers for this process's own script threads.
+is read from the rows alone (status, owner and heartbeat, all timed by the database's clock,
+`Store.now`), and a resume takes the run with one conditional update (`Store.claim_run`) that
+makes the resumer its owner, so two processes never record the same run at once: a former
+owner that was only paused (not dead) finds its heartbeat, passes and ending refused, and stops
+with `rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
+script threads.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact, redact_data
 from rubric_core.runner import RunSpec, run_rubric
-from rubric_core.store import StoreError
+from rubric_core.store import RunTakenOver, StoreError
 from rubric_core.types import RESUMABLE_STATUSES
 
 if TYPE_CHECKING:
@@ -168,15 +173,23 @@ def wait_until_inactive(run_id: str, timeout_s: float) -> bool:
 # -- lifecycle ------------------------------------------------------------------------------------
 
 
-def _stale_before(now: datetime | None = None) -> str:
-    moment = (now or datetime.now(UTC)) - timedelta(seconds=STALE_AFTER_S)
-    return moment.isoformat(timespec="microseconds")
+def _stale_before(now: str | None = None) -> str:
+    """The heartbeat time before which a ``running`` run lost its owner.
+
+    That is ``now`` (ISO 8601, by the database's clock: `Store.now`) less `STALE_AFTER_S`.
+    """
+    moment = datetime.fromisoformat(now) if now else datetime.now(UTC)
+    return (moment - timedelta(seconds=STALE_AFTER_S)).isoformat(timespec="microseconds")
 
 
 def is_stale(record: RunRecord) -> bool:
-    """Whether a ``running`` run lost its owner (see the module docstring)."""
+    """Whether a ``running`` run lost its owner (see the module docstring).
+
+    Judged at the moment the store read the record, by the database's clock
+    (`RunRecord.observed_at`), so machines whose clocks disagree agree on it.
+    """
     return (record.status == "running" and not is_active(record.run_id)
-            and record.updated_at < _stale_before())
+            and record.updated_at < _stale_before(record.observed_at))
 
 
 def run_status(record: RunRecord) -> str:
@@ -195,7 +208,7 @@ def reconcile(store: Store) -> int:
     """Mark ``interrupted`` the running runs whose owner died; returns how many."""
     with _ACTIVE_CHANGED:
         keep = set(_ACTIVE_RUNS)
-    return store.interrupt_stale_runs(updated_before=_stale_before(), keep=keep)
+    return store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
 
 
 def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
@@ -208,6 +221,11 @@ def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
 # -- start and resume -----------------------------------------------------------------------------
 
 
+def _new_owner() -> str:
+    """A name for one session's hold on a run: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 class Session:
     """One run being recorded: iterate it for the runner's events; close it to stop the run.
 
@@ -215,11 +233,14 @@ class Session:
     ``interrupted``; its thread stays in the database for :func:`resume`.
     """
 
-    def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool) -> None:
+    def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
+                 owner: str) -> None:
         self.store = store
         self.record = record
         self.settings = record.settings
-        self._events = _recorded(store, record, spec, resume=resume)
+        self.owner = owner
+        """This session's name on the run's row (`RunRecord.owner`)."""
+        self._events = _recorded(store, record, spec, resume=resume, owner=owner)
 
     @property
     def run_id(self) -> str:
@@ -270,8 +291,9 @@ def start(
     """
     settings = settings.titled()
     spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
-    record = store.create_run(settings.redacted(), thread_id=thread_id)
-    return Session(store, record, spec, resume=False)
+    owner = _new_owner()
+    record = store.create_run(settings.redacted(), thread_id=thread_id, owner=owner)
+    return Session(store, record, spec, resume=False, owner=owner)
 
 
 def resume(
@@ -313,19 +335,24 @@ def resume(
     if base_url:
         settings = settings.replace(base_url=base_url)
     spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
-    return Session(store, record, spec, resume=True)
+    return Session(store, record, spec, resume=True, owner=_new_owner())
 
 
 # -- recording ------------------------------------------------------------------------------------
 
 
 class _Heartbeat:
-    """Touches a running run's row every `HEARTBEAT_S` seconds, with the duration so far."""
+    """Touches a running run's row every `HEARTBEAT_S` seconds, with the duration so far.
 
-    def __init__(self, store: Store, run_id: str, prior_duration_s: float) -> None:
+    `lost` is set when the touch finds the run held by another owner (it was taken over).
+    """
+
+    def __init__(self, store: Store, run_id: str, prior_duration_s: float, owner: str) -> None:
         self._store, self._run_id, self._prior = store, run_id, prior_duration_s
+        self._owner = owner
         self._started = time.perf_counter()
         self._stop = threading.Event()
+        self.lost = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id[:8]}",
                                         daemon=True)
         self._thread.start()
@@ -336,14 +363,17 @@ class _Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             with contextlib.suppress(StoreError, KeyError):
-                self._store.touch_run(self._run_id, duration_s=round(self.elapsed(), 3))
+                held = self._store.touch_run(self._run_id, owner=self._owner,
+                                             duration_s=round(self.elapsed(), 3))
+                if not held and not self._stop.is_set():
+                    self.lost.set()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
 
-def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool
+def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str
               ) -> Generator[RunEvent, None, None]:
     run_id = record.run_id
     with _ACTIVE_CHANGED:
@@ -355,15 +385,16 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool
     prior = (record.duration_s or 0.0) if resume else 0.0
     heartbeat: _Heartbeat | None = None
     try:
-        if resume and not store.claim_run(run_id, stale_before=_stale_before()):
+        if resume and not store.claim_run(run_id, stale_before=_stale_before(store.now()),
+                                          owner=owner):
             # Another server or process resumed it between our check and now.
             msg = (f"Run {run_id[:8]} was just resumed by another server or process; it is "
                    "running there now.")
             raise RuntimeError(msg)
-        heartbeat = _Heartbeat(store, run_id, prior)
+        heartbeat = _Heartbeat(store, run_id, prior, owner)
         events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
                             resume=resume)
-        yield from _record_events(store, run_id, events, heartbeat.elapsed)
+        yield from _record_events(store, run_id, events, heartbeat, owner)
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -373,24 +404,34 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool
 
 
 def _record_events(
-    store: Store, run_id: str, events: Iterator[RunEvent], elapsed: Callable[[], float]
+    store: Store, run_id: str, events: Iterator[RunEvent], heartbeat: _Heartbeat, owner: str
 ) -> Iterator[RunEvent]:
     """Pass the runner's events through, recording each evaluation once and the final status.
 
     When the consumer stops early the runner is closed too (aborting the graph) and the run is
-    marked ``interrupted``; an exception marks it ``error``.
+    marked ``interrupted``; an exception marks it ``error``. When another process has taken
+    the run over (its heartbeat or a write was refused), the runner is closed, nothing more is
+    written, and `RunTakenOver` is raised.
     """
     seen = {_eval_key(e) for e in store.evaluations(run_id)}
-    finished = False
+    finished = taken = False
+    elapsed = heartbeat.elapsed
 
     def add(evaluation: RubricEvaluation) -> None:
         key = _eval_key(evaluation)
         if key not in seen:  # a resumed node may repeat a pass that was already recorded
-            store.add_evaluation(run_id, redact_data(evaluation))
+            store.add_evaluation(run_id, redact_data(evaluation), owner=owner)
             seen.add(key)
+
+    def taken_over() -> RunTakenOver:
+        return RunTakenOver(f"Run {run_id[:8]} was taken over by another server or process "
+                            "(it found this one silent and resumed it); this one stopped "
+                            "recording it.")
 
     try:
         for event in events:
+            if heartbeat.lost.is_set():
+                raise taken_over()
             if event["type"] == "evaluation_finished":
                 add(event["evaluation"])
             elif event["type"] == "run_finished":
@@ -398,21 +439,25 @@ def _record_events(
                     add(evaluation)
                 store.finish_run(run_id, event["status"],
                                  error=redact(event["error"] or "") or None,
-                                 duration_s=round(elapsed(), 3))
+                                 duration_s=round(elapsed(), 3), owner=owner)
                 finished = True
             yield event
+    except RunTakenOver:
+        taken = True  # the new owner records the run: write nothing more
+        raise
     except Exception as exc:
         if not finished:
             finished = True
             _finish_quietly(store, run_id, "error", redact(f"{type(exc).__name__}: {exc}"),
-                            elapsed())
+                            elapsed(), owner)
         raise
     finally:
         if not finished:
             close = getattr(events, "close", None)
             if close is not None:
-                close()
-            _finish_quietly(store, run_id, "interrupted", None, elapsed())
+                close()  # aborts the graph
+            if not taken:
+                _finish_quietly(store, run_id, "interrupted", None, elapsed(), owner)
 
 
 def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:
@@ -420,9 +465,10 @@ def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def _finish_quietly(
-    store: Store, run_id: str, status: str, error: str | None, duration_s: float
+    store: Store, run_id: str, status: str, error: str | None, duration_s: float, owner: str
 ) -> None:
     # On failure the record stays 'running'; without a heartbeat it goes stale and is offered
-    # for Resume.
+    # for Resume. A run taken over by another process is left to it (RunTakenOver).
     with contextlib.suppress(StoreError, KeyError):
-        store.finish_run(run_id, status, error=error, duration_s=round(duration_s, 3))
+        store.finish_run(run_id, status, error=error, duration_s=round(duration_s, 3),
+                         owner=owner)

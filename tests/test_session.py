@@ -197,3 +197,80 @@ def test_judging_options_travel_from_settings_to_the_middleware_and_back(store: 
     assert stored is not None
     assert (stored.settings.grader_repeats, stored.settings.consensus,
             stored.settings.return_best) == (3, "majority", True)
+
+
+def _scripted_models(worker_replies: list[Any], grader_replies: list[Any]) -> Any:
+    from scripted import ScriptedChatModel
+
+    worker = ScriptedChatModel(replies=worker_replies, default="another draft")
+    grader = ScriptedChatModel(replies=grader_replies)
+
+    def models(name: str, role: session.Role, base_url: str | None) -> Any:
+        return worker if role == "worker" else grader
+
+    return models
+
+
+def test_a_paused_owner_whose_run_was_taken_over_writes_nothing_more(
+    db_location: Path | str,
+) -> None:
+    from scripted import verdict
+
+    from rubric_core.store import RunTakenOver
+
+    fail = verdict("needs_revision", "c2 missing", ["c1", ("c2", "add c2")])
+    ok = verdict("satisfied", "fine", ["c1", "c2"])
+    with Store(db_location) as store:
+        settings = RunSettings(prompt="write it", rubric="- c1\n- c2", max_iterations=5)
+        paused = session.start(store, settings, models=_scripted_models(
+            ["draft 1", "draft 2", "draft 3"], [fail, fail, ok]))
+        events = iter(paused)
+        for event in events:
+            if event["type"] == "evaluation_finished":
+                break  # the owner is paused here, between passes, long enough to look dead
+        # Another process finds it silent and resumes it: it is the owner now.
+        assert store.claim_run(paused.run_id, owner="elsewhere:1:x",
+                               stale_before="9999-01-01T00:00:00.000000+00:00")
+        assert not store.touch_run(paused.run_id, owner=paused.owner)  # its heartbeat is refused
+        with pytest.raises(RunTakenOver, match="taken over by another server or process"):
+            for _ in events:
+                pass  # the paused owner wakes up and goes on
+        record = store.get_run(paused.run_id)
+        assert record is not None
+        assert (record.status, record.owner) == ("running", "elsewhere:1:x")
+        assert len(store.evaluations(paused.run_id)) == 1  # its second pass was not recorded
+        with pytest.raises(RunTakenOver):
+            store.finish_run(paused.run_id, "interrupted", owner=paused.owner)
+        assert store.touch_run(paused.run_id, owner="elsewhere:1:x")
+
+
+def test_heartbeats_are_timed_by_the_database_servers_clock(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as real_datetime
+    import time as real_time
+
+    import psycopg
+
+    from rubric_core.store import _core
+
+    hour = 3600.0
+    real_now = real_datetime.datetime.now
+
+    class AheadDatetime(real_datetime.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # this machine's clock runs an hour fast
+            return real_now(tz) + real_datetime.timedelta(seconds=hour)
+
+    monkeypatch.setattr(_core, "datetime", AheadDatetime)
+    real_time_time = real_time.time
+    monkeypatch.setattr(real_time, "time", lambda: real_time_time() + hour)
+    with Store(pg_url) as store:
+        run = store.create_run(prompt="p", rubric="- a")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (server,) = conn.execute("SELECT clock_timestamp()").fetchone()
+        written = real_datetime.datetime.fromisoformat(run.created_at)
+        assert abs((written - server).total_seconds()) < 5  # the server's time, not ours
+        fresh = store.get_run(run.run_id)
+        assert fresh is not None and not session.is_stale(fresh)
+        assert session.reconcile(store) == 0

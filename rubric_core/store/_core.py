@@ -36,6 +36,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,7 +45,6 @@ from rubric_core.settings import ExperimentConfig, RunSettings
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._postgres import PostgresBackend
 from rubric_core.store._schema import DB_ENV_VAR, SCHEMA_VERSION, StoreError, search_text
-from rubric_core.store._schema import now as _now
 from rubric_core.store._sqlite import SqliteBackend
 from rubric_core.types import CELL_PENDING, EXPERIMENT_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 
@@ -58,7 +58,11 @@ if TYPE_CHECKING:
     from rubric_core.types import CriterionLabel, RubricEvaluation
 
 __all__ = ["SCHEMA_VERSION", "CellRecord", "DatasetInfo", "ExperimentRecord", "RunRecord",
-           "Store", "StoreError", "default_db_path", "shown_location"]
+           "RunTakenOver", "Store", "StoreError", "default_db_path", "shown_location"]
+
+
+class RunTakenOver(StoreError):
+    """A recorder wrote to a run that another server or process has taken over (resumed)."""
 
 _CHUNK = 300  # ids per IN (...) query, well under either database's parameter limit
 _CLAIM_TRIES = 200
@@ -115,6 +119,12 @@ class RunRecord:
     settings: RunSettings = None  # type: ignore[assignment]  # filled in __post_init__
     """The run's whole description; for rows stored before schema 3 (and records built without
     it), derived from the columns above (`RunSettings.from_columns`)."""
+    owner: str | None = None
+    """Who records the run now (``host:pid:id`` of a session); None for runs stored before
+    schema 7 or by scripts. Only the owner's heartbeat, evaluations and ending are written."""
+    observed_at: str | None = dataclasses.field(default=None, compare=False)
+    """When the store read this record, by the database's clock (`Store.now`); not a column.
+    With `updated_at` it tells how long ago the run's owner last beat."""
 
     def __post_init__(self) -> None:
         if self.settings is None:
@@ -200,14 +210,16 @@ class CellRecord:
         return self.row_id, self.config_index, self.repeat_index
 
 
-_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
+_NOT_COLUMNS = frozenset({"observed_at"})
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord) if f.name not in _NOT_COLUMNS)
 _COLUMN_OF = {"settings": "settings_json"}
 _RUN_COLUMNS = ", ".join(_COLUMN_OF.get(name, name) for name in _RUN_FIELDS)
 
 
-def _record(row: Sequence[Any]) -> RunRecord:
+def _record(row: Sequence[Any], observed_at: str | None = None) -> RunRecord:
     """A run index row (columns in ``_RUN_COLUMNS`` order) as a record."""
-    values = dict(zip(_RUN_FIELDS, row, strict=True))
+    values: dict[str, Any] = dict(zip(_RUN_FIELDS, row, strict=True))
+    values["observed_at"] = observed_at
     if values["grader_tools"] is not None:
         values["grader_tools"] = tuple(json.loads(values["grader_tools"]))
     if values["settings"] is not None:
@@ -376,6 +388,16 @@ class Store:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def now(self) -> str:
+        """The current time as the store writes it (ISO 8601 UTC), by the database's clock.
+
+        On PostgreSQL the server's clock (`PostgresBackend.clock_offset_s`), so processes on
+        several machines write and judge run heartbeats alike; on SQLite this machine's.
+        """
+        offset = self._backend.clock_offset_s()
+        moment = datetime.now(UTC) + timedelta(seconds=offset)
+        return moment.isoformat(timespec="microseconds")
+
     def open(self) -> Store:
         """Validate the database and create or upgrade our tables; safe to call repeatedly.
 
@@ -420,7 +442,7 @@ class Store:
 
     def create_run(
         self, settings: RunSettings | None = None, /, *, thread_id: str | None = None,
-        **fields: Any,
+        owner: str | None = None, **fields: Any,
     ) -> RunRecord:
         """Add a run in status ``running``.
 
@@ -430,6 +452,7 @@ class Store:
             settings: The run's description (already scrubbed of secrets by the caller:
                 `rubric_core.session.start` stores ``settings.redacted()``).
             thread_id: LangGraph thread id; defaults to the new run id.
+            owner: Who records the run (`RunRecord.owner`); None for no fencing.
             **fields: Instead of ``settings``: `RunSettings` fields by name (``title``,
                 ``prompt``, ``rubric``, ``worker_model``, ...), for scripts and tests.
 
@@ -451,7 +474,7 @@ class Store:
             raise TypeError(msg)
         settings.validate()
         run_id = uuid.uuid4().hex
-        now = _now()
+        now = self.now()
         record = RunRecord(
             run_id=run_id, thread_id=thread_id or run_id, title=settings.title,
             prompt=settings.prompt, rubric=settings.rubric, worker_model=settings.worker_model,
@@ -460,7 +483,7 @@ class Store:
             input_tokens=None, output_tokens=None, error=None,
             worker_system_prompt=settings.worker_system_prompt,
             grader_system_prompt=settings.grader_system_prompt,
-            grader_tools=settings.grader_tools, settings=settings,
+            grader_tools=settings.grader_tools, settings=settings, owner=owner, observed_at=now,
         )
         values = (*_row(record), search_text(record.title, record.prompt, record.rubric))
         with self._connect(write=True) as conn:
@@ -471,25 +494,29 @@ class Store:
             )
         return record
 
-    def add_evaluation(self, run_id: str, evaluation: RubricEvaluation) -> int:
+    def add_evaluation(self, run_id: str, evaluation: RubricEvaluation, *,
+                       owner: str | None = None) -> int:
         """Record one grader pass and refresh the run's totals (and status, when it ends it).
 
         Args:
             run_id: The run graded.
             evaluation: The evaluation as the middleware recorded it.
+            owner: The recorder; the pass is refused when another owner holds the run now.
 
         Returns:
             The evaluation's 0-based sequence number within the run.
 
         Raises:
             KeyError: No such run.
+            RunTakenOver: ``owner`` no longer holds the run (nothing is written).
 
         """
         ev = cast("dict[str, Any]", evaluation)
         _check_status(ev["status"])
-        now = _now()
+        now = self.now()
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id, lock=True)  # one pass at a time takes the next seq
+            self._require_owner(conn, run_id, owner)
             (seq,) = conn.execute(
                 "SELECT COALESCE(MAX(seq) + 1, 0) FROM evaluations WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -527,6 +554,7 @@ class Store:
         *,
         error: str | None = None,
         duration_s: float | None = None,
+        owner: str | None = None,
     ) -> None:
         """Set a run's final status.
 
@@ -535,42 +563,56 @@ class Store:
             status: One of :data:`RUN_STATUSES`.
             error: A message for runs that ended in ``error`` (never a credential).
             duration_s: Wall-clock seconds of the run; kept unchanged when None.
+            owner: The recorder; refused when another owner holds the run now.
 
         Raises:
             KeyError: No such run.
+            RunTakenOver: ``owner`` no longer holds the run (nothing is written).
 
         """
         _check_status(status)
         with self._connect(write=True) as conn:
-            self._require_run(conn, run_id)
+            self._require_run(conn, run_id, lock=owner is not None)
+            self._require_owner(conn, run_id, owner)
             conn.execute(
                 "UPDATE runs SET status = ?, error = ?, updated_at = ?, "
                 "duration_s = COALESCE(?, duration_s) WHERE run_id = ?",
-                (status, error, _now(), duration_s, run_id),
+                (status, error, self.now(), duration_s, run_id),
             )
 
-    def touch_run(self, run_id: str, *, duration_s: float | None = None) -> None:
+    def touch_run(self, run_id: str, *, duration_s: float | None = None,
+                  owner: str | None = None) -> bool:
         """The owner's heartbeat: refresh a running run's ``updated_at`` and duration so far.
 
-        Any other status is left alone (the run has ended meanwhile).
-        """
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
-                "WHERE run_id = ? AND status = 'running'",
-                (_now(), duration_s, run_id),
-            )
+        Any other status is left alone (the run has ended meanwhile), and so is a run that
+        another owner holds now.
 
-    def claim_run(self, run_id: str, *, stale_before: str) -> bool:
+        Returns:
+            Whether the run is still ``running`` under ``owner`` (under anyone, without one):
+            False tells a recorder that it lost the run.
+
+        """
+        sql = ("UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
+               "WHERE run_id = ? AND status = 'running'")
+        params: list[Any] = [self.now(), duration_s, run_id]
+        if owner is not None:
+            sql += " AND (owner IS NULL OR owner = ?)"
+            params.append(owner)
+        with self._connect(write=True) as conn:
+            return bool(conn.execute(sql, params).rowcount)
+
+    def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
 
         One statement, so of two processes resuming the same run at once only one wins: a run
         is claimed when it is not ``running``, or when its ``running`` row was not touched since
-        ``stale_before`` (its owner died).
+        ``stale_before`` (its owner died). The claimer becomes the run's owner: the former
+        owner's heartbeat, passes and ending are refused from then on.
 
         Args:
             run_id: The run.
-            stale_before: An ISO 8601 UTC timestamp, as the store writes them.
+            stale_before: An ISO 8601 UTC timestamp by the database's clock (`now`).
+            owner: The new recorder.
 
         Returns:
             True when this caller now holds the run; False when another recorder does.
@@ -582,9 +624,9 @@ class Store:
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id)
             return bool(conn.execute(
-                "UPDATE runs SET status = 'running', error = NULL, updated_at = ? "
+                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ? "
                 "WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
-                (_now(), run_id, stale_before)).rowcount)
+                (self.now(), owner, run_id, stale_before)).rowcount)
 
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
@@ -610,7 +652,7 @@ class Store:
             row = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-        return _record(row) if row else None
+        return _record(row, self.now()) if row else None
 
     def latest_run_for_thread(self, thread_id: str) -> RunRecord | None:
         """The most recent run on this LangGraph thread, or None."""
@@ -619,7 +661,7 @@ class Store:
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE thread_id = ? "
                 "ORDER BY created_at DESC, rowid DESC LIMIT 1", (thread_id,)
             ).fetchone()
-        return _record(row) if row else None
+        return _record(row, self.now()) if row else None
 
     def list_runs(
         self,
@@ -653,7 +695,8 @@ class Store:
         )
         with self._connect() as conn:
             rows = conn.execute(sql, [*params, _NO_LIMIT if limit is None else limit, offset])
-            return [_record(row) for row in rows]
+            now = self.now()
+            return [_record(row, now) for row in rows]
 
     def count_runs(
         self,
@@ -769,7 +812,7 @@ class Store:
             msg = f"settings must be RunSettings, got {type(settings).__name__}"
             raise TypeError(msg)
         preset = None if settings is None else settings.replace(rubric=text).redacted().to_json()
-        now = _now()
+        now = self.now()
         with self._connect(write=True) as conn:
             conn.lock(f"rubric:{name}")  # read the latest version, then write the next one
             latest = conn.execute(
@@ -896,7 +939,7 @@ class Store:
         if not labeller:
             msg = "a label needs the labeller's name: fill in 'Your name'"
             raise ValueError(msg)
-        now = _now()
+        now = self.now()
         with self._connect(write=True) as conn:
             row = conn.execute("SELECT criteria_json FROM evaluations WHERE run_id = ? AND "
                                "seq = ?", (run_id, seq)).fetchone()
@@ -965,7 +1008,8 @@ class Store:
             rows = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE trim(rubric, ?) = ? "
                 "ORDER BY created_at DESC, rowid DESC", (blank, rubric.strip(blank)))
-            return [_record(row) for row in rows]
+            now = self.now()
+            return [_record(row, now) for row in rows]
 
     # -- datasets -------------------------------------------------------------------------------
 
@@ -1010,7 +1054,7 @@ class Store:
             conn.execute(
                 "INSERT INTO datasets (name, version, jsonl, columns_json, row_count, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, version, jsonl, columns, len(dataset.rows), _now()),
+                (name, version, jsonl, columns, len(dataset.rows), self.now()),
             )
         return version
 
@@ -1101,7 +1145,7 @@ class Store:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             msg = "repeats must be a whole number of at least 1"
             raise ValueError(msg)
-        now = _now()
+        now = self.now()
         record = ExperimentRecord(
             experiment_id=uuid.uuid4().hex, name=name.strip() or dataset_name,
             dataset_name=dataset_name, dataset_version=dataset_version,
@@ -1157,7 +1201,7 @@ class Store:
             raise ValueError(msg)
         with self._connect(write=True) as conn:
             conn.execute("UPDATE experiments SET status = ?, updated_at = ? "
-                         "WHERE experiment_id = ?", (status, _now(), experiment_id))
+                         "WHERE experiment_id = ?", (status, self.now(), experiment_id))
 
     def delete_experiment(self, experiment_id: str) -> bool:
         """Delete an experiment and its cells; its runs stay in the run index (and Review).
@@ -1192,11 +1236,12 @@ class Store:
     def experiment_cells(self, experiment_id: str) -> list[CellRecord]:
         """Every cell of an experiment with its run (the latest on its thread), in run order."""
         with self._connect() as conn:
-            return self._cells(conn, experiment_id)
+            return self._cells(conn, experiment_id, now=self.now())
 
     @staticmethod
     def _cells(conn: Tx, experiment_id: str,
-               key: tuple[str, int, int] | None = None) -> list[CellRecord]:
+               key: tuple[str, int, int] | None = None, *,
+               now: str | None = None) -> list[CellRecord]:
         columns = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
         where, params = "c.experiment_id = ?", [experiment_id, *(key or ())]
         if key is not None:
@@ -1211,7 +1256,7 @@ class Store:
         return [
             CellRecord(experiment_id=experiment_id, row_id=row[0], config_index=row[1],
                        repeat_index=row[2], thread_id=row[3],
-                       run=_record(tuple(row)[6:]) if row[6] is not None else None,
+                       run=_record(tuple(row)[6:], now) if row[6] is not None else None,
                        lease_owner=row[4], lease_expires_at=row[5])
             for row in rows
         ]
@@ -1364,6 +1409,17 @@ class Store:
         """One operation's connection; with ``write``, one transaction around the body."""
         self.open()
         return cast("AbstractContextManager[Tx]", self._backend.connect(write=write))
+
+    @staticmethod
+    def _require_owner(conn: Tx, run_id: str, owner: str | None) -> None:
+        """Raise `RunTakenOver` when ``owner`` is given and another owner holds the run."""
+        if owner is None:
+            return
+        (holder,) = conn.execute("SELECT owner FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if holder is not None and holder != owner:
+            msg = (f"Run {run_id[:8]} was taken over by another server or process (it found "
+                   "this one silent and resumed it); this one stopped recording it.")
+            raise RunTakenOver(msg)
 
     @staticmethod
     def _require_run(conn: Tx, run_id: str, *, lock: bool = False) -> None:

@@ -73,6 +73,7 @@ _LOST = ("server closed the connection", "consuming input failed", "terminating 
          "the connection is lost", "the connection is closed")
 _SCHEMA_LOCK = "rubric-studio:schema"
 _SAVER_SETUP_LOCK = "rubric-studio:saver-setup"
+_CLOCK_CHECK_S = 300.0
 _SAVER_SETUP_WAIT_S = 120.0
 _SAVER_SETUP_POLL_S = 0.05
 
@@ -216,6 +217,7 @@ class PostgresBackend:
         self.pool_size = _env_int(POOL_SIZE_ENV, DEFAULT_POOL_SIZE)
         self.prepare_threshold = _env_int(PREPARE_THRESHOLD_ENV, 5, allow_none=True)
         self._lock = threading.Lock()
+        self._clock: tuple[float, float] = (float("-inf"), 0.0)  # (measured at, offset)
         self._pool: ConnectionPool | None = None
         self._saver: PostgresSaver | None = None
 
@@ -372,6 +374,25 @@ class PostgresBackend:
                                    (_SAVER_SETUP_LOCK,))
         except self.errors as exc:
             raise self.error(exc) from exc
+
+    def clock_offset_s(self) -> float:
+        """Seconds to add to this machine's clock to read the database server's clock.
+
+        Measured (one query, half its round trip allowed for) at most every
+        `_CLOCK_CHECK_S` seconds, so that every process sharing the database writes and
+        judges run heartbeats by one clock, whatever its own says.
+        """
+        checked, offset = self._clock
+        if time.monotonic() - checked < _CLOCK_CHECK_S:
+            return offset
+        with self.connect(write=False) as tx:
+            before = time.time()
+            (server,) = tx.execute("SELECT extract(epoch from clock_timestamp())"
+                                   "::double precision").fetchone()
+            after = time.time()
+        offset = float(server) - (before + after) / 2
+        self._clock = (time.monotonic(), offset)
+        return offset
 
     @contextmanager
     def connect(self, *, write: bool) -> Iterator[_PgTx]:

@@ -34,7 +34,9 @@ version 5 added ``datasets``, ``experiments`` and ``experiment_cells`` (new tabl
 files gain them in place). Version 6 (the first that PostgreSQL holds) added the runs'
 ``search_text`` (title, prompt and rubric casefolded, filled in for upgraded rows) and the cells'
 ``lease_owner`` and ``lease_expires_at`` (`Store.claim_cell`). Version 7 added the
-evaluations' ``extra_json``: the evaluation's optional keys (``unstable``, ``repeats``,
+runs' ``owner`` (who records the run now: `Store.claim_run` hands it over and
+the former owner's writes are refused) and the evaluations' ``extra_json``: the evaluation's
+optional keys (``unstable``, ``repeats``,
 ``regressed``, ``stalled``, ``unknown_criteria``, and any later ones) as a JSON object, NULL
 when it has none (and in upgraded rows).
 """
@@ -88,7 +90,7 @@ SCHEMA = (
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s {real},
         iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
         error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT,
-        settings_json TEXT, search_text TEXT)""",
+        settings_json TEXT, search_text TEXT, owner TEXT)""",
     "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
@@ -135,7 +137,8 @@ SCHEMA = (
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "runs": {"worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT",
-             "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT"},
+             "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT",
+             "owner": "TEXT"},
     "rubric_versions": {"settings_json": "TEXT"},
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},

@@ -136,6 +136,11 @@ class SqliteBackend:
                 self._saver = saver
             return self._saver
 
+    @staticmethod
+    def clock_offset_s() -> float:
+        """0: a SQLite file is written on this machine, by this machine's clock."""
+        return 0.0
+
     @contextmanager
     def connect(self, *, write: bool) -> Iterator[_SqliteTx]:
         """A pooled connection; with ``write``, one IMMEDIATE transaction around the body."""
