@@ -489,8 +489,9 @@ def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
     assert len(grid.table) == 24
     assert grid.table.iloc[0, 1].startswith("satisfied · 2 passes")
     cell = results.cells[0]
+    assert cell.run_id is not None
     assert sup.picked_cell({"selection": {"cells": [[0, "1. demo × rules"]]}}, grid) == (
-        cell.run.run_id)
+        cell.run_id)
     assert sup.picked_cell({"selection": {"cells": []}}, grid) is None
     assert sup.picked_cell({"selection": {"cells": [[99, "x"]]}}, grid) is None
     view = sup.comparison_view(results, 0, 1)
@@ -503,7 +504,7 @@ def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
     assert set(frame["config_index"]) == {0, 1}
     records = json.loads(sup.export_data(store, exp_id, "json")())
     assert len(records) == len(frame)
-    summary = pd.read_csv(io.StringIO(sup.summary_csv(results)))
+    summary = pd.read_csv(io.StringIO(sup.summary_csv(store, exp_id)()))
     assert summary["satisfied_pct"].iloc[0] == 100.0 and len(summary) == 2
 
 

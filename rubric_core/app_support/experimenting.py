@@ -27,6 +27,7 @@ from rubric_core.experiments import (
     MAX_REPEATS,
     SUMMARY_COLUMNS,
     create_experiment,
+    experiment_results,
     export_columns,
     export_experiment_rows,
     run_experiment,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
     from rubric_core.experiments import ExperimentResults, SharedBackoff
     from rubric_core.session import ModelResolver
-    from rubric_core.store import DatasetInfo, ExperimentRecord, Store
+    from rubric_core.store import CellOutcome, DatasetInfo, ExperimentRecord, Store
     from rubric_core.types import ExperimentEvent, ExperimentProgress
 
 MAX_CONFIGS = 6
@@ -354,15 +355,14 @@ def config_column(results: ExperimentResults, index: int) -> str:
     return f"{index + 1}. {results.experiment.configurations[index].display_label()}"
 
 
-def _cell_text(row: Mapping[Any, Any]) -> str:
-    status, passes = row["status"], row["passes"]
-    parts = [str(status)]
-    if row["run_id"] is not None:
-        parts.append(f"{passes} pass{'es' if passes != 1 else ''}")
-        if row["tokens"] is not None and not pd.isna(row["tokens"]):
-            parts.append(f"{int(row['tokens'])} tok")
-        if row["duration_s"] is not None and not pd.isna(row["duration_s"]):
-            parts.append(f"{row['duration_s']:.1f} s")
+def _cell_text(cell: CellOutcome) -> str:
+    parts = [cell.status]
+    if cell.run_id is not None:
+        parts.append(f"{cell.iterations} pass{'es' if cell.iterations != 1 else ''}")
+        if cell.input_tokens is not None:
+            parts.append(f"{cell.input_tokens + (cell.output_tokens or 0)} tok")
+        if cell.duration_s is not None:
+            parts.append(f"{cell.duration_s:.1f} s")
     return " · ".join(parts)
 
 
@@ -378,21 +378,26 @@ class ResultsGrid:
 
 def results_grid(results: ExperimentResults) -> ResultsGrid:
     """The results grid, rows in dataset order (a ``row`` column; ``repeat`` with repeats)."""
-    grid = results.grid()
     columns = [config_column(results, i) for i in range(len(results.experiment.configurations))]
-    index_names = ["row"] + (["repeat"] if results.experiment.repeats > 1 else [])
-    texts: dict[tuple[Any, ...], dict[str, str]] = {}
-    runs: dict[tuple[Any, ...], dict[str, str | None]] = {}
-    for row in grid.astype(object).where(grid.notna(), None).to_dict("records"):
-        key = (row["row_id"], int(row["repeat_index"]) + 1)[: len(index_names)]
-        column = columns[int(row["config_index"])]
-        texts.setdefault(key, {})[column] = _cell_text(row)
-        runs.setdefault(key, {})[column] = row["run_id"]
-    heads = [dict(zip(index_names, key, strict=True)) for key in texts]
-    table = pd.DataFrame([{**h, **texts[k]} for h, k in zip(heads, texts, strict=True)],
-                         columns=index_names + columns)
-    run_ids = pd.DataFrame([{**h, **runs[k]} for h, k in zip(heads, runs, strict=True)],
-                           columns=index_names + columns)
+    repeats = results.experiment.repeats > 1
+    # One pass over the cells straight into columns: no per-cell pandas work, few objects.
+    position: dict[tuple[str, int], int] = {}
+    texts: list[list[str | None]] = [[] for _ in columns]
+    runs: list[list[str | None]] = [[] for _ in columns]
+    for cell in results.cells:
+        key = (cell.row_id, cell.repeat_index if repeats else 0)
+        at = position.get(key)
+        if at is None:
+            at = position[key] = len(position)
+            for column in (*texts, *runs):
+                column.append(None)
+        texts[cell.config_index][at] = _cell_text(cell)
+        runs[cell.config_index][at] = cell.run_id
+    heads: dict[str, list[Any]] = {"row": [row for row, _ in position]}
+    if repeats:
+        heads["repeat"] = [repeat + 1 for _, repeat in position]
+    table = pd.DataFrame({**heads, **dict(zip(columns, texts, strict=True))})
+    run_ids = pd.DataFrame({**heads, **dict(zip(columns, runs, strict=True))})
     return ResultsGrid(table, run_ids)
 
 
@@ -458,16 +463,23 @@ def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], byte
     return build
 
 
-def summary_csv(results: ExperimentResults) -> str:
-    """The per-configuration summary as formula-safe CSV."""
-    buf = io.StringIO(newline="")
-    write_csv(summary_rows(results), buf, SUMMARY_COLUMNS)
-    return buf.getvalue()
+def summary_csv(store: Store, experiment_id: str) -> Callable[[], str]:
+    """A callable for ``st.download_button(data=...)``: the summary as formula-safe CSV.
+
+    Like `export_data`, read only when the button is pressed.
+    """
+
+    def build() -> str:
+        buf = io.StringIO(newline="")
+        write_csv(summary_rows(experiment_results(store, experiment_id)), buf, SUMMARY_COLUMNS)
+        return buf.getvalue()
+
+    return build
 
 
 __all__ = [
-    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView",
-    "ResultsGrid", "can_resume", "cell_label", "check_configs", "comparison_view",
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView", "ResultsGrid",
+    "can_resume", "cell_label", "check_configs", "comparison_view",
     "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
     "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
