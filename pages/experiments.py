@@ -136,12 +136,11 @@ with st.expander("New experiment", expanded=not experiments):
                 s_col.text_input("Worker system prompt", key=sup.config_key(i, "system"))
                 t_col.multiselect("Grader tools", tools, key=sup.config_key(i, "tools"))
         configs = sup.configs_from_state(state)
-        dataset, _ = store.load_dataset(ds, ds_version)
-        problems = sup.check_configs(configs, secrets=secrets, session_key=key,
-                                     prompts=[r.prompt for r in dataset.rows])
+        dataset = sup.stored_dataset(store, ds, ds_version)
+        problems = sup.check_configs(configs, secrets=secrets, session_key=key, dataset=dataset)
         for problem in problems:
             show(problem)
-        cells = len(dataset.rows) * len(configs) * state["exp_repeats"]
+        cells = len(dataset.dataset.rows) * len(configs) * state["exp_repeats"]
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
                      disabled=any(p.level == "error" for p in problems)):

@@ -8,9 +8,11 @@ process is running (so a rerun of the page knows what it may stop, like
 
 from __future__ import annotations
 
+import functools
 import io
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ import pandas as pd
 
 from rubric_core.app_support._common import FORM_DEFAULTS, UiMessage
 from rubric_core.app_support.settings import check_max_iterations, model_problem
-from rubric_core.datasets import DatasetError, parse_dataset, preview
+from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     DEFAULT_CONCURRENCY,
     ERROR_STATUSES,
@@ -104,11 +106,61 @@ def datasets_frame(infos: Sequence[DatasetInfo]) -> pd.DataFrame:
          for i in infos], columns=["name", "version", "rows", "columns", "stored"])
 
 
+@dataclass(frozen=True)
+class StoredDataset:
+    """A stored dataset version as the Experiments page uses it (see `stored_dataset`)."""
+
+    dataset: Dataset
+    """The rows."""
+
+    @functools.cached_property
+    def unknown_to_demo(self) -> int:
+        """Rows whose prompt the offline ``demo`` worker does not know (`demo_knows`)."""
+        from rubric_core.offline.demo import demo_knows
+
+        return sum(1 for row in self.dataset.rows if not demo_knows(row.prompt))
+
+
+_DATASETS: OrderedDict[tuple[str, str, int, str], StoredDataset] = OrderedDict()
+_DATASETS_LOCK = threading.Lock()
+_DATASETS_KEPT = 4
+
+
+def stored_dataset(store: Store, name: str, version: int | None = None) -> StoredDataset:
+    """A stored dataset version, parsed once per process while it is among the last few used.
+
+    Streamlit runs the page again on every click, and parsing a 10,000-row dataset each time
+    would cost more than the rest of the page. A stored version never changes; one deleted
+    and stored again is told apart by when it was stored (to the microsecond).
+
+    Raises:
+        KeyError: No such dataset or version.
+
+    """
+    infos = [i for i in store.dataset_versions(name) if version in (None, i.version)]
+    if not infos:
+        which = "" if version is None else f" version {version}"
+        msg = f"no stored dataset {name!r}{which}"
+        raise KeyError(msg)
+    info = infos[-1]
+    key = (store.location, info.name, info.version, info.created_at)
+    with _DATASETS_LOCK:
+        if key in _DATASETS:
+            _DATASETS.move_to_end(key)
+            return _DATASETS[key]
+    dataset, _ = store.load_dataset(info.name, info.version)
+    entry = StoredDataset(dataset)
+    with _DATASETS_LOCK:
+        _DATASETS[key] = entry
+        while len(_DATASETS) > _DATASETS_KEPT:
+            _DATASETS.popitem(last=False)
+    return entry
+
+
 def dataset_preview(store: Store, name: str, version: int | None, limit: int = 20
                     ) -> pd.DataFrame:
     """The first ``limit`` rows of a stored dataset version."""
-    dataset, _ = store.load_dataset(name, version)
-    return pd.DataFrame(preview(dataset, limit))
+    return pd.DataFrame(preview(stored_dataset(store, name, version).dataset, limit))
 
 
 def delete_dataset(store: Store, name: str) -> UiMessage:
@@ -175,7 +227,7 @@ def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
 
 def check_configs(
     configs: Sequence[ExperimentConfig], *, secrets: Mapping[str, Any],
-    session_key: str | None = None, prompts: Sequence[str] = (),
+    session_key: str | None = None, dataset: StoredDataset | None = None,
 ) -> list[UiMessage]:
     """What stops the experiment (errors) or deserves a look (warnings); nothing is called.
 
@@ -183,17 +235,15 @@ def check_configs(
         configs: The configurations.
         secrets: The app's secrets.
         session_key: The key typed in the sidebar.
-        prompts: The dataset's prompts (for the ``demo`` worker's notice).
+        dataset: The dataset (for the ``demo`` worker's notice).
 
     Returns:
         Messages, errors first.
 
     """
-    from rubric_core.offline.demo import demo_knows
     from rubric_core.session import build_grader_tools
 
     out: list[UiMessage] = []
-    unknown = sum(1 for p in prompts if not demo_knows(p))
     for number, config in enumerate(configs, start=1):
         where = f"Configuration {number}"
         for role, model in (("worker", config.worker_model), ("grader", config.grader_model)):
@@ -208,12 +258,12 @@ def check_configs(
             build_grader_tools(config.grader_tools, None)
         except ValueError as exc:
             out.append(UiMessage("error", f"{where}: {exc}"))
-        if config.worker_model == "demo" and unknown:
+        if config.worker_model == "demo" and dataset is not None and dataset.unknown_to_demo:
             out.append(UiMessage(
                 "warning", f"{where}: the offline `demo` worker knows only the bundled "
-                f"examples and dataset; {unknown} of {len(prompts)} rows will get the reply "
-                "\"I can only answer the bundled examples\". Choose a real worker model for "
-                "your own prompts."))
+                f"examples and dataset; {dataset.unknown_to_demo} of {len(dataset.dataset.rows)} "
+                "rows will get the reply \"I can only answer the bundled examples\". Choose a "
+                "real worker model for your own prompts."))
     return sorted(out, key=lambda m: m.level != "error")
 
 
@@ -479,10 +529,10 @@ def summary_csv(store: Store, experiment_id: str) -> Callable[[], str]:
 
 __all__ = [
     "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView", "ResultsGrid",
-    "can_resume", "cell_label", "check_configs", "comparison_view",
+    "StoredDataset", "can_resume", "cell_label", "check_configs", "comparison_view",
     "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
     "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
     "live_experiment", "new_experiment", "picked_cell", "progress_text", "results_grid",
-    "stop_experiment", "summary_csv", "wait_experiment_inactive",
+    "stop_experiment", "stored_dataset", "summary_csv", "wait_experiment_inactive",
 ]
