@@ -145,12 +145,11 @@ with st.expander("New experiment", expanded=not experiments):
                 b_col.checkbox("Return the best attempt at the cap",
                                key=sup.config_key(i, "best"))
         configs = sup.configs_from_state(state)
-        dataset, _ = store.load_dataset(ds, ds_version)
-        problems = sup.check_configs(configs, secrets=secrets, session_key=key,
-                                     prompts=[r.prompt for r in dataset.rows])
+        dataset = sup.stored_dataset(store, ds, ds_version)
+        problems = sup.check_configs(configs, secrets=secrets, session_key=key, dataset=dataset)
         for problem in problems:
             show(problem)
-        cells = len(dataset.rows) * len(configs) * state["exp_repeats"]
+        cells = len(dataset.dataset.rows) * len(configs) * state["exp_repeats"]
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
                      disabled=any(p.level == "error" for p in problems)):
@@ -173,7 +172,7 @@ exp_id = st.selectbox("Experiment", list(by_id), key="exp_pick",
                       label_visibility="collapsed")
 stopping = not sup.wait_experiment_inactive(exp_id, timeout_s=5.0) and not started
 experiment = store.get_experiment(exp_id) or by_id[exp_id]
-results = experiment_results(store, exp_id)
+results = experiment_results(store, exp_id, verdicts=False)  # the tabs that need them read them
 failed = sup.failed_cells(results)
 labels = [sup.config_column(results, i) for i in range(len(experiment.configurations))]
 
@@ -211,61 +210,68 @@ if running:
     live(exp_id, labels)
     stop_slot.button("Stop", key="exp_stop_idle", icon=":material/stop:", disabled=True,
                      help="This experiment is not running in this session.")
-    results = experiment_results(store, exp_id)
+    results = experiment_results(store, exp_id, verdicts=False)
     experiment = results.experiment
     resume_slot.button("Resume", key="exp_resume_after", icon=":material/replay:",
                        disabled=not sup.can_resume(experiment), help=RESUME_HELP)
 
-# -- 4. results
-summary = results.summary()
-done = int(summary["done"].sum())
-st.caption(f"{experiment.status} · {done}/{len(results.cells)} cells ended · dataset "
+# -- 4. results: only the open tab is computed (a big experiment's tables take time)
+st.caption(f"{experiment.status} · {results.ended()}/{len(results.cells)} cells ended · dataset "
            f"{experiment.dataset_name} v{experiment.dataset_version} · "
            f"{experiment.repeats} repeat(s) · id {exp_id}")
 grid_tab, summary_tab, criteria_tab, compare_tab, export_tab = st.tabs(
-    ["Grid", "Summary", "Per criterion", "Compare", "Export"])
-with grid_tab:
-    grid = sup.results_grid(results)
-    st.caption("Rows × configurations: final status, passes, grader tokens, time. Select a "
-               "cell to open its run in Review.")
-    chosen = st.dataframe(grid.table, hide_index=True, width="stretch", on_select="rerun",
-                          selection_mode="single-cell", key=f"exp_grid_{exp_id}",
-                          height=min(600, 38 + 35 * len(grid.table)))
-    opened = sup.picked_cell(chosen, grid)
-    if opened is not None and opened != state.get("exp_grid_opened"):
+    ["Grid", "Summary", "Per criterion", "Compare", "Export"], key="exp_tab", on_change="rerun")
+if grid_tab.open:
+    with grid_tab:
+        grid = sup.results_grid(results)
+        st.caption("Rows × configurations: final status, passes, grader tokens, time. Select a "
+                   "cell to open its run in Review.")
+        chosen = st.dataframe(grid.table, hide_index=True, width="stretch", on_select="rerun",
+                              selection_mode="single-cell", key=f"exp_grid_{exp_id}",
+                              height=min(600, 38 + 35 * len(grid.table)))
+        opened = sup.picked_cell(chosen, grid)
+        if opened is not None and opened != state.get("exp_grid_opened"):
+            state["exp_grid_opened"] = opened
+            state["open_request"] = opened  # the Review page's run picker takes it
+            st.switch_page("pages/review.py")
         state["exp_grid_opened"] = opened
-        state["open_request"] = opened  # the Review page's run picker takes it
-        st.switch_page("pages/review.py")
-    state["exp_grid_opened"] = opened
-with summary_tab:
-    st.dataframe(summary, hide_index=True, width="stretch", key="exp_summary")
-with criteria_tab:
-    st.caption("Per configuration and criterion: pass rate at each cell's first grader pass "
-               "and at its last, and the mean passes needed to fix it.")
-    st.dataframe(results.criteria(), hide_index=True, width="stretch")
-with compare_tab:
-    if len(labels) < 2:
-        st.info("Compare needs two configurations: start an experiment with more than one.")
-    else:
-        a_col, b_col = st.columns(2)
-        a = a_col.selectbox("A", range(len(labels)), key="exp_cmp_a",
-                            format_func=labels.__getitem__)
-        b = b_col.selectbox("B", range(len(labels)), index=1, key="exp_cmp_b",
-                            format_func=labels.__getitem__)
-        view = sup.comparison_view(results, a, b)
-        st.markdown(view.headline)
-        st.caption(view.meaning)
-        st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips")
-with export_tab:
-    st.caption("One row per dataset row × configuration × repeat × pass × criterion, with the "
-               "dataset's columns; formula-safe CSV.")
-    e1, e2, e3 = st.columns(3)
-    e1.download_button("Download experiment CSV", sup.export_data(store, exp_id, "csv"),
-                       f"experiment-{exp_id[:8]}.csv", "text/csv", key="exp_download_csv",
-                       on_click="ignore", icon=":material/download:")
-    e2.download_button("Download experiment JSON", sup.export_data(store, exp_id, "json"),
-                       f"experiment-{exp_id[:8]}.json", "application/json",
-                       key="exp_download_json", on_click="ignore", icon=":material/download:")
-    e3.download_button("Download summary CSV", sup.summary_csv(results),
-                       f"experiment-{exp_id[:8]}-summary.csv", "text/csv",
-                       key="exp_download_summary", on_click="ignore", icon=":material/download:")
+if summary_tab.open:
+    with summary_tab:
+        st.dataframe(experiment_results(store, exp_id).summary(), hide_index=True,
+                     width="stretch", key="exp_summary")
+if criteria_tab.open:
+    with criteria_tab:
+        st.caption("Per configuration and criterion: pass rate at each cell's first grader pass "
+                   "and at its last, and the mean passes needed to fix it.")
+        st.dataframe(experiment_results(store, exp_id).criteria(), hide_index=True,
+                     width="stretch")
+if compare_tab.open:
+    with compare_tab:
+        if len(labels) < 2:
+            st.info("Compare needs two configurations: start an experiment with more than one.")
+        else:
+            a_col, b_col = st.columns(2)
+            a = a_col.selectbox("A", range(len(labels)), key="exp_cmp_a",
+                                format_func=labels.__getitem__)
+            b = b_col.selectbox("B", range(len(labels)), index=1, key="exp_cmp_b",
+                                format_func=labels.__getitem__)
+            view = sup.comparison_view(results, a, b)
+            st.markdown(view.headline)
+            st.caption(view.meaning)
+            st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips")
+if export_tab.open:
+    with export_tab:
+        st.caption("One row per dataset row × configuration × repeat × pass × criterion, with "
+                   "the dataset's columns; formula-safe CSV.")
+        e1, e2, e3 = st.columns(3)
+        e1.download_button("Download experiment CSV", sup.export_data(store, exp_id, "csv"),
+                           f"experiment-{exp_id[:8]}.csv", "text/csv", key="exp_download_csv",
+                           on_click="ignore", icon=":material/download:")
+        e2.download_button("Download experiment JSON", sup.export_data(store, exp_id, "json"),
+                           f"experiment-{exp_id[:8]}.json", "application/json",
+                           key="exp_download_json", on_click="ignore",
+                           icon=":material/download:")
+        e3.download_button("Download summary CSV", sup.summary_csv(store, exp_id),
+                           f"experiment-{exp_id[:8]}-summary.csv", "text/csv",
+                           key="exp_download_summary", on_click="ignore",
+                           icon=":material/download:")

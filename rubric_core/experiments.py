@@ -28,8 +28,9 @@ done, yielding progress events (`rubric_core.types.ExperimentEvent`):
   one that ended ``error`` or ``grader_error`` runs again only when asked (`retry_errors`, or
   `retry_cell` for one cell).
 
-Results (`experiment_results`) and the streamed export (`export_experiment_rows`) read the
-cells' runs and evaluations back from the store.
+Results (`experiment_results`) read every cell's run totals and last grading run back in one
+query (`Store.cell_outcomes`); the streamed export (`export_experiment_rows`) reads cells, runs
+and evaluations a page at a time.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import queue
 import socket
@@ -49,11 +51,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rubric_core import session
-from rubric_core.analytics import Comparison, compare_outcomes, loop_analytics
+from rubric_core.analytics import Comparison, compare_outcomes
 from rubric_core.export import EXPORT_COLUMNS, export_rows
 from rubric_core.grader import retry_after_s
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact
+from rubric_core.rubric import normalize_name
 from rubric_core.store import StoreError
 from rubric_core.types import TERMINAL_STATUSES
 
@@ -64,12 +67,11 @@ if TYPE_CHECKING:
 
     from rubric_core.datasets import Dataset, DatasetRow
     from rubric_core.settings import ExperimentConfig, RunSettings
-    from rubric_core.store import CellRecord, ExperimentRecord, Store
+    from rubric_core.store import CellOutcome, CellRecord, ExperimentRecord, PassVerdicts, Store
     from rubric_core.types import (
         ExperimentEvent,
         ExperimentFinished,
         ExperimentProgress,
-        RubricEvaluation,
     )
 
 DEFAULT_CONCURRENCY = 4
@@ -655,95 +657,91 @@ class _Driver:
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentResults:
-    """An experiment's cells with their runs' evaluations, and the tables derived from them."""
+    """An experiment's cells with their runs' totals and last grading runs, and their tables.
+
+    Read in one query (`Store.cell_outcomes`), without run settings or answers; each table is
+    one pass over the cells, so a results page of thousands of cells stays quick.
+    """
 
     experiment: ExperimentRecord
     """The experiment."""
-    cells: list[CellRecord]
-    """Every cell, in run order."""
-    evaluations: dict[str, list[RubricEvaluation]]
-    """Evaluations by run id (cells that ran)."""
-
-    def _final(self, cell: CellRecord) -> list[RubricEvaluation]:
-        """The evaluations of the cell's last grading run."""
-        if cell.run is None:
-            return []
-        evs = self.evaluations.get(cell.run.run_id, [])
-        last = evs[-1]["grading_run_id"] if evs else None
-        return [e for e in evs if e["grading_run_id"] == last]
+    cells: list[CellOutcome]
+    """Every cell, in run order (with the passes of its run's last grading run when
+    `verdicts`)."""
+    verdicts: bool = True
+    """Whether the cells' passes were read: `summary` and `criteria` need them."""
 
     def grid(self) -> pd.DataFrame:
         """One row per cell: row, configuration, repeat, status, passes, tokens, time, run id."""
-        records = []
-        for c in self.cells:
-            run = c.run
-            tokens = (None if run is None or run.input_tokens is None
-                      else run.input_tokens + (run.output_tokens or 0))
-            records.append({
-                "row_id": c.row_id, "config_index": c.config_index,
-                "configuration": self.experiment.configurations[c.config_index].display_label(),
-                "repeat_index": c.repeat_index, "status": c.status,
-                "passes": run.iterations if run else 0, "tokens": tokens,
-                "duration_s": run.duration_s if run else None,
-                "run_id": run.run_id if run else None,
-            })
-        return pd.DataFrame.from_records(records, columns=[
-            "row_id", "config_index", "configuration", "repeat_index", "status", "passes",
-            "tokens", "duration_s", "run_id"])
+        labels = [c.display_label() for c in self.experiment.configurations]
+        cells = self.cells
+        return pd.DataFrame({
+            "row_id": [c.row_id for c in cells],
+            "config_index": [c.config_index for c in cells],
+            "configuration": [labels[c.config_index] for c in cells],
+            "repeat_index": [c.repeat_index for c in cells],
+            "status": [c.status for c in cells],
+            "passes": [c.iterations for c in cells],
+            "tokens": [None if c.input_tokens is None else c.input_tokens + (c.output_tokens or 0)
+                       for c in cells],
+            "duration_s": [c.duration_s for c in cells],
+            "run_id": [c.run_id for c in cells],
+        }, columns=["row_id", "config_index", "configuration", "repeat_index", "status",
+                    "passes", "tokens", "duration_s", "run_id"])
+
+    def ended(self) -> int:
+        """Cells whose run ended (in `ENDED_STATUSES`)."""
+        return sum(c.status in ENDED_STATUSES for c in self.cells)
 
     def summary(self) -> pd.DataFrame:
-        """Per configuration (`SUMMARY_COLUMNS`); percentages over the cells that ended."""
-        records = []
-        for index, config in enumerate(self.experiment.configurations):
-            cells = [c for c in self.cells if c.config_index == index]
-            done = [c for c in cells if c.status in ENDED_STATUSES]
-            finals = [self._final(c) for c in done]
-            first_ok = sum(1 for evs in finals if evs and evs[0]["result"] == "satisfied")
-            runs = [c.run for c in done if c.run is not None]
-            durations = [r.duration_s for r in runs if r.duration_s is not None]
-            records.append({
-                "config_index": index, "configuration": config.display_label(),
-                "worker_model": config.worker_model, "grader_model": config.grader_model,
-                "cells": len(cells), "done": len(done),
-                "satisfied_pct": _pct(sum(c.status == "satisfied" for c in done), len(done)),
-                "first_pass_satisfied_pct": _pct(first_ok, len(done)),
-                "mean_passes": (round(sum(len(evs) for evs in finals) / len(done), 3)
-                                if done else None),
-                "errors": sum(c.status in ERROR_STATUSES for c in done),
-                "input_tokens": sum(r.input_tokens or 0 for r in runs),
-                "output_tokens": sum(r.output_tokens or 0 for r in runs),
-                "mean_duration_s": (round(sum(durations) / len(durations), 3)
-                                    if durations else None),
-            })
+        """Per configuration (`SUMMARY_COLUMNS`); percentages over the cells that ended.
+
+        Raises:
+            ValueError: The results were read without their verdicts.
+
+        """
+        self._need_verdicts()
+        tallies = [_ConfigTally() for _ in self.experiment.configurations]
+        for c in self.cells:
+            tallies[c.config_index].add(c)
+        records = [{
+            "config_index": index, "configuration": config.display_label(),
+            "worker_model": config.worker_model, "grader_model": config.grader_model,
+            "cells": t.cells, "done": t.done,
+            "satisfied_pct": _pct(t.satisfied, t.done),
+            "first_pass_satisfied_pct": _pct(t.first_ok, t.done),
+            "mean_passes": round(t.passes / t.done, 3) if t.done else None,
+            "errors": t.errors, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+            "mean_duration_s": (round(sum(t.durations) / len(t.durations), 3)
+                                if t.durations else None),
+        } for (index, config), t in zip(enumerate(self.experiment.configurations), tallies,
+                                        strict=True)]
         return pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
 
     def criteria(self) -> pd.DataFrame:
-        """Per configuration and criterion (`CRITERIA_COLUMNS`).
+        """Per configuration and criterion (`CRITERIA_COLUMNS`), in order of first appearance.
 
-        Pass rate at the first and at the last pass of each cell, and the mean passes needed
-        to fix it (`loop_analytics`).
+        Over each cell's last grading run: the pass rate at its first pass and at its last
+        graded pass, and the mean passes needed to fix the criterion as
+        `rubric_core.analytics.loop_analytics` defines it (from the first pass that fails it
+        to the first later pass that passes it; cells where it never failed, or never got
+        fixed, do not count). Criteria are matched by `rubric.normalize_name`. One pass over
+        the cells: `loop_analytics` over every pass would cost several times more.
+
+        Raises:
+            ValueError: The results were read without their verdicts.
+
         """
-        frames = []
+        self._need_verdicts()
+        keys: dict[str, str] = {}  # criterion name → normalized name, each computed once
+        records: list[tuple[Any, ...]] = []
         for index in range(len(self.experiment.configurations)):
-            finals = [self._final(c) for c in self.cells if c.config_index == index]
-            finals = [evs for evs in finals if evs and evs[0]["criteria"]]
-            analytics = loop_analytics([e for evs in finals for e in evs])
-            if analytics.empty:
-                continue
-            first = _pass_rates([evs[0] for evs in finals])
-            last = _pass_rates([next((e for e in reversed(evs) if e["criteria"]), evs[0])
-                                for evs in finals])
-            frame = pd.DataFrame({
-                "config_index": index, "criterion": analytics["criterion"],
-                "cells": analytics["grading_runs"],
-                "first_pass_rate": analytics["criterion"].map(first),
-                "final_pass_rate": analytics["criterion"].map(last),
-                "mean_passes_to_fix": analytics["mean_passes_to_fix"],
-            })
-            frames.append(frame)
-        if not frames:
-            return pd.DataFrame(columns=list(CRITERIA_COLUMNS))
-        return pd.concat(frames, ignore_index=True)[list(CRITERIA_COLUMNS)]
+            tallies: dict[str, _CriterionTally] = {}
+            for cell in self.cells:
+                if cell.config_index == index and cell.passes and cell.passes[0][1]:
+                    _tally_cell(cell.passes, tallies, keys)
+            records += [t.row(index) for t in tallies.values()]
+        return pd.DataFrame.from_records(records, columns=list(CRITERIA_COLUMNS))
 
     def outcomes(self, config_index: int) -> dict[str, bool]:
         """``row_id`` (``row_id#repeat`` with repeats) → satisfied, for the cells that ended."""
@@ -758,37 +756,122 @@ class ExperimentResults:
         """Configuration ``a`` against ``b`` on the rows both ended: flips and McNemar's p."""
         return compare_outcomes(self.outcomes(a), self.outcomes(b))
 
+    def _need_verdicts(self) -> None:
+        if not self.verdicts:
+            msg = "these results were read without verdicts: use experiment_results(verdicts=True)"
+            raise ValueError(msg)
+
+
+@dataclasses.dataclass
+class _ConfigTally:
+    """One configuration's row of `ExperimentResults.summary`, added up cell by cell."""
+
+    cells: int = 0
+    done: int = 0
+    satisfied: int = 0
+    first_ok: int = 0
+    passes: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    durations: list[float] = dataclasses.field(default_factory=list)
+
+    def add(self, cell: CellOutcome) -> None:
+        self.cells += 1
+        if cell.status not in ENDED_STATUSES:
+            return
+        self.done += 1
+        self.satisfied += cell.status == "satisfied"
+        self.first_ok += bool(cell.passes) and cell.passes[0][0] == "satisfied"
+        self.passes += len(cell.passes)
+        self.errors += cell.status in ERROR_STATUSES
+        self.input_tokens += cell.input_tokens or 0
+        self.output_tokens += cell.output_tokens or 0
+        if cell.duration_s is not None:
+            self.durations.append(cell.duration_s)
+
 
 def _pct(part: int, whole: int) -> float | None:
     return round(100 * part / whole, 2) if whole else None
 
 
-def _pass_rates(evaluations: Sequence[RubricEvaluation]) -> dict[str, float]:
-    from rubric_core.rubric import normalize_name
+@dataclasses.dataclass
+class _CriterionTally:
+    """One criterion's row of `ExperimentResults.criteria` within a configuration."""
 
-    counts: dict[str, list[int]] = {}
-    names: dict[str, str] = {}
-    for ev in evaluations:
-        for c in ev["criteria"]:
-            key = normalize_name(c["name"])
-            names.setdefault(key, c["name"])
-            tally = counts.setdefault(key, [0, 0])
-            tally[0] += bool(c["passed"])
-            tally[1] += 1
-    return {names[k]: round(p / n, 4) for k, (p, n) in counts.items()}
+    name: str
+    cells: int = 0
+    first_graded: int = 0
+    first_passed: int = 0
+    last_graded: int = 0
+    last_passed: int = 0
+    fixes: list[int] = dataclasses.field(default_factory=list)
+
+    def row(self, config_index: int) -> tuple[Any, ...]:
+        return (config_index, self.name, self.cells, _share(self.first_passed, self.first_graded),
+                _share(self.last_passed, self.last_graded),
+                round(sum(self.fixes) / len(self.fixes), 4) if self.fixes else None)
 
 
-def experiment_results(store: Store, experiment_id: str) -> ExperimentResults:
-    """The experiment's cells and evaluations, read once, for the result tables.
+def _tally_cell(passes: Sequence[PassVerdicts], tallies: dict[str, _CriterionTally],
+                keys: dict[str, str]) -> None:
+    """Add one cell's last grading run (its first pass has verdicts) to ``tallies``."""
+    seen: set[str] = set()
+    first_fail: dict[str, int] = {}
+    fixed: set[str] = set()
+    for i, (_, verdicts) in enumerate(passes):
+        for c in verdicts:
+            key = _criterion_key(c["name"], keys)
+            tally = tallies.get(key)
+            if tally is None:
+                tally = tallies[key] = _CriterionTally(c["name"])
+            if key not in seen:
+                seen.add(key)
+                tally.cells += 1
+            if i == 0:
+                tally.first_graded += 1
+                tally.first_passed += bool(c["passed"])
+            if not c["passed"]:
+                first_fail.setdefault(key, i)
+            elif key in first_fail and key not in fixed:
+                fixed.add(key)
+                tally.fixes.append(i - first_fail[key])
+    for c in next(v for _, v in reversed(passes) if v):
+        tally = tallies[_criterion_key(c["name"], keys)]
+        tally.last_graded += 1
+        tally.last_passed += bool(c["passed"])
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _criterion_key(name: str, keys: dict[str, str]) -> str:
+    """`normalize_name`, remembered: an experiment repeats the same few names many times."""
+    key = keys.get(name)
+    if key is None:
+        key = keys[name] = normalize_name(name)
+    return key
+
+
+def experiment_results(store: Store, experiment_id: str, *,
+                       verdicts: bool = True) -> ExperimentResults:
+    """The experiment's cells with their last grading runs, read once, for the result tables.
+
+    Args:
+        store: The database.
+        experiment_id: The experiment.
+        verdicts: Also read every cell's last grading run, which `ExperimentResults.summary`
+            and `ExperimentResults.criteria` need; the grid, `compare` and the counts do not
+            (without, the read costs about a third).
 
     Raises:
         KeyError: No such experiment.
 
     """
     experiment = _require_experiment(store, experiment_id)
-    cells = store.experiment_cells(experiment_id)
-    evaluations = store.evaluations_for_runs(c.run.run_id for c in cells if c.run is not None)
-    return ExperimentResults(experiment, cells, evaluations)
+    cells = store.cell_outcomes(experiment_id, verdicts=verdicts)
+    return ExperimentResults(experiment, cells, verdicts)
 
 
 # -- export ---------------------------------------------------------------------------------------
@@ -817,9 +900,9 @@ def _data_columns(dataset: Dataset) -> list[str]:
 def export_experiment_rows(store: Store, experiment_id: str) -> Iterator[tuple[Any, ...]]:
     """One row per dataset row × configuration × repeat × pass × criterion, produced lazily.
 
-    Runs are read from the store a hundred at a time, so memory stays flat in the rows
-    written. Pass the rows to `rubric_core.export.write_csv` (formula-safe) or ``write_json``
-    with `export_columns`. Text cells are scrubbed of secrets.
+    Cells, their runs and evaluations are read from the store a hundred at a time, so memory
+    stays flat in the rows written. Pass the rows to `rubric_core.export.write_csv`
+    (formula-safe) or ``write_json`` with `export_columns`. Text cells are scrubbed of secrets.
 
     Raises:
         KeyError: No such experiment.
@@ -829,9 +912,12 @@ def export_experiment_rows(store: Store, experiment_id: str) -> Iterator[tuple[A
     names = [c.removeprefix("row_") for c in _data_columns(dataset)]
     rows = {r.id: r for r in dataset.rows}
     labels = [c.display_label() for c in experiment.configurations]
-    cells = [c for c in store.experiment_cells(experiment_id) if c.run is not None]
-    for start in range(0, len(cells), _RUNS_PER_READ):
-        chunk = cells[start : start + _RUNS_PER_READ]
+    for start in itertools.count(0, _RUNS_PER_READ):
+        # A page of cells at a time too: each record carries its run's whole settings.
+        page = store.experiment_cells(experiment_id, offset=start, limit=_RUNS_PER_READ)
+        if not page:
+            return
+        chunk = [c for c in page if c.run is not None]
         by_run = store.evaluations_for_runs(c.run.run_id for c in chunk if c.run)
         for cell in chunk:
             assert cell.run is not None

@@ -907,11 +907,22 @@ def start_bundled_experiment(at: AppTest, *, configs: int = 1) -> str:
     return str(at.session_state["exp_pick"])
 
 
+def open_tab(at: AppTest, label: str) -> AppTest:
+    """Open a tab of the Experiments page's results (only the open tab is drawn)."""
+    at.session_state["exp_tab"] = label
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
 def test_bundled_dataset_experiment_finishes_satisfied(app: AppTest, db_path: Path) -> None:
     exp_id = start_bundled_experiment(app)
     assert "finished · 24/24 cells ended" in _texts(app.caption)
+    open_tab(app, "Summary")
     summary = _frame_with(app, "satisfied_pct")
     assert summary["done"].tolist() == [24] and summary["satisfied_pct"].tolist() == [100.0]
+    assert not any("1. demo × rules" in d.value.columns for d in app.dataframe)  # grid closed
+    open_tab(app, "Grid")
     grid = _frame_with(app, "1. demo × rules")
     assert len(grid) == 24 and grid["1. demo × rules"].str.startswith("satisfied").all()
     with Store(db_path) as store:
@@ -959,10 +970,12 @@ def test_compare_two_configurations_shows_flips(app: AppTest) -> None:
     app.session_state[sup.config_key(1, "cap")] = 1
     app.session_state[sup.config_key(1, "label")] = "one pass"
     start_bundled_experiment(app, configs=2)
-    summary = _frame_with(app, "satisfied_pct")
+    summary = _frame_with(open_tab(app, "Summary"), "satisfied_pct")
     assert summary["configuration"].tolist() == ["demo × rules", "one pass"]
     assert summary["satisfied_pct"].iloc[0] == 100.0 and summary["satisfied_pct"].iloc[1] < 100
-    flips = _frame_with(app, "change")
+    criteria = _frame_with(open_tab(app, "Per criterion"), "final_pass_rate")
+    assert set(criteria["config_index"]) == {0, 1}
+    flips = _frame_with(open_tab(app, "Compare"), "change")
     assert len(flips) > 0 and set(flips["change"]) == {"pass → fail"}
     text = _texts(app.markdown)
     assert f"{len(flips)} pass → fail, 0 fail → pass. McNemar's exact p =" in text

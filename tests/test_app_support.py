@@ -456,6 +456,26 @@ def test_import_dataset_stores_whole_or_nothing(store: Store) -> None:
     assert sup.import_dataset(store, b"prompt\nhi\n", name=" ").level == "error"
 
 
+def test_stored_dataset_is_parsed_once_per_version(store: Store) -> None:
+    sup.import_dataset(store, b"prompt\nhi\n", name="one")
+    first = sup.stored_dataset(store, "one")
+    assert sup.stored_dataset(store, "one", 1) is first  # a rerun of the page parses nothing
+    assert [r.prompt for r in first.dataset.rows] == ["hi"] and first.unknown_to_demo == 1
+    sup.import_dataset(store, b"prompt\nhello\nthere\n", name="one")
+    assert [r.prompt for r in sup.stored_dataset(store, "one").dataset.rows] == [
+        "hello", "there"]
+    assert sup.stored_dataset(store, "one", 1) is first
+    # Deleted and stored again: version 1 again, but new rows.
+    store.delete_dataset("one")
+    sup.import_dataset(store, b"prompt\nagain\n", name="one")
+    assert [r.prompt for r in sup.stored_dataset(store, "one", 1).dataset.rows] == ["again"]
+    with pytest.raises(KeyError, match="no stored dataset 'one' version 7"):
+        sup.stored_dataset(store, "one", 7)
+    warnings = sup.check_configs(sup.configs_from_state(sup.form_defaults({})), secrets={},
+                                 dataset=sup.stored_dataset(store, "one"))
+    assert [w.level for w in warnings] == ["warning"] and "1 of 1 rows" in warnings[0].text
+
+
 def test_configs_from_state_reads_every_block() -> None:
     state = sup.form_defaults({"rubric_text": "- c1", "max_iterations": 4})
     state.update({"exp_config_count": 2, sup.config_key(1, "worker"): "openai:gpt-4.1-mini",
@@ -498,8 +518,9 @@ def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
     assert len(grid.table) == 24
     assert grid.table.iloc[0, 1].startswith("satisfied · 2 passes")
     cell = results.cells[0]
+    assert cell.run_id is not None
     assert sup.picked_cell({"selection": {"cells": [[0, "1. demo × rules"]]}}, grid) == (
-        cell.run.run_id)
+        cell.run_id)
     assert sup.picked_cell({"selection": {"cells": []}}, grid) is None
     assert sup.picked_cell({"selection": {"cells": [[99, "x"]]}}, grid) is None
     view = sup.comparison_view(results, 0, 1)
@@ -512,7 +533,7 @@ def test_results_grid_cells_open_their_runs_and_exports(store: Store) -> None:
     assert set(frame["config_index"]) == {0, 1}
     records = json.loads(sup.export_data(store, exp_id, "json")())
     assert len(records) == len(frame)
-    summary = pd.read_csv(io.StringIO(sup.summary_csv(results)))
+    summary = pd.read_csv(io.StringIO(sup.summary_csv(store, exp_id)()))
     assert summary["satisfied_pct"].iloc[0] == 100.0 and len(summary) == 2
 
 

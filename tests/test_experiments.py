@@ -27,7 +27,7 @@ from rubric_core.experiments import (
 from rubric_core.export import write_csv
 from rubric_core.offline.demo_dataset import demo_dataset
 from rubric_core.settings import ExperimentConfig
-from rubric_core.store import Store
+from rubric_core.store import CellOutcome, Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -67,9 +67,11 @@ def test_bundled_dataset_runs_end_to_end(store: Store) -> None:
     assert (criteria["first_pass_rate"] < 1).any()
     assert runs_per_thread(store, exp.experiment_id) == [1] * 24
     # Each cell is an ordinary run, recorded with its dataset row, listed for Review.
-    run = results.cells[0].run
+    cell = store.experiment_cells(exp.experiment_id)[0]
+    run = cell.run
     assert run is not None and run.settings.dataset_row is not None
-    assert run.settings.dataset_row["id"] == results.cells[0].row_id
+    assert run.settings.dataset_row["id"] == cell.row_id == results.cells[0].row_id
+    assert run.run_id == results.cells[0].run_id
     assert store.count_runs() == 24
     assert store.get_experiment(exp.experiment_id).status == "finished"  # type: ignore[union-attr]
 
@@ -221,11 +223,95 @@ def test_export_is_streamed_formula_safe_and_carries_the_dataset_columns(store: 
     count = write_csv(produced, out, columns)
     records = list(csv.DictReader(io.StringIO(out.getvalue(), newline="")))
     assert len(records) == count
-    evaluations = experiment_results(store, exp.experiment_id).evaluations
+    evaluations = store.evaluations_for_runs(
+        c.run.run_id for c in store.experiment_cells(exp.experiment_id) if c.run)
     assert count == sum(len(ev["criteria"]) for evs in evaluations.values() for ev in evs)
     assert {r["row_note"] for r in records} == {"'=HYPERLINK(\"x\")"}
     assert {(r["row_id"], r["repeat_index"]) for r in records} == {
         (r.id, str(i)) for r in rows for i in (0, 1)}
+
+
+def test_export_reads_its_cells_a_page_at_a_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rubric_core.experiments as experiments
+
+    rows = demo_dataset().rows[:5]
+    ds = Dataset("five", ("id", "prompt", "rubric", "kind", "topic"), rows)
+    exp = create_experiment(store, ds, [ExperimentConfig()])
+    list(run_experiment(store, exp.experiment_id))
+    whole = list(export_experiment_rows(store, exp.experiment_id))
+    monkeypatch.setattr(experiments, "_RUNS_PER_READ", 2)  # pages of 2, 2 and 1 cells
+    reads: list[tuple[int, int | None]] = []
+    real = store.experiment_cells
+
+    def paged(experiment_id: str, *, offset: int = 0, limit: int | None = None) -> Any:
+        reads.append((offset, limit))
+        return real(experiment_id, offset=offset, limit=limit)
+
+    monkeypatch.setattr(store, "experiment_cells", paged)
+    assert list(export_experiment_rows(store, exp.experiment_id)) == whole
+    assert reads == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    assert {r[4] for r in whole} == {r.id for r in rows}
+
+
+def _cell(index: int, row: str, status: str, *passes: dict[str, bool]) -> CellOutcome:
+    return CellOutcome(
+        row_id=row, config_index=index, repeat_index=0, run_id=f"run-{index}-{row}",
+        status=status, iterations=len(passes), input_tokens=10 * len(passes),
+        output_tokens=len(passes), duration_s=1.0,
+        passes=tuple(("satisfied" if all(p.values()) else "needs_revision",
+                      [{"name": n, "passed": v} for n, v in p.items()]) for p in passes))
+
+
+def test_criteria_and_summary_agree_with_loop_analytics() -> None:
+    from rubric_core.analytics import loop_analytics
+    from rubric_core.experiments import ExperimentResults
+    from rubric_core.store import ExperimentRecord
+
+    cells = [
+        # fixed after one pass; fixed after two (c2); never failed (c1)
+        _cell(0, "a", "satisfied", {"C1": True, "c2": False}, {"c1": True, "c2": True}),
+        _cell(0, "b", "satisfied", {"c1": True, "C2.": False}, {"c1": True, "c2": False},
+              {"c1": True, "c2": True}),
+        # never fixed; a criterion graded only from the second pass on (c3)
+        _cell(0, "c", "max_iterations_reached", {"c1": False, "c2": False},
+              {"c1": False, "c2": True, "c3": False}),
+        # fails, passes, fails again: fixed once, after one pass
+        _cell(0, "d", "satisfied", {"c1": False}, {"c1": True}, {"c1": False}, {"c1": True}),
+        _cell(1, "a", "satisfied", {"c1": True, "c2": True}),
+        _cell(1, "b", "pending"),
+    ]
+    experiment = ExperimentRecord(
+        experiment_id="e", name="e", dataset_name="d", dataset_version=1,
+        configurations=(ExperimentConfig(rubric=RUBRIC), ExperimentConfig(rubric=RUBRIC)),
+        repeats=1, status="finished", created_at="", updated_at="")
+    results = ExperimentResults(experiment, cells)
+    criteria = results.criteria()
+    for index in (0, 1):
+        evaluations = [{"grading_run_id": c.row_id, "iteration": i, "criteria": verdicts}
+                       for c in cells if c.config_index == index
+                       for i, (_, verdicts) in enumerate(c.passes)]
+        expected = loop_analytics(evaluations)
+        mine = criteria[criteria["config_index"] == index].reset_index(drop=True)
+        assert mine["criterion"].tolist() == expected["criterion"].tolist()
+        assert mine["cells"].tolist() == expected["grading_runs"].tolist()
+        assert mine["mean_passes_to_fix"].fillna(-1).tolist() == (
+            expected["mean_passes_to_fix"].astype(float).fillna(-1).tolist())
+    first = criteria[criteria["config_index"] == 0].set_index("criterion")
+    assert first["first_pass_rate"].fillna(-1).to_dict() == {"C1": 0.5, "c2": 0.0, "c3": -1}
+    assert first["final_pass_rate"].to_dict() == {"C1": 0.75, "c2": 1.0, "c3": 0.0}
+    assert first.loc["c2", "mean_passes_to_fix"] == round(4 / 3, 4)
+    summary = results.summary().set_index("config_index")
+    assert summary.loc[0, "first_pass_satisfied_pct"] == 0.0
+    assert summary.loc[0, "mean_passes"] == pytest.approx(11 / 4)
+    assert summary.loc[1, ["cells", "done", "satisfied_pct"]].tolist() == [2, 1, 100.0]
+    lean = ExperimentResults(experiment, cells, verdicts=False)
+    assert lean.ended() == 5 and lean.compare(0, 1).n == 1
+    with pytest.raises(ValueError, match="without verdicts"):
+        lean.summary()
+    with pytest.raises(ValueError, match="without verdicts"):
+        lean.criteria()
 
 
 def test_limits_are_refused_before_anything_is_stored_or_run(store: Store) -> None:

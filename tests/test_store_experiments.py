@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pg_support import database_holds, scalar
@@ -145,6 +145,53 @@ def _experiment(store: Store, rows: int = 3, configs: int = 2) -> str:
         configurations=[ExperimentConfig(max_iterations=i + 1) for i in range(configs)],
         repeats=1, row_ids=[r.id for r in ds.rows[:rows]])
     return exp.experiment_id
+
+
+def _pass(grading_run_id: str, iteration: int, result: str, **passed: bool) -> Any:
+    return {"grading_run_id": grading_run_id, "iteration": iteration, "result": result,
+            "status": result, "explanation": "e", "answer": "a " * 500, "duration_s": 0.1,
+            "input_tokens": 10, "output_tokens": 2, "unverified": False,
+            "criteria": [{"name": n, "passed": p} if p else {"name": n, "passed": p, "gap": "g"}
+                         for n, p in passed.items()]}
+
+
+def test_cell_outcomes_read_totals_and_the_last_grading_run(store: Store) -> None:
+    exp_id = _experiment(store, rows=2, configs=2)
+    cells = store.experiment_cells(exp_id)
+    # Cell 0 graded twice: a first grading run of two passes, then one of two more (a retry).
+    run = store.create_run(prompt="p", rubric="- a\n- b", thread_id=cells[0].thread_id)
+    store.add_evaluation(run.run_id, _pass("g1", 0, "needs_revision", a=False, b=True))
+    store.add_evaluation(run.run_id, _pass("g1", 1, "needs_revision", a=False, b=False))
+    store.add_evaluation(run.run_id, _pass("g2", 0, "needs_revision", a=False, b=True))
+    store.add_evaluation(run.run_id, _pass("g2", 1, "satisfied", a=True, b=True))
+    store.finish_run(run.run_id, "satisfied", duration_s=2.5)
+    # Cell 2 started but has not graded yet; cells 1 and 3 are pending.
+    started = store.create_run(prompt="p", rubric="- a", thread_id=cells[2].thread_id)
+
+    lean = store.cell_outcomes(exp_id)
+    assert [c.key for c in lean] == [c.key for c in cells]
+    assert [c.status for c in lean] == ["satisfied", "pending", "running", "pending"]
+    assert [c.run_id for c in lean] == [run.run_id, None, started.run_id, None]
+    first = lean[0]
+    assert (first.iterations, first.input_tokens, first.output_tokens, first.duration_s) == (
+        4, 40, 8, 2.5)
+    assert all(c.passes == () for c in lean)
+
+    full = store.cell_outcomes(exp_id, verdicts=True)
+    assert [c.key for c in full] == [c.key for c in cells]
+    assert [r for r, _ in full[0].passes] == ["needs_revision", "satisfied"]  # g2 only
+    assert [[(v["name"], v["passed"]) for v in verdicts] for _, verdicts in full[0].passes] == [
+        [("a", False), ("b", True)], [("a", True), ("b", True)]]
+    assert [c.passes for c in full[1:]] == [(), (), ()]
+    assert [c._replace(passes=()) for c in full] == lean
+
+
+def test_experiment_cells_are_read_a_page_at_a_time(store: Store) -> None:
+    exp_id = _experiment(store, rows=3, configs=2)
+    every = store.experiment_cells(exp_id)
+    pages = [store.experiment_cells(exp_id, offset=start, limit=4) for start in (0, 4, 8)]
+    assert [len(p) for p in pages] == [4, 2, 0]
+    assert [c for p in pages for c in p] == every
 
 
 def test_claims_hand_out_each_unfinished_cell_once_in_run_order(store: Store) -> None:

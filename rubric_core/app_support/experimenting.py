@@ -8,9 +8,11 @@ process is running (so a rerun of the page knows what it may stop, like
 
 from __future__ import annotations
 
+import functools
 import io
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ import pandas as pd
 
 from rubric_core.app_support._common import FORM_DEFAULTS, UiMessage
 from rubric_core.app_support.settings import check_max_iterations, model_problem
-from rubric_core.datasets import DatasetError, parse_dataset, preview
+from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     DEFAULT_CONCURRENCY,
     ERROR_STATUSES,
@@ -27,6 +29,7 @@ from rubric_core.experiments import (
     MAX_REPEATS,
     SUMMARY_COLUMNS,
     create_experiment,
+    experiment_results,
     export_columns,
     export_experiment_rows,
     run_experiment,
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 
     from rubric_core.experiments import ExperimentResults, SharedBackoff
     from rubric_core.session import ModelResolver
-    from rubric_core.store import DatasetInfo, ExperimentRecord, Store
+    from rubric_core.store import CellOutcome, DatasetInfo, ExperimentRecord, Store
     from rubric_core.types import ExperimentEvent, ExperimentProgress
 
 MAX_CONFIGS = 6
@@ -103,11 +106,61 @@ def datasets_frame(infos: Sequence[DatasetInfo]) -> pd.DataFrame:
          for i in infos], columns=["name", "version", "rows", "columns", "stored"])
 
 
+@dataclass(frozen=True)
+class StoredDataset:
+    """A stored dataset version as the Experiments page uses it (see `stored_dataset`)."""
+
+    dataset: Dataset
+    """The rows."""
+
+    @functools.cached_property
+    def unknown_to_demo(self) -> int:
+        """Rows whose prompt the offline ``demo`` worker does not know (`demo_knows`)."""
+        from rubric_core.offline.demo import demo_knows
+
+        return sum(1 for row in self.dataset.rows if not demo_knows(row.prompt))
+
+
+_DATASETS: OrderedDict[tuple[str, str, int, str], StoredDataset] = OrderedDict()
+_DATASETS_LOCK = threading.Lock()
+_DATASETS_KEPT = 4
+
+
+def stored_dataset(store: Store, name: str, version: int | None = None) -> StoredDataset:
+    """A stored dataset version, parsed once per process while it is among the last few used.
+
+    Streamlit runs the page again on every click, and parsing a 10,000-row dataset each time
+    would cost more than the rest of the page. A stored version never changes; one deleted
+    and stored again is told apart by when it was stored (to the microsecond).
+
+    Raises:
+        KeyError: No such dataset or version.
+
+    """
+    infos = [i for i in store.dataset_versions(name) if version in (None, i.version)]
+    if not infos:
+        which = "" if version is None else f" version {version}"
+        msg = f"no stored dataset {name!r}{which}"
+        raise KeyError(msg)
+    info = infos[-1]
+    key = (store.location, info.name, info.version, info.created_at)
+    with _DATASETS_LOCK:
+        if key in _DATASETS:
+            _DATASETS.move_to_end(key)
+            return _DATASETS[key]
+    dataset, _ = store.load_dataset(info.name, info.version)
+    entry = StoredDataset(dataset)
+    with _DATASETS_LOCK:
+        _DATASETS[key] = entry
+        while len(_DATASETS) > _DATASETS_KEPT:
+            _DATASETS.popitem(last=False)
+    return entry
+
+
 def dataset_preview(store: Store, name: str, version: int | None, limit: int = 20
                     ) -> pd.DataFrame:
     """The first ``limit`` rows of a stored dataset version."""
-    dataset, _ = store.load_dataset(name, version)
-    return pd.DataFrame(preview(dataset, limit))
+    return pd.DataFrame(preview(stored_dataset(store, name, version).dataset, limit))
 
 
 def delete_dataset(store: Store, name: str) -> UiMessage:
@@ -181,7 +234,7 @@ def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
 
 def check_configs(
     configs: Sequence[ExperimentConfig], *, secrets: Mapping[str, Any],
-    session_key: str | None = None, prompts: Sequence[str] = (),
+    session_key: str | None = None, dataset: StoredDataset | None = None,
 ) -> list[UiMessage]:
     """What stops the experiment (errors) or deserves a look (warnings); nothing is called.
 
@@ -189,17 +242,15 @@ def check_configs(
         configs: The configurations.
         secrets: The app's secrets.
         session_key: The key typed in the sidebar.
-        prompts: The dataset's prompts (for the ``demo`` worker's notice).
+        dataset: The dataset (for the ``demo`` worker's notice).
 
     Returns:
         Messages, errors first.
 
     """
-    from rubric_core.offline.demo import demo_knows
     from rubric_core.session import build_grader_tools
 
     out: list[UiMessage] = []
-    unknown = sum(1 for p in prompts if not demo_knows(p))
     for number, config in enumerate(configs, start=1):
         where = f"Configuration {number}"
         for role, model in (("worker", config.worker_model), ("grader", config.grader_model)):
@@ -214,12 +265,12 @@ def check_configs(
             build_grader_tools(config.grader_tools, None)
         except ValueError as exc:
             out.append(UiMessage("error", f"{where}: {exc}"))
-        if config.worker_model == "demo" and unknown:
+        if config.worker_model == "demo" and dataset is not None and dataset.unknown_to_demo:
             out.append(UiMessage(
                 "warning", f"{where}: the offline `demo` worker knows only the bundled "
-                f"examples and dataset; {unknown} of {len(prompts)} rows will get the reply "
-                "\"I can only answer the bundled examples\". Choose a real worker model for "
-                "your own prompts."))
+                f"examples and dataset; {dataset.unknown_to_demo} of {len(dataset.dataset.rows)} "
+                "rows will get the reply \"I can only answer the bundled examples\". Choose a "
+                "real worker model for your own prompts."))
     return sorted(out, key=lambda m: m.level != "error")
 
 
@@ -361,15 +412,14 @@ def config_column(results: ExperimentResults, index: int) -> str:
     return f"{index + 1}. {results.experiment.configurations[index].display_label()}"
 
 
-def _cell_text(row: Mapping[Any, Any]) -> str:
-    status, passes = row["status"], row["passes"]
-    parts = [str(status)]
-    if row["run_id"] is not None:
-        parts.append(f"{passes} pass{'es' if passes != 1 else ''}")
-        if row["tokens"] is not None and not pd.isna(row["tokens"]):
-            parts.append(f"{int(row['tokens'])} tok")
-        if row["duration_s"] is not None and not pd.isna(row["duration_s"]):
-            parts.append(f"{row['duration_s']:.1f} s")
+def _cell_text(cell: CellOutcome) -> str:
+    parts = [cell.status]
+    if cell.run_id is not None:
+        parts.append(f"{cell.iterations} pass{'es' if cell.iterations != 1 else ''}")
+        if cell.input_tokens is not None:
+            parts.append(f"{cell.input_tokens + (cell.output_tokens or 0)} tok")
+        if cell.duration_s is not None:
+            parts.append(f"{cell.duration_s:.1f} s")
     return " · ".join(parts)
 
 
@@ -385,21 +435,26 @@ class ResultsGrid:
 
 def results_grid(results: ExperimentResults) -> ResultsGrid:
     """The results grid, rows in dataset order (a ``row`` column; ``repeat`` with repeats)."""
-    grid = results.grid()
     columns = [config_column(results, i) for i in range(len(results.experiment.configurations))]
-    index_names = ["row"] + (["repeat"] if results.experiment.repeats > 1 else [])
-    texts: dict[tuple[Any, ...], dict[str, str]] = {}
-    runs: dict[tuple[Any, ...], dict[str, str | None]] = {}
-    for row in grid.astype(object).where(grid.notna(), None).to_dict("records"):
-        key = (row["row_id"], int(row["repeat_index"]) + 1)[: len(index_names)]
-        column = columns[int(row["config_index"])]
-        texts.setdefault(key, {})[column] = _cell_text(row)
-        runs.setdefault(key, {})[column] = row["run_id"]
-    heads = [dict(zip(index_names, key, strict=True)) for key in texts]
-    table = pd.DataFrame([{**h, **texts[k]} for h, k in zip(heads, texts, strict=True)],
-                         columns=index_names + columns)
-    run_ids = pd.DataFrame([{**h, **runs[k]} for h, k in zip(heads, runs, strict=True)],
-                           columns=index_names + columns)
+    repeats = results.experiment.repeats > 1
+    # One pass over the cells straight into columns: no per-cell pandas work, few objects.
+    position: dict[tuple[str, int], int] = {}
+    texts: list[list[str | None]] = [[] for _ in columns]
+    runs: list[list[str | None]] = [[] for _ in columns]
+    for cell in results.cells:
+        key = (cell.row_id, cell.repeat_index if repeats else 0)
+        at = position.get(key)
+        if at is None:
+            at = position[key] = len(position)
+            for column in (*texts, *runs):
+                column.append(None)
+        texts[cell.config_index][at] = _cell_text(cell)
+        runs[cell.config_index][at] = cell.run_id
+    heads: dict[str, list[Any]] = {"row": [row for row, _ in position]}
+    if repeats:
+        heads["repeat"] = [repeat + 1 for _, repeat in position]
+    table = pd.DataFrame({**heads, **dict(zip(columns, texts, strict=True))})
+    run_ids = pd.DataFrame({**heads, **dict(zip(columns, runs, strict=True))})
     return ResultsGrid(table, run_ids)
 
 
@@ -465,19 +520,26 @@ def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], byte
     return build
 
 
-def summary_csv(results: ExperimentResults) -> str:
-    """The per-configuration summary as formula-safe CSV."""
-    buf = io.StringIO(newline="")
-    write_csv(summary_rows(results), buf, SUMMARY_COLUMNS)
-    return buf.getvalue()
+def summary_csv(store: Store, experiment_id: str) -> Callable[[], str]:
+    """A callable for ``st.download_button(data=...)``: the summary as formula-safe CSV.
+
+    Like `export_data`, read only when the button is pressed.
+    """
+
+    def build() -> str:
+        buf = io.StringIO(newline="")
+        write_csv(summary_rows(experiment_results(store, experiment_id)), buf, SUMMARY_COLUMNS)
+        return buf.getvalue()
+
+    return build
 
 
 __all__ = [
-    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView",
-    "ResultsGrid", "can_resume", "cell_label", "check_configs", "comparison_view",
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView", "ResultsGrid",
+    "StoredDataset", "can_resume", "cell_label", "check_configs", "comparison_view",
     "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
     "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
     "live_experiment", "new_experiment", "picked_cell", "progress_text", "results_grid",
-    "stop_experiment", "summary_csv", "wait_experiment_inactive",
+    "stop_experiment", "stored_dataset", "summary_csv", "wait_experiment_inactive",
 ]

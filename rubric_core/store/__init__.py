@@ -9,9 +9,11 @@ untouched. `copy_store` copies everything from one database to another, either w
 
 from rubric_core.store._copy import copy_store
 from rubric_core.store._core import (
+    CellOutcome,
     CellRecord,
     DatasetInfo,
     ExperimentRecord,
+    PassVerdicts,
     RunRecord,
     RunTakenOver,
     Store,
@@ -29,9 +31,11 @@ __all__ = [
     "DB_ENV_VAR",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
+    "CellOutcome",
     "CellRecord",
     "DatasetInfo",
     "ExperimentRecord",
+    "PassVerdicts",
     "RunRecord",
     "RunTakenOver",
     "Store",
