@@ -119,6 +119,17 @@ SECCOMP_DENIED: dict[str, tuple[int, int]] = {
     "reboot": (169, 142),
     "acct": (163, 89),
     "quotactl": (179, 60),
+    # Memory that no rlimit counts: System V shared memory segments and message queues outlive
+    # a detach (RLIMIT_AS sees a segment only while it is mapped), and extended attributes on
+    # the work dir's tmpfs are kernel memory outside its size limit. No stdlib module uses
+    # either (multiprocessing uses POSIX shm in the size-limited /dev/shm); shutil's xattr
+    # copying ignores EPERM.
+    "shmget": (29, 194),
+    "msgget": (68, 186),
+    "setxattr": (188, 5),
+    "lsetxattr": (189, 6),
+    "fsetxattr": (190, 7),
+    "setxattrat": (463, 463),
 }
 
 _ARCHES = {
