@@ -45,6 +45,7 @@ from langchain_core.messages import (
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
+from rubric_core.redact import redact, secret_values
 from rubric_core.rubric import normalize_name
 from rubric_core.types import REVISION_SOURCE, CriterionVerdict, GraderResponse
 
@@ -309,8 +310,12 @@ def build_grader_messages(
         "work": _render_work(attempt.work),
         "answer": shorten(attempt.answer, ANSWER_CHAR_LIMIT) or "(the assistant gave no answer)",
     }
+    # A key the worker was shown and echoed was configured for the worker's endpoint, not the
+    # grader's (which may be another provider): the grader gets the text scrubbed.
+    known = secret_values()
     body = "\n\n".join(
-        f"<{name}-{nonce}>\n{_escape(text)}\n</{name}-{nonce}>" for name, text in sections.items()
+        f"<{name}-{nonce}>\n{_escape(redact(text, secrets=known))}\n</{name}-{nonce}>"
+        for name, text in sections.items()
     )
     intro = (
         f"Grade the answer below against the {len(criteria)} numbered criteria. The tagged "
