@@ -14,8 +14,9 @@ line, the app or the CLI's output goes through `redact` first, which removes:
   ``&access_token=…``, ``?sig=…``, ``?password=…``: httpx names the URL in its errors).
 
 Each is replaced by ``[redacted]`` (a ``Bearer``, an assignment or a query parameter keeps its
-name, so the text still says what was there). Redaction is one pass of plain string
-replacement and one regular expression, linear in the text's length.
+name, so the text still says what was there). Since every stored string passes through here,
+characters nothing can store (NUL, lone surrogates) also become U+FFFD. Redaction is one pass
+of plain string replacement and one regular expression, linear in the text's length.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ _KEY_SHAPES = re.compile(
     r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>]+",
     re.IGNORECASE,
 )
+
+UNSTORABLE_REPLACEMENT = "\ufffd"
+"""What a character no store or UTF-8 file can hold is replaced with (U+FFFD)."""
+
+# NUL (PostgreSQL's text and JSONB refuse it) and surrogate code points (no UTF-8 encoder takes
+# them; JSON's "\ud800" escape makes one). A model's reply may carry either: left in, the
+# first INSERT or CSV row that meets one fails halfway through recording.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
@@ -129,6 +138,8 @@ def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
     """
     if not isinstance(text, str) or not text:
         return text
+    if _UNSTORABLE.search(text):
+        text = _UNSTORABLE.sub(UNSTORABLE_REPLACEMENT, text)
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
