@@ -44,10 +44,12 @@ _KEY_SHAPES = re.compile(
     r"(?P<bearer>\b[Bb]earer\s+)[A-Za-z0-9._~+/=-]{6,}"
     r"|\b(?:sk-(?:ant-)?|gsk_|xai-)[A-Za-z0-9_-]{12,}"
     r"|\bAIza[0-9A-Za-z_-]{30,}"
-    r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{6,}"
+    # Values stop at a backslash too: in JSON text it escapes the quote that ends the string,
+    # and replacing it with the value would leave that quote closing the string early.
+    r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}\\]{6,}"
     # A credential in a URL's query string (httpx puts the URL in its error messages):
     # ?key=, &access_token=, ?x-goog-api-key=, an Azure SAS ?sig=, libpq's ?password=.
-    r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>]+",
+    r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>\\]+",
     re.IGNORECASE,
 )
 
