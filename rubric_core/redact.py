@@ -266,6 +266,28 @@ _MESSAGE_FIELDS = ("content", "tool_calls", "invalid_tool_calls", "additional_kw
                    "response_metadata", "artifact")
 
 
+def scrub_checkpoint_config(config: Any, metadata: Any) -> tuple[Any, Any]:
+    """A saver's ``put`` arguments with the secrets scrubbed from what becomes metadata.
+
+    LangGraph's savers store checkpoint metadata as JSON, past their serializer, and copy
+    into it every string of the run's ``config["metadata"]`` and ``config["configurable"]``
+    (where a configurable model's ``api_key`` goes). The keys that address the checkpoint
+    (``thread_id``, ``checkpoint_ns``, ``checkpoint_id``) are kept exactly: they are never
+    copied into metadata, and a changed one would store the checkpoint elsewhere.
+    """
+    from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
+
+    known = secret_values()
+    configurable = {
+        key: value if key in EXCLUDED_METADATA_KEYS or key.startswith("__")
+        else redact_data(value, secrets=known)
+        for key, value in (config.get("configurable") or {}).items()
+    }
+    clean_config = {**config, "configurable": configurable,
+                    "metadata": redact_data(dict(config.get("metadata") or {}), secrets=known)}
+    return clean_config, redact_data(dict(metadata), secrets=known)
+
+
 class RedactingSerializer:
     """A LangGraph checkpoint serializer that scrubs secrets before delegating.
 

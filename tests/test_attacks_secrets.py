@@ -119,6 +119,27 @@ def test_a_worker_that_echoes_the_key_leaves_it_in_no_stored_byte(
     assert secret.encode() not in stored
 
 
+def test_a_key_in_the_run_config_never_reaches_checkpoint_metadata(
+    secret: str, db_location: str | Path
+) -> None:
+    # LangGraph copies every string of config["configurable"] (where a configurable model's
+    # api_key goes) and config["metadata"] into each checkpoint's metadata, stored as JSON
+    # past the serializer.
+    from langchain.agents import create_agent
+
+    with Store(db_location) as opened:
+        agent = create_agent(model=ScriptedChatModel(default="hi"), checkpointer=opened.saver())
+        config = {"configurable": {"thread_id": "keyed-thread", "api_key": secret},
+                  "metadata": {"note": f"key {secret}"}}
+        agent.invoke({"messages": [("user", "hello")]}, config)
+        state = agent.get_state({"configurable": {"thread_id": "keyed-thread"}})
+        assert state.values["messages"][-1].content == "hi"  # stored under its own thread
+    stored = (_stored_bytes(Path(db_location).parent) if isinstance(db_location, Path)
+              else _pg_bytes(db_location))
+    assert b"keyed-thread" in stored
+    assert secret.encode() not in stored
+
+
 def test_the_grader_is_not_sent_a_key_the_worker_echoed(secret: str, store: Store) -> None:
     # The key was configured for the worker's endpoint; the grader may be another provider.
     worker = ScriptedChatModel(default=AIMessage(f"hello, my key is {secret}"))

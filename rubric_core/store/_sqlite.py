@@ -18,6 +18,7 @@ and left byte-for-byte untouched, and so is a location another user controls (se
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sqlite3
@@ -110,8 +111,6 @@ class SqliteBackend:
         """A ``SqliteSaver`` on a connection made with ``check_same_thread=False``."""
         with self._lock:
             if self._saver is None:
-                from langgraph.checkpoint.sqlite import SqliteSaver
-
                 from rubric_core.redact import RedactingSerializer
 
                 try:
@@ -119,7 +118,7 @@ class SqliteBackend:
                 except sqlite3.Error as exc:
                     raise self.error(exc) from exc
                 # Checkpoints never hold a secret (an echoed key in an error, say).
-                saver = SqliteSaver(conn, serde=RedactingSerializer())
+                saver = _redacting_saver_class()(conn, serde=RedactingSerializer())
                 try:
                     saver.setup()
                 except sqlite3.Error as exc:
@@ -411,3 +410,18 @@ def _wal_present(path: Path) -> bool:
     """Whether a write-ahead log lies beside ``path`` (a live connection's or a leftover)."""
     real = path.resolve()
     return real.with_name(real.name + "-wal").exists()
+
+
+@functools.cache
+def _redacting_saver_class() -> type[SqliteSaver]:
+    """``SqliteSaver`` whose checkpoint metadata (JSON, past the serializer) is scrubbed too."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from rubric_core.redact import scrub_checkpoint_config
+
+    class RedactingSqliteSaver(SqliteSaver):
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
+            return super().put(clean_config, checkpoint, clean_metadata, new_versions)
+
+    return RedactingSqliteSaver
