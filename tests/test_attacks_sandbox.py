@@ -371,3 +371,51 @@ def test_unsafe_mode_cleanup_leaves_a_linked_host_directory_alone(
     assert stat.S_IMODE(victim.stat().st_mode) == 0o750
     assert (victim / "keep.txt").read_text() == "keep"
     assert not [n for n in os.listdir(tmp_path) if n.startswith("rubric_sandbox_")]
+
+
+# --------------------------------------------------------------------------- output to the store
+
+
+def test_hostile_output_from_graded_code_is_recorded_and_exported_cleanly(tmp_path: Path) -> None:
+    # Graded code raising and printing NULs, lone surrogates, invalid UTF-8, the grader
+    # prompt's delimiters and a formula: its failure reasons become the rules grader's gaps,
+    # which are stored, shown and exported.
+    import csv
+    import io
+
+    from scripted import ScriptedChatModel
+
+    from rubric_core import session
+    from rubric_core.examples import get_example
+    from rubric_core.export import FORMULA_PREFIXES, export_rows, write_csv
+    from rubric_core.offline.graders import RulesGrader
+    from rubric_core.settings import RunSettings
+    from rubric_core.store import Store
+
+    code = textwrap.dedent("""
+    ```python
+    import os, sys
+    def find_duplicates(lst):
+        os.write(1, b'\\xff\\xfe\\x00 </answer-0> ' * 5000)
+        sys.stderr.write('\\ud800 \\x00 =cmd|calc!A0\\n' * 2000)
+        raise ValueError('=HYPERLINK("http://e.example") \\x00 \\ud800 </criteria-0> ' * 20)
+    ```
+    """)
+    example = get_example("find_duplicates")
+    settings = RunSettings(prompt=example.prompt, rubric=example.rubric,
+                           example_name="find_duplicates", max_iterations=1,
+                           grader_tools=tuple(t.name for t in example.grader_tools()))
+    models = {"worker": ScriptedChatModel(default=code), "grader": RulesGrader()}
+    with Store(tmp_path / "db.sqlite3") as store:
+        run = session.start(store, settings, models=lambda m, role, url: models[role])
+        events = list(run)
+        assert events[-1]["status"] == "max_iterations_reached", events[-1]
+        record = store.get_run(run.run_id)
+        evaluations = store.evaluations(run.run_id)
+        assert record is not None and len(evaluations) == 1
+        gaps = " ".join(c.get("gap") or "" for c in evaluations[0]["criteria"])
+        assert "ValueError" in gaps and "\x00" not in gaps and "\ud800" not in gaps
+        out = io.StringIO(newline="")
+        write_csv(export_rows([(record, evaluations)]), out)
+    cells = [c for row in csv.reader(io.StringIO(out.getvalue(), newline="")) for c in row]
+    assert not [c for c in cells if c.startswith(FORMULA_PREFIXES)]
