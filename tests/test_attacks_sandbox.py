@@ -195,6 +195,41 @@ def test_the_output_files_cannot_grow_past_the_file_limit() -> None:
     assert "did it" not in errors and out_size < (1 << 20) and err_size < (1 << 20), result
 
 
+def test_no_open_database_is_reachable_through_proc_fd(tmp_path: Path) -> None:
+    # This process holds the app's database open; its descriptors would be one open() away
+    # through /proc/<pid>/fd, if any pid of this side were visible in there.
+    import sqlite3
+
+    db = tmp_path / "app.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE runs (status TEXT)")
+    conn.execute("INSERT INTO runs VALUES ('needs_revision')")
+    conn.commit()
+    try:
+        result = _probe(f"""
+        import os
+        found = []
+        pids = [p for p in os.listdir('/proc') if p.isdigit()]
+        for pid in pids + ['{os.getpid()}', '{os.getppid()}', 'self', 'thread-self']:
+            try:
+                fds = os.listdir(f'/proc/{{pid}}/fd')
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    with open(f'/proc/{{pid}}/fd/{{fd}}', 'r+b') as fh:
+                        if fh.read(16).startswith(b'SQLite format 3'):
+                            found.append(f'{{pid}}/{{fd}}')
+                except OSError:
+                    pass
+        return [sorted(pids), found]
+        """)
+    finally:
+        conn.close()
+    pids, found = _got(result)
+    assert pids == ["1", "2"] and found == [], result
+
+
 # --------------------------------------------------------------------------- network
 
 

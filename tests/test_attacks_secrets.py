@@ -234,3 +234,24 @@ def test_the_cli_prints_no_key_in_an_unexpected_traceback(secret: str, tmp_path:
     assert secret not in proc.stdout + proc.stderr
     assert REDACTED in proc.stderr
 
+
+def test_no_description_of_a_model_or_a_run_spec_shows_its_key(secret: str) -> None:
+    # What an error page, a debugger or a log line would print of the objects holding keys.
+    from rubric_core.app_support import build_model
+
+    models = [
+        build_model("openai-compatible:m", base_url="http://127.0.0.1:9/v1", secrets={},
+                    session_key=secret),
+        build_model("hybrid:openai-compatible:m", base_url="http://127.0.0.1:9/v1", secrets={},
+                    session_key=secret),
+        build_model("openai:m", base_url=None, secrets={"OPENAI_API_KEY": secret}),
+    ]
+    spec = session.build_spec(RunSettings(prompt="p", rubric="- c", worker_model="openai:m"),
+                              models=lambda m, role, url: models[2])
+    for obj in (*models, spec):
+        for shown in (repr(obj), str(obj), f"{obj!r:>10}"):
+            assert secret not in shown
+    for model in models:
+        assert secret not in model.model_dump_json()
+        assert secret not in str(model.model_dump())
+
