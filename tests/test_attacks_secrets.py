@@ -255,3 +255,11 @@ def test_no_description_of_a_model_or_a_run_spec_shows_its_key(secret: str) -> N
         assert secret not in model.model_dump_json()
         assert secret not in str(model.model_dump())
 
+
+def test_the_run_page_does_not_show_a_key_the_worker_streams(secret: str) -> None:
+    # The Run page draws the answer token by token, from events nothing has stored yet.
+    from rubric_core.app_support import running
+
+    shown = running.answer_markdown(f"Sure! The key is {secret}\nbye")
+    assert secret not in shown and REDACTED in shown
+
