@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rubric_core.models import ModelConfigError
-from rubric_core.redact import install_log_redaction, redact
+from rubric_core.redact import install_log_redaction, install_traceback_redaction, redact
 from rubric_core.rubric import RubricError
 from rubric_core.store import DB_ENV_VAR, StoreError, default_db_path, shown_location
 from rubric_core.store import is_url as is_db_url
@@ -781,6 +781,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return 2
     args = _parser().parse_args(argv)
     install_log_redaction()
+    install_traceback_redaction()
     try:
         if args.command == "examples":
             from rubric_core.examples import list_examples

@@ -24,7 +24,8 @@ import dataclasses
 import io
 import json
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,6 +38,10 @@ MAX_DATASET_ROWS = 10_000
 
 MAX_CELL_CHARS = 100_000
 """The longest single cell (a prompt or a rubric) accepted."""
+
+MAX_DATASET_COLUMNS = 200
+"""The most columns a dataset may have. Every row holds a cell for each (a short row is
+filled with empty ones), and every export row repeats them."""
 
 RESERVED_COLUMNS = ("id", "prompt", "rubric")
 """Columns with a meaning of their own; every other column is a variable."""
@@ -101,10 +106,8 @@ def _decode(data: bytes | str) -> str:
 
 def sniff_format(text: str) -> DatasetFormat:
     """``jsonl`` when the first non-blank line is a JSON object, else ``csv``."""
-    for line in text.splitlines():
-        if line.strip():
-            return "jsonl" if line.lstrip().startswith("{") else "csv"
-    return "csv"
+    # Not splitlines(): a list of every line of a 20 MB file just to read the first one.
+    return "jsonl" if text.lstrip().startswith("{") else "csv"
 
 
 def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -118,15 +121,16 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
         msg_0 = f"row 1: not readable as CSV ({exc})"
         raise DatasetError(msg_0) from exc
     columns = [name.strip() for name in header]
+    _check_column_count(len(columns))
     for index, name in enumerate(columns, start=1):
         if not name:
             msg_0 = f"row 1, column {index}: the header is empty; name every column"
             raise DatasetError(msg_0)
-    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    duplicates = sorted(name for name, count in Counter(columns).items() if count > 1)
     if duplicates:
         msg_0 = f"row 1: column {duplicates[0]!r} appears twice in the header"
         raise DatasetError(msg_0)
-    records = []
+    records: list[tuple[int, dict[str, str]]] = []
     try:
         for cells in reader:
             line = reader.line_num
@@ -134,6 +138,10 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
                 msg = (f"row {line}: {len(cells)} cells but the header has {len(columns)} "
                        "columns; quote cells that contain commas")
                 raise DatasetError(msg)
+            if len(records) >= MAX_DATASET_ROWS:
+                # Past the limit only count: a megabyte of blank lines would otherwise become
+                # a million rows of empty cells (gigabytes) before the limit is checked.
+                _too_many_rows(len(records) + 1 + sum(1 for _ in reader))
             values = {name: (cells[i] if i < len(cells) else "") for i, name in
                       enumerate(columns)}
             records.append((line, values))
@@ -143,12 +151,28 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
     return columns, records
 
 
+def _check_column_count(count: int) -> None:
+    if count > MAX_DATASET_COLUMNS:
+        msg = (f"the dataset has {count:,} columns; the limit is {MAX_DATASET_COLUMNS:,}. "
+               "Keep the columns the prompts use and the ones you want exported.")
+        raise DatasetError(msg)
+
+
+def _too_many_rows(count: int) -> NoReturn:
+    msg = (f"the dataset has {count:,} rows; the limit is {MAX_DATASET_ROWS:,}. "
+           "Split it into smaller datasets.")
+    raise DatasetError(msg)
+
+
 def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    columns: list[str] = []
-    records = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    columns: dict[str, None] = {}  # ordered, and a set: a line of 100,000 keys stays linear
+    records: list[tuple[int, dict[str, str]]] = []
+    lines = io.StringIO(text, newline=None)  # lazily, one line at a time
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if len(records) >= MAX_DATASET_ROWS:
+            _too_many_rows(len(records) + 1 + sum(1 for rest in lines if rest.strip()))
         try:
             value = json.loads(line)
         except ValueError as exc:
@@ -164,10 +188,10 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
                        "or a number")
                 raise DatasetError(msg)
             row[str(key)] = "" if cell is None else str(cell)
-            if str(key) not in columns:
-                columns.append(str(key))
+            columns[str(key)] = None
+        _check_column_count(len(columns))
         records.append((line_no, row))
-    return columns, records
+    return list(columns), records
 
 
 _VARIABLE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -238,9 +262,7 @@ def parse_dataset(
         msg_0 = "the dataset has no rows: add at least one row under the header"
         raise DatasetError(msg_0)
     if len(records) > MAX_DATASET_ROWS:
-        msg = (f"the dataset has {len(records):,} rows; the limit is {MAX_DATASET_ROWS:,}. "
-               "Split it into smaller datasets.")
-        raise DatasetError(msg)
+        _too_many_rows(len(records))
     if "prompt" not in columns and not (template and template.strip()):
         msg = (f"there is no 'prompt' column (columns: {', '.join(columns) or 'none'}): name "
                "the prompt column 'prompt', or give a prompt template that uses the columns "
@@ -326,7 +348,8 @@ def preview(dataset: Dataset, limit: int = 20) -> list[dict[str, str]]:
 
 
 __all__: Sequence[str] = (
-    "MAX_CELL_CHARS", "MAX_DATASET_BYTES", "MAX_DATASET_ROWS", "Dataset", "DatasetError",
+    "MAX_CELL_CHARS", "MAX_DATASET_BYTES", "MAX_DATASET_COLUMNS", "MAX_DATASET_ROWS", "Dataset",
+    "DatasetError",
     "DatasetRow", "fill", "parse_dataset", "preview", "rows_from_jsonl", "sniff_format",
     "template_variables",
 )

@@ -5,16 +5,18 @@ key it was shown. Whatever reaches the database (checkpoints and run index), an 
 line, the app or the CLI's output goes through `redact` first, which removes:
 
 - the values of configured secrets: environment variables whose names end in ``_KEY``,
-  ``_TOKEN``, ``_SECRET`` or ``_PASSWORD`` (values of 8 characters or more), and any value
+  ``_TOKEN``, ``_SECRET`` or ``PASSWORD`` (values of 8 characters or more), and any value
   registered with `register_secret` (the app registers its ``st.secrets`` values and keys
   typed into the page);
 - key-shaped tokens whatever their source: ``Bearer <token>``, ``sk-…`` (OpenAI, Anthropic's
-  ``sk-ant-…``), ``gsk_…`` (Groq), ``AIza…`` (Google), ``xai-…``, and ``api_key=…`` /
-  ``"api_key": "…"`` assignments.
+  ``sk-ant-…``), ``gsk_…`` (Groq), ``AIza…`` (Google), ``xai-…``, ``api_key=…`` /
+  ``"api_key": "…"`` assignments, and credentials in a URL's query string (``?key=…``,
+  ``&access_token=…``, ``?sig=…``, ``?password=…``: httpx names the URL in its errors).
 
-Each is replaced by ``[redacted]`` (a ``Bearer`` keeps its scheme word, so the text still says
-what was there). Redaction is one pass of plain string replacement and one regular expression,
-linear in the text's length.
+Each is replaced by ``[redacted]`` (a ``Bearer``, an assignment or a query parameter keeps its
+name, so the text still says what was there). Since every stored string passes through here,
+characters nothing can store (NUL, lone surrogates) also become U+FFFD. Redaction is one pass
+of plain string replacement and one regular expression, linear in the text's length.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import threading
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 REDACTED = "[redacted]"
 """What a secret is replaced with."""
 
-SECRET_NAME_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
-"""Environment variables with these name endings hold secrets."""
+SECRET_NAME_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "PASSWORD")
+"""Environment variables with these name endings hold secrets (``PASSWORD`` without the
+underscore, so that libpq's ``PGPASSWORD`` counts too)."""
 
 MIN_SECRET_CHARS = 8
 """Shorter values are not treated as secrets (they would match ordinary words)."""
@@ -39,9 +44,22 @@ _KEY_SHAPES = re.compile(
     r"(?P<bearer>\b[Bb]earer\s+)[A-Za-z0-9._~+/=-]{6,}"
     r"|\b(?:sk-(?:ant-)?|gsk_|xai-)[A-Za-z0-9_-]{12,}"
     r"|\bAIza[0-9A-Za-z_-]{30,}"
-    r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{6,}",
+    # Values stop at a backslash too: in JSON text it escapes the quote that ends the string,
+    # and replacing it with the value would leave that quote closing the string early.
+    r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}\\]{6,}"
+    # A credential in a URL's query string (httpx puts the URL in its error messages):
+    # ?key=, &access_token=, ?x-goog-api-key=, an Azure SAS ?sig=, libpq's ?password=.
+    r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>\\]+",
     re.IGNORECASE,
 )
+
+UNSTORABLE_REPLACEMENT = "\ufffd"
+"""What a character no store or UTF-8 file can hold is replaced with (U+FFFD)."""
+
+# NUL (PostgreSQL's text and JSONB refuse it) and surrogate code points (no UTF-8 encoder takes
+# them; JSON's "\ud800" escape makes one). A model's reply may carry either: left in, the
+# first INSERT or CSV row that meets one fails halfway through recording.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
@@ -120,7 +138,7 @@ def secret_values() -> list[str]:
 
 
 def _shape(match: re.Match[str]) -> str:
-    prefix = match.group("bearer") or match.group("assign") or ""
+    prefix = match.group("bearer") or match.group("assign") or match.group("query") or ""
     return prefix + REDACTED
 
 
@@ -134,6 +152,8 @@ def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
     """
     if not isinstance(text, str) or not text:
         return text
+    if _UNSTORABLE.search(text):
+        text = _UNSTORABLE.sub(UNSTORABLE_REPLACEMENT, text)
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
@@ -192,6 +212,38 @@ def install_log_redaction() -> None:
     logging.setLogRecordFactory(factory)
 
 
+def install_traceback_redaction() -> None:
+    """Make the interpreter's own traceback printers redact what they print (idempotent).
+
+    An exception nothing caught is printed by ``sys.excepthook`` (or, in a thread, by
+    ``threading.excepthook``) straight to stderr, past the log redaction: a provider error
+    that echoed a key would be printed whole. Both hooks format the traceback as they would,
+    then print it scrubbed. For command-line entry points; the app's exceptions go to its log.
+    """
+    global _tracebacks_installed
+    with _lock:
+        if _tracebacks_installed:
+            return
+        _tracebacks_installed = True
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+    def thread_excepthook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:  # as the default hook: a thread's exit is no error
+            return
+        name = args.thread.name if args.thread is not None else threading.get_ident()
+        text = "".join(traceback.format_exception(args.exc_type, args.exc_value,
+                                                  args.exc_traceback))
+        sys.stderr.write(redact(f"Exception in thread {name}:\n{text}"))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+
+
+_tracebacks_installed = False
+
+
 def _scrub_stored(value: Any, secrets: Sequence[str]) -> Any:
     """`redact_data` that also reaches into chat messages and exceptions (for checkpoints)."""
     if isinstance(value, str):
@@ -208,10 +260,44 @@ def _scrub_stored(value: Any, secrets: Sequence[str]) -> Any:
     content = getattr(value, "content", None)
     copy = getattr(value, "model_copy", None)
     if content is not None and callable(copy) and isinstance(content, str | list):
-        cleaned = _scrub_stored(content, secrets)
-        if cleaned != content:
-            return copy(update={"content": cleaned})
+        # A chat message: its text, and every other field a model's reply can echo a key into
+        # (tool call arguments, provider extras, an unparsable call's raw text, an artifact).
+        changed: dict[str, Any] = {}
+        for name in _MESSAGE_FIELDS:
+            field = getattr(value, name, None)
+            if field is not None:
+                cleaned = _scrub_stored(field, secrets)
+                if cleaned != field:
+                    changed[name] = cleaned
+        if changed:
+            return copy(update=changed)
     return value
+
+
+_MESSAGE_FIELDS = ("content", "tool_calls", "invalid_tool_calls", "additional_kwargs",
+                   "response_metadata", "artifact")
+
+
+def scrub_checkpoint_config(config: Any, metadata: Any) -> tuple[Any, Any]:
+    """A saver's ``put`` arguments with the secrets scrubbed from what becomes metadata.
+
+    LangGraph's savers store checkpoint metadata as JSON, past their serializer, and copy
+    into it every string of the run's ``config["metadata"]`` and ``config["configurable"]``
+    (where a configurable model's ``api_key`` goes). The keys that address the checkpoint
+    (``thread_id``, ``checkpoint_ns``, ``checkpoint_id``) are kept exactly: they are never
+    copied into metadata, and a changed one would store the checkpoint elsewhere.
+    """
+    from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
+
+    known = secret_values()
+    configurable = {
+        key: value if key in EXCLUDED_METADATA_KEYS or key.startswith("__")
+        else redact_data(value, secrets=known)
+        for key, value in (config.get("configurable") or {}).items()
+    }
+    clean_config = {**config, "configurable": configurable,
+                    "metadata": redact_data(dict(config.get("metadata") or {}), secrets=known)}
+    return clean_config, redact_data(dict(metadata), secrets=known)
 
 
 class RedactingSerializer:

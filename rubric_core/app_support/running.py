@@ -27,6 +27,7 @@ from rubric_core.app_support.settings import (
     uses_openai_client,
 )
 from rubric_core.export import criterion_rows
+from rubric_core.redact import redact
 from rubric_core.session import build_grader_tools
 from rubric_core.settings import RunSettings
 
@@ -176,7 +177,12 @@ def progress(iteration: int, cap: int) -> tuple[float, str]:
 
 
 def answer_markdown(text: str) -> str:
-    """Markdown that keeps the answer's line breaks (a haiku stays three lines)."""
+    """Markdown that keeps the answer's line breaks (a haiku stays three lines).
+
+    The Run page streams the worker's answer as it is written, before anything is stored, so
+    it is scrubbed here (`rubric_core.redact`): a key the worker echoes is not shown.
+    """
+    text = redact(text)
     out: list[str] = []
     fenced = False
     for line in text.split("\n"):

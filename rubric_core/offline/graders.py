@@ -15,6 +15,7 @@ reading, so a verdict given as JSON text is merged just like a tool call.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,8 @@ judge only the remaining criteria yourself.
 {lines}
 </rule_evidence>"""
 """The message `HybridGrader` adds after the grader request; {lines} lists the rule results."""
+
+_EVIDENCE_TAG = re.compile(r"<(\\*/?rule_evidence)", re.IGNORECASE)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -297,8 +300,10 @@ class HybridGrader(BaseChatModel):
             if v is not None:
                 status = "PASS" if v["passed"] else "FAIL"
                 gap = f" — {v['gap']}" if not v["passed"] else ""
-                lines.append(f"- [{status}] {i}. {v['name']}{gap}")
-        text = "\n".join(lines).replace("</rule_evidence", "<\\/rule_evidence")
+                # One line each: a gap may quote the graded code's own error message.
+                lines.append(" ".join(f"- [{status}] {i}. {v['name']}{gap}".split()))
+        # ...which must neither close this block nor open another (in any letter case).
+        text = _EVIDENCE_TAG.sub(r"<\\\1", "\n".join(lines))
         evidence = HumanMessage(RULE_EVIDENCE_PROMPT.format(lines=text))
         convo = [*messages[: index + 1], evidence, *messages[index + 1 :]]
         return None, convo, verdicts, payload.criteria

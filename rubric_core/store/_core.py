@@ -1080,11 +1080,23 @@ class Store:
         if not dataset.rows:
             msg = f"dataset {name!r} has no rows"
             raise ValueError(msg)
-        # Rows are stored scrubbed of secrets, like everything else in this file; a secret or
-        # key-shaped token becomes ``[redacted]`` inside its JSON string, which stays valid.
-        from rubric_core.redact import redact
+        # Rows are stored scrubbed of secrets, like everything else in this file. Each value is
+        # scrubbed before it is written as JSON, not the JSON text after: a secret holding a
+        # quote or a backslash is escaped there (so it would not be found), and a replacement
+        # could swallow the backslash before a quote and leave a line that no longer parses.
+        from rubric_core.redact import redact, secret_values
 
-        jsonl = redact(dataset.to_jsonl())
+        known = secret_values()
+
+        def clean(text: str) -> str:
+            return redact(text, secrets=known)
+
+        rows = tuple(dataclasses.replace(
+            row, id=clean(row.id), prompt=clean(row.prompt),
+            rubric=None if row.rubric is None else clean(row.rubric),
+            variables={key: clean(value) for key, value in row.variables.items()},
+        ) for row in dataset.rows)
+        jsonl = dataclasses.replace(dataset, rows=rows).to_jsonl()
         columns = json.dumps(list(dataset.columns), ensure_ascii=False)
         with self._connect(write=True) as conn:
             conn.lock(f"dataset:{name}")  # read the latest version, then write the next one

@@ -3,7 +3,8 @@
 ``PostgresSaver`` writes a channel's value through its serializer only when it is not a
 primitive: strings, numbers and booleans go into the ``checkpoints`` row's JSONB as they are,
 as does the metadata. `rubric_core.redact.RedactingSerializer` never sees them, so they are
-scrubbed here before ``put`` (SQLite's saver serializes the whole checkpoint, so it needs none).
+scrubbed here before ``put`` (SQLite's saver serializes the whole checkpoint, so there only the
+metadata needs it: `rubric_core.redact.scrub_checkpoint_config`).
 
 A database error inside any of the saver's operations (the server went away mid-run, say)
 comes out as the store's `StoreError`, with the message `PostgresBackend.error` writes: the
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from rubric_core.redact import redact_data, secret_values
+from rubric_core.redact import redact_data, scrub_checkpoint_config, secret_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -70,8 +71,6 @@ class RedactingPostgresSaver(PostgresSaver):
         values = {key: redact_data(value, secrets=known) if isinstance(value, str) else value
                   for key, value in checkpoint["channel_values"].items()}
         scrubbed = cast("Checkpoint", {**checkpoint, "channel_values": values})
-        clean_metadata = cast("CheckpointMetadata", redact_data(dict(metadata), secrets=known))
-        clean_config = cast("RunnableConfig", {
-            **config, "metadata": redact_data(dict(cast("Any", config).get("metadata") or {}),
-                                              secrets=known)})
-        return super().put(clean_config, scrubbed, clean_metadata, new_versions)
+        clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
+        return super().put(cast("RunnableConfig", clean_config), scrubbed,
+                           cast("CheckpointMetadata", clean_metadata), new_versions)

@@ -14,17 +14,21 @@ every checkpoint write and recorded event is a commit.
 Safety: a file is written only when it is absent or empty (0 bytes), or is ours — its header
 carries :data:`APPLICATION_ID`, or it has our ``meta`` table (files from releases before the
 application_id, which are upgraded in place) — at a schema this version reads, and it passes
-SQLite's ``quick_check``. These checks run before any connection that can write (ours or the
-``SqliteSaver``'s) opens the file, and read it without creating ``-wal``/``-shm`` files. Any
-other file (not SQLite, damaged, another application's, newer, mid-transaction) is refused with
-`StoreError` and left byte-for-byte untouched.
+SQLite's ``quick_check`` (its full ``integrity_check`` when a ``-wal`` would be replayed into
+it). These checks run before any connection that can write (ours or the ``SqliteSaver``'s)
+opens the file, and read it without creating ``-wal``/``-shm`` files. Any other file (not
+SQLite, damaged, another application's, newer, mid-transaction) is refused with `StoreError`
+and left byte-for-byte untouched, and so is a location another user controls (see
+`SqliteBackend._check_ownership`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from contextlib import contextmanager
@@ -61,6 +65,7 @@ _APPLICATION_ID_AT = 68
 _SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
 _TIMEOUT_S = 10.0
 _IDLE_CONNECTIONS = 8  # kept open per backend for reuse; more may be open while busy
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 class _SqliteTx:
@@ -117,8 +122,6 @@ class SqliteBackend:
         """A ``SqliteSaver`` on a connection made with ``check_same_thread=False``."""
         with self._lock:
             if self._saver is None:
-                from langgraph.checkpoint.sqlite import SqliteSaver
-
                 from rubric_core.redact import RedactingSerializer
 
                 try:
@@ -126,7 +129,7 @@ class SqliteBackend:
                 except sqlite3.Error as exc:
                     raise self.error(exc) from exc
                 # Checkpoints never hold a secret (an echoed key in an error, say).
-                saver = SqliteSaver(conn, serde=RedactingSerializer())
+                saver = _redacting_saver_class()(conn, serde=RedactingSerializer())
                 conn.execute("PRAGMA synchronous = NORMAL")  # see Durability above
                 try:
                     saver.setup()
@@ -265,6 +268,47 @@ class SqliteBackend:
         if not os.access(path.parent, os.W_OK | os.X_OK):
             msg = f"the directory {path.parent} is not writable"
             raise self._unwritable(msg)
+        self._check_ownership()
+
+    def _check_ownership(self) -> None:
+        """Refuse a location another user controls, before SQLite opens (or creates) anything.
+
+        Whoever can write to the database's directory can plant the file, a symlink in its
+        place or its ``-wal``/``-journal`` before this process creates them (a WAL is replayed
+        into the database on open), and read whatever is written. So: the directory (the
+        link's and the file's, for a symlink) must belong to this user or root and must not be
+        writable by every user (``/tmp`` is not a place for a database); the file and its side
+        files, where they exist, must be this user's regular files; and a symlink must point
+        at an existing file, as SQLite would otherwise create one wherever it points.
+        """
+        path, uid = self.path, os.geteuid()
+        real = path.resolve()
+        if path.is_symlink() and not real.exists():
+            msg = (f"it is a symbolic link to {real}, which does not exist, and SQLite would "
+                   "create a file wherever the link points")
+            raise self._unwritable(msg)
+        for directory in dict.fromkeys((path.parent.resolve(), real.parent)):
+            info = directory.stat()
+            if info.st_mode & stat.S_IWOTH:
+                msg = (f"its directory {directory} can be written by every user, so another "
+                       "user could replace the file or plant its journal; choose a directory "
+                       "only you can write to")
+                raise self._unwritable(msg)
+            if info.st_uid not in (uid, 0):
+                msg = (f"its directory {directory} belongs to another user (uid "
+                       f"{info.st_uid}), who could replace the file or plant its journal")
+                raise self._unwritable(msg)
+        for name in (real.name, *(real.name + suffix for suffix in _SIDE_FILES)):
+            try:
+                info = os.lstat(real.with_name(name))
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
+                what = "is not a regular file" if not stat.S_ISREG(info.st_mode) else (
+                    f"belongs to another user (uid {info.st_uid})")
+                msg = (f"{real.with_name(name)} {what}: a database is opened only from files "
+                       "this user owns")
+                raise self._unwritable(msg)
 
     def _inspect_existing(self) -> None:
         """Refuse a file that is not ours to write, before any connection can write to it.
@@ -297,16 +341,24 @@ class SqliteBackend:
             )
         except sqlite3.Error as exc:
             raise self.error(exc) from exc
+        # A -wal beside the file is replayed into it on the first write, whatever database it
+        # came from: frames of another file (ours or not) mix two databases' pages into b-trees
+        # whose tables and indexes disagree, which quick_check does not compare. With a WAL
+        # present the full integrity_check judges the file as SQLite is about to see it.
+        check = "integrity_check" if _wal_present(path) else "quick_check"
         try:
             self._identify(conn)
-            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+            problem = conn.execute(f"PRAGMA {check}(1)").fetchone()[0]
         except sqlite3.Error as exc:
             raise self.error(exc) from exc
         finally:
             conn.close()
         if problem != "ok":
             first = " ".join(str(problem).replace("*** in database main ***", "").split())
-            msg = f"failed SQLite's integrity check (quick_check: {first[:200]})"
+            msg = f"failed SQLite's integrity check ({check}: {first[:200]})"
+            if check == "integrity_check":
+                msg += (f"; if {path.name}-wal beside it came from another database, moving "
+                        "that file aside may be all it needs")
             raise self._damaged(msg)
 
     def _check_application_id(self, app_id: int) -> None:
@@ -383,7 +435,7 @@ def _read_only_uri(path: Path) -> str:
     transaction; otherwise ``mode=ro`` reads through the side files that are already there.
     """
     real = path.resolve()  # SQLite names side files after the symlink's target
-    in_use = real.with_name(real.name + "-wal").exists() or _journal_pending(real)
+    in_use = _wal_present(real) or _journal_pending(real)
     query = "mode=ro" if in_use else "mode=ro&immutable=1"
     return f"file:{urllib.parse.quote(str(real))}?{query}"
 
@@ -393,3 +445,24 @@ def _journal_pending(path: Path) -> bool:
     real = path.resolve()
     journal = real.with_name(real.name + "-journal")
     return journal.is_file() and journal.stat().st_size > 0
+
+
+def _wal_present(path: Path) -> bool:
+    """Whether a write-ahead log lies beside ``path`` (a live connection's or a leftover)."""
+    real = path.resolve()
+    return real.with_name(real.name + "-wal").exists()
+
+
+@functools.cache
+def _redacting_saver_class() -> type[SqliteSaver]:
+    """``SqliteSaver`` whose checkpoint metadata (JSON, past the serializer) is scrubbed too."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from rubric_core.redact import scrub_checkpoint_config
+
+    class RedactingSqliteSaver(SqliteSaver):
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
+            return super().put(clean_config, checkpoint, clean_metadata, new_versions)
+
+    return RedactingSqliteSaver

@@ -7,9 +7,9 @@ Two modes, chosen by ``RUBRIC_STUDIO_SANDBOX``:
   the merged-usr links), the Python installation (read-only, its site-packages hidden), a fresh
   ``/proc`` of its own PID namespace, a minimal ``/dev`` and one writable work dir ``/work``, a
   tmpfs of bounded size. No home, project, database or example file exists in there, the
-  environment is cleared, there is no network but a down loopback, every capability is
-  dropped, and a seccomp filter refuses the system calls that are kernel attack surface rather
-  than anything graded code needs (see `SECCOMP_DENIED`). ``--die-with-parent`` plus the PID
+  environment is cleared, there is no network but the sandbox's own loopback, every capability
+  is dropped, and a seccomp filter refuses the system calls that are kernel attack surface
+  rather than anything graded code needs (see `SECCOMP_DENIED`). ``--die-with-parent`` plus the PID
   namespace mean that when the sandbox's first process ends or is killed, every process the
   candidate started ends with it. When this process is root the sandbox drops to uid 65534
   first (an outer mount namespace lends it the Python installation, which may sit in a
@@ -119,6 +119,17 @@ SECCOMP_DENIED: dict[str, tuple[int, int]] = {
     "reboot": (169, 142),
     "acct": (163, 89),
     "quotactl": (179, 60),
+    # Memory that no rlimit counts: System V shared memory segments and message queues outlive
+    # a detach (RLIMIT_AS sees a segment only while it is mapped), and extended attributes on
+    # the work dir's tmpfs are kernel memory outside its size limit. No stdlib module uses
+    # either (multiprocessing uses POSIX shm in the size-limited /dev/shm); shutil's xattr
+    # copying ignores EPERM.
+    "shmget": (29, 194),
+    "msgget": (68, 186),
+    "setxattr": (188, 5),
+    "lsetxattr": (189, 6),
+    "fsetxattr": (190, 7),
+    "setxattrat": (463, 463),
 }
 
 _ARCHES = {

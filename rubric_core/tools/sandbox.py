@@ -94,7 +94,19 @@ TASK_LIMIT = 16
 """Processes plus threads the sandbox may hold at once (RLIMIT_NPROC inside its namespace).
 In ``unsafe-process`` mode it is headroom over the user's own tasks, and root is exempt."""
 
+FD_LIMIT = 64
+"""RLIMIT_NOFILE: open files per process. Memory behind a descriptor (a ``memfd``, a pipe's or
+a socket's buffer) is not counted by RLIMIT_AS, so this bounds it: at most this many 1 MiB
+(`FILE_LIMIT_BYTES`) memfds per process."""
+
+WORK_DIR_FILE_LIMIT = 10_000
+"""Files, directories and links the candidate may keep in its work dir (and in /dev/shm);
+checked from outside while it runs (see `_FileCountWatch`)."""
+
 _STATUS_READ_BYTES = 4096
+_WATCH_INTERVAL_S = 0.02
+_WATCHED_MOUNTS = ((isolation.WORK_DIR, WORK_DIR_LIMIT_BYTES),
+                   ("/dev/shm", isolation.SHM_LIMIT_BYTES))
 
 RUNS_CODE = "rubric_studio_runs_code"
 """Tool metadata key: true on tools that execute candidate code in the sandbox."""
@@ -268,6 +280,7 @@ def _limits(cpu: int, memory_mb: int, mode: str) -> list[tuple[int, int, int]]:
         (resource.RLIMIT_AS, memory, memory),
         (resource.RLIMIT_FSIZE, FILE_LIMIT_BYTES, FILE_LIMIT_BYTES),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NOFILE, FD_LIMIT, FD_LIMIT),
     ]
     if mode != isolation.BWRAP:
         # Under bwrap the harness sets RLIMIT_NPROC inside the sandbox's user namespace. Here
@@ -310,37 +323,94 @@ def _apply_limits(limits: list[tuple[int, int, int]]) -> None:
             resource.setrlimit(kind, (soft, hard))
 
 
-def _read_events(fd: int, deadline: float) -> tuple[bytes, bool]:
-    """Read the result pipe until EOF or the deadline: (data, timed_out)."""
+def _read_events(
+    fd: int, deadline: float, watch: _FileCountWatch | None = None
+) -> tuple[bytes, bool, str | None]:
+    """Read the result pipe until EOF, the deadline or a broken limit: (data, timed_out, why)."""
     chunks: list[bytes] = []
     size = 0
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while True:
+            if watch is not None and (why := watch.exceeded()):
+                return b"".join(chunks), False, why
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return b"".join(chunks), True
-            if not selector.select(remaining):
+                return b"".join(chunks), True, None
+            if not selector.select(min(remaining, _WATCH_INTERVAL_S)):
                 continue
             data = os.read(fd, 65536)
             if not data:
-                return b"".join(chunks), False
+                return b"".join(chunks), False, None
             if size < _RESULT_READ_BYTES:
                 chunks.append(data[: _RESULT_READ_BYTES - size])
                 size += len(chunks[-1])
 
 
-def _wait_exit(pid: int, deadline: float) -> bool:
-    """Wait for the child to exit without reaping it (so its pgid stays reserved)."""
+def _wait_exit(
+    pid: int, deadline: float, watch: _FileCountWatch | None = None
+) -> tuple[bool, str | None]:
+    """Wait for the child to exit without reaping it (so its pgid stays reserved).
+
+    Returns (exited, why): ``why`` names a limit the sandbox broke meanwhile.
+    """
     while True:
         try:
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
+                return True, None
         except ChildProcessError:
-            return True
+            return True, None
+        if watch is not None and (why := watch.exceeded()):
+            return False, why
         if time.monotonic() >= deadline:
-            return False
+            return False, None
         time.sleep(0.005)
+
+
+class _FileCountWatch:
+    """Counts, from outside, the files the candidate keeps in its tmpfs mounts.
+
+    A tmpfs's ``size`` bounds the bytes in it, not its inodes: empty files and directories
+    cost about 1 KB of kernel memory each, up to half the host's RAM pages of them, which no
+    rlimit counts and bubblewrap has no mount option for. So this process reads the inode count
+    of the sandbox's ``/work`` and ``/dev/shm`` through ``/proc/<pid>/root`` (the pid
+    bubblewrap reports on its status fd) while it waits, and `_run_child` kills the sandbox
+    when the count passes `WORK_DIR_FILE_LIMIT`.
+    """
+
+    def __init__(self, status_fd: int) -> None:
+        self.status_fd = status_fd
+        self.status = b""
+        self.pid: int | None = None
+        os.set_blocking(status_fd, False)
+
+    def sandbox_pid(self) -> int | None:
+        """The host pid of the sandbox's first process, once bubblewrap has reported it."""
+        if self.pid is None and len(self.status) < _STATUS_READ_BYTES:
+            try:
+                self.status += os.read(self.status_fd, _STATUS_READ_BYTES - len(self.status))
+            except (BlockingIOError, OSError):
+                return None
+            match = re.search(rb'"child-pid":\s*(\d+)', self.status)
+            self.pid = int(match.group(1)) if match else None
+        return self.pid
+
+    def exceeded(self) -> str | None:
+        """A reason when the sandbox holds more files than allowed, else None."""
+        pid = self.sandbox_pid()
+        if pid is None:
+            return None
+        for path, size in _WATCHED_MOUNTS:
+            try:
+                stats = os.statvfs(f"/proc/{pid}/root{path}")
+            except OSError:  # the sandbox is gone
+                continue
+            if stats.f_blocks * stats.f_frsize != size:
+                continue  # not the sandbox's tmpfs (yet): its root may still be the host's
+            if stats.f_files - stats.f_ffree > WORK_DIR_FILE_LIMIT:
+                return (f"file limit exceeded (more than {WORK_DIR_FILE_LIMIT:,} files and "
+                        f"directories in {path})")
+        return None
 
 
 def _kill_group(pgid: int) -> None:
@@ -408,6 +478,23 @@ def _shown(path: str) -> str:
     return path.removeprefix("builtins.")
 
 
+def _same_json(actual: object, expected: object) -> bool:
+    """JSON equality where ``true``/``false`` are not the numbers 1 and 0 (as Python's are).
+
+    Otherwise a candidate returning ``True`` would pass a case expecting ``1``, and ``[1, 0]``
+    one expecting ``[true, false]``. Integers and floats of equal value stay equal.
+    """
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(actual, list) and isinstance(expected, list):
+        return len(actual) == len(expected) and all(
+            _same_json(a, e) for a, e in zip(actual, expected, strict=True))
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        return actual.keys() == expected.keys() and all(
+            _same_json(actual[key], expected[key]) for key in expected)
+    return actual == expected
+
+
 def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
     """Compare what the child says one case did with what the case expects."""
     raised = report.get("raised")
@@ -434,7 +521,7 @@ def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
                        f"JSON-comparable ({report['unjsonable']})")
     if "value" not in report:
         return False, "the sandbox reported no outcome for this case"
-    if report["value"] == json.loads(expected):
+    if _same_json(report["value"], json.loads(expected)):
         return True, ""
     return False, f"expected {_clip(expected, 200)}, got {_clip(json.dumps(report['value']), 200)}"
 
@@ -501,8 +588,12 @@ def _remove_tree(path: str) -> None:
         # The candidate may have made parts of its directory unreadable; open them up and retry.
         for root, dirs, _ in os.walk(path):
             for name in dirs:
-                with contextlib.suppress(OSError):
-                    os.chmod(os.path.join(root, name), 0o700)
+                entry = os.path.join(root, name)
+                # os.walk lists a symlink to a directory among the dirs, and chmod follows it:
+                # a link the candidate planted would open up a directory of its choosing.
+                if not os.path.islink(entry):
+                    with contextlib.suppress(OSError):
+                        os.chmod(entry, 0o700)
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -629,17 +720,19 @@ def _run_child(
                     proc.stdin.write(json.dumps(spec).encode("utf-8"))
             except (BrokenPipeError, OSError):
                 pass  # the child died at once; its exit status says why
-            raw, timed_out = _read_events(read_fd, deadline)
-            if not timed_out:
-                timed_out = not _wait_exit(proc.pid, deadline)
+            watch = _FileCountWatch(status_read) if mode == isolation.BWRAP else None
+            raw, timed_out, broken = _read_events(read_fd, deadline, watch)
+            if not timed_out and broken is None:
+                exited, broken = _wait_exit(proc.pid, deadline, watch)
+                timed_out = not exited and broken is None
             _kill_group(proc.pid)
             returncode = proc.wait()
-            _wait_sandbox_gone(status_read)
+            _wait_sandbox_gone(status_read, watch)
             stdout = _read_stream(out, tail=False)
             stderr = _read_stream(err, tail=True)
         events = _parse_events(raw, nonce)
-        run_error: str | None = None
-        if not any(event.get("event") == "done" for event in events):
+        run_error: str | None = broken
+        if broken is None and not any(event.get("event") == "done" for event in events):
             if timed_out:
                 run_error = f"timed out after {_fmt_seconds(seconds)} s"
             else:
@@ -664,22 +757,18 @@ def _warn_unsafe_once() -> None:
         _log.warning("%s", isolation.sandbox_status().detail)
 
 
-def _wait_sandbox_gone(status_fd: int, limit_s: float = 5.0) -> None:
+def _wait_sandbox_gone(
+    status_fd: int, watch: _FileCountWatch | None = None, limit_s: float = 5.0
+) -> None:
     """Block until the sandbox's first process (its PID namespace's init) has exited.
 
     Killing bubblewrap ends the sandbox through ``--die-with-parent``, asynchronously; the PID
     namespace's init exits only once every process in it is gone, so waiting for it means
     nothing the candidate started outlives this call.
     """
-    os.set_blocking(status_fd, False)
-    try:
-        data = os.read(status_fd, _STATUS_READ_BYTES)
-    except (BlockingIOError, OSError):
+    pid = (watch or _FileCountWatch(status_fd)).sandbox_pid()
+    if pid is None:
         return
-    match = re.search(rb'"child-pid":\s*(\d+)', data)
-    if match is None:
-        return
-    pid = int(match.group(1))
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
         try:
