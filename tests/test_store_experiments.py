@@ -237,11 +237,11 @@ def test_an_experiment_with_a_live_lease_is_not_deleted(store: Store) -> None:
     held = store.claim_cell(exp_id, "worker", lease_s=600, done=ENDED)
     dying = store.claim_cell(exp_id, "dies", lease_s=0.001, done=ENDED)
     assert held is not None and dying is not None
+    time.sleep(0.05)  # the dying worker's lease has run out; the other one's has not
     with pytest.raises(ValueError, match=r"is running: 1 cell\(s\) are leased .* 600 s more"):
         store.delete_experiment(exp_id)
     assert len(store.experiment_cells(exp_id)) == 2  # nothing was deleted
     assert store.release_cell(exp_id, held.key, "worker")
-    time.sleep(0.05)  # and the dead worker's lease has expired
     assert store.delete_experiment(exp_id)
     assert store.get_experiment(exp_id) is None and store.experiment_cells(exp_id) == []
     assert not store.delete_experiment(exp_id)
