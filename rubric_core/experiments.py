@@ -372,7 +372,7 @@ class _Tally:
             self.errors += status in ERROR_STATUSES
 
 
-def _needs_run(cell: CellRecord, retry_errors: bool) -> bool:
+def _needs_run(cell: CellOutcome, retry_errors: bool) -> bool:
     return cell.status not in ENDED_STATUSES or (retry_errors and cell.status in ERROR_STATUSES)
 
 
@@ -481,7 +481,7 @@ class _Driver:
         dataset, _ = self.store.load_dataset(exp.dataset_name, exp.dataset_version)
         rows = {r.id: r for r in dataset.rows}
         self.store.set_experiment_status(exp.experiment_id, "running")
-        cells = self.store.experiment_cells(exp.experiment_id)
+        cells = self.store.cell_outcomes(exp.experiment_id)  # lean: no settings decoded
         self.tallies = [_Tally() for _ in exp.configurations]
         # The cells this worker may still claim, with the run each had when it started (a
         # cell another worker ended since is counted, not run again).
@@ -489,7 +489,7 @@ class _Driver:
         for cell in cells:
             self.tallies[cell.config_index].total += 1
             if _needs_run(cell, self.retry_errors):
-                self.left[cell.key] = cell.run.run_id if cell.run else None
+                self.left[cell.key] = cell.run_id
             else:
                 self.tallies[cell.config_index].add(cell.status)
         self.remaining, self.finished_here = len(self.left), 0
@@ -509,7 +509,7 @@ class _Driver:
                     await renewing
         if self.stop.is_set():
             return "stopped"
-        left = [c for c in self.store.experiment_cells(exp.experiment_id)
+        left = [c for c in self.store.cell_outcomes(exp.experiment_id)
                 if c.status not in ENDED_STATUSES]
         return "stopped" if left else "finished"
 
@@ -523,11 +523,10 @@ class _Driver:
 
     def _count_ended_elsewhere(self) -> None:
         """Drop from `left` the cells another worker ended since this one started."""
-        for cell in self.store.experiment_cells(self.experiment.experiment_id):
+        for cell in self.store.cell_outcomes(self.experiment.experiment_id):
             if cell.key not in self.left or cell.status not in ENDED_STATUSES:
                 continue
-            run_id = cell.run.run_id if cell.run else None
-            if cell.status in ERROR_STATUSES and run_id == self.left[cell.key]:
+            if cell.status in ERROR_STATUSES and cell.run_id == self.left[cell.key]:
                 continue  # the error this worker was asked to retry, not a new ending
             del self.left[cell.key]
             self.tallies[cell.config_index].add(cell.status)

@@ -49,7 +49,10 @@ class WorkerStarted(TypedDict):
 
 
 class WorkerToken(TypedDict):
-    """A streamed piece of the worker's answer."""
+    """A streamed piece of the worker's answer, as the model sent it.
+
+    Not scrubbed: a key may span pieces, so whoever shows tokens scrubs what it has gathered.
+    """
 
     type: Literal["worker_token"]
     iteration: int
@@ -57,7 +60,7 @@ class WorkerToken(TypedDict):
 
 
 class WorkerMessage(TypedDict):
-    """The worker's complete message."""
+    """The worker's complete message, scrubbed of secrets (`rubric_core.redact`)."""
 
     type: Literal["worker_message"]
     iteration: int
@@ -252,7 +255,10 @@ def _watched(agent: Any, payload: dict[str, Any] | None, config: dict[str, Any],
                 for delta in item.text:
                     parts.append(delta)
                     yield {"type": "worker_token", "iteration": iteration, "text": delta}
-                yield {"type": "worker_message", "iteration": iteration, "text": "".join(parts)}
+                # The whole answer, scrubbed of keys it echoes (a key split over tokens is
+                # whole here); consumers that draw tokens as they come scrub what they show.
+                yield {"type": "worker_message", "iteration": iteration,
+                       "text": redact("".join(parts))}
                 continue
             event = _custom_event(item)
             if event is not None:
