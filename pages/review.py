@@ -27,6 +27,10 @@ ITERATION_COLUMNS = {
     "criterion": st.column_config.TextColumn("Criterion", width="medium"),
     "gap": st.column_config.TextColumn("Gap", width="large",
                                        help="What the grader found missing or wrong"),
+    "note": st.column_config.TextColumn(
+        "Note", width="medium",
+        help="regressed: passed on the previous pass, fails now; with grader repeats, how many "
+        "agreed (unstable when they did not all agree)"),
     "explanation": st.column_config.TextColumn("Explanation", width="large"),
 }
 

@@ -33,6 +33,10 @@ VERDICT_COLUMNS = {
     "passed": st.column_config.CheckboxColumn("Passed", width="small"),
     "gap": st.column_config.TextColumn("Gap", width="large",
                                        help="What the grader found missing or wrong"),
+    "note": st.column_config.TextColumn(
+        "Note", width="medium",
+        help="regressed: passed on the previous pass, fails now; with grader repeats, how many "
+        "agreed (unstable when they did not all agree)"),
 }
 
 
