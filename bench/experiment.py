@@ -9,7 +9,9 @@ grading passes: the grader fails the worker's answers until the last pass, so a 
 - ``loop``: `run_experiment` — every cell the full rubric loop (agent graph, middleware,
   checkpoints in a SQLite file, recording in the run index);
 - ``plain``: the same calls from plain asyncio with one ``ChatOpenAI`` (``ainvoke``), bounded
-  by a semaphore: the floor for any client in Python.
+  by a semaphore: the floor for any client in Python;
+- with ``--workers W``, also ``rubric-studio eval --workers W`` (the same experiment split over
+  W processes, C shared out between them; its wall time includes the interpreters' start-up).
 
 Reported: span efficiency = ideal / (last response - first request) and wall efficiency =
 ideal / wall time (creation and start-up included), ideal = calls × delay / C; the ratio of
@@ -21,6 +23,7 @@ Run from the repository root:
 
     .venv/bin/python bench/experiment.py      # 64 rows, 2 passes, 200 ms, C = 1 4 16 32
     .venv/bin/python bench/experiment.py --rows 32 --passes 1 --concurrency 1 16
+    .venv/bin/python bench/experiment.py --concurrency 16 --workers 2
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import argparse
 import asyncio
 import functools
 import multiprocessing as mp
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -116,6 +121,33 @@ def _loop(server: Server, rows: int, concurrency: int) -> float:
     return wall
 
 
+def _cli_workers(server: Server, rows: int, concurrency: int, workers: int) -> float:
+    """Wall seconds of the same experiment through `rubric-studio eval --workers`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "rows.csv"
+        data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(rows)),
+                        encoding="utf-8")
+        config = (f"worker=openai-compatible:w,grader=openai-compatible:g,cap=8,"
+                  f"base_url={server.base_url}")
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+             f"- {CRITERION}", "--config", config, "--db", str(Path(tmp) / "bench.sqlite3"),
+             "--concurrency", str(concurrency), "--workers", str(workers)],
+            env={**os.environ, "OPENAI_API_KEY": "bench-key"}, capture_output=True, text=True,
+            check=False)
+        wall = time.monotonic() - started
+    if proc.returncode != 0 or f"{rows}/{rows} done, 100% satisfied" not in proc.stdout:
+        msg = f"eval --workers {workers} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        raise SystemExit(msg)
+    return wall
+
+
+def _cpu_children() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def _plain(server: Server, rows: int, concurrency: int, passes: int) -> float:
     """Wall seconds of the same calls from plain asyncio and one ChatOpenAI."""
     from langchain_core.messages import AIMessage, HumanMessage
@@ -165,6 +197,8 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--delay-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    parser.add_argument("--workers", type=int, default=0,
+                        help="also run the experiment with `eval --workers W` (0: don't)")
     args = parser.parse_args()
     delay = args.delay_ms / 1000
     print(f"{args.rows} rows x {2 * args.passes} calls ({args.passes} passes), "
@@ -186,6 +220,18 @@ def main() -> int:
             if loop["peak"] > c:
                 print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
                 failed = True
+            if args.workers > 1:
+                before = _cpu_children()
+                spread = _measured(server, functools.partial(
+                    _cli_workers, server, args.rows, c, args.workers), c, delay, args.rows)
+                cpu = 1000 * (_cpu_children() - before) / args.rows
+                print(f"    eval --workers {args.workers}: span {spread['span_eff']:.2f}, "
+                      f"wall {spread['wall_eff']:.2f} (start-up included), "
+                      f"span/plain {spread['span_eff'] / plain['span_eff']:.2f}, "
+                      f"peak {spread['peak']:.0f}, cpu {cpu:.1f} ms/row over all processes")
+                if spread["peak"] > c:
+                    print(f"FAIL: {spread['peak']:.0f} requests in flight with C = {c}")
+                    failed = True
     finally:
         server.close()
     return 1 if failed else 0

@@ -9,9 +9,13 @@ ends otherwise, 2 for bad arguments or configuration (with a message, not a trac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -450,7 +454,12 @@ def _add_eval_parsers(sub: Any) -> None:
     ev.add_argument("--repeats", type=int, default=1,
                     help="run every row × configuration this many times (default 1), to see "
                     "how stable the verdicts are")
-    ev.add_argument("--concurrency", type=int, default=None, help="cells at once (default 4)")
+    ev.add_argument("--concurrency", type=int, default=None,
+                    help="cells at once, over all workers (default 4)")
+    ev.add_argument("--workers", type=int, default=1,
+                    help="processes sharing the experiment's cells (default 1): a process is "
+                    "bound to one CPU core by Python's GIL, so more workers use more cores; "
+                    "--concurrency and --model-limit are shared out between them")
     ev.add_argument("--model-limit", action="append", default=[], metavar="M=N",
                     help="at most N cells at once use model M (worker or grader); repeatable")
     ev.add_argument("--min-pass-rate", type=float, default=None,
@@ -597,6 +606,16 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
         msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
         raise UsageError(msg)
     per_model = _model_limits(args.model_limit)
+    concurrency = args.concurrency or DEFAULT_CONCURRENCY
+    if not 1 <= args.workers <= concurrency:
+        msg = (f"--workers must be from 1 to --concurrency ({concurrency}), got {args.workers}: "
+               "each worker runs at least one cell at a time")
+        raise UsageError(msg)
+    for model, limit in per_model.items():
+        if limit < args.workers:
+            msg = (f"--model-limit {model}={limit} is shared out between {args.workers} "
+                   "workers: give each at least one (N at least --workers)")
+            raise UsageError(msg)
     if args.resume is None and not args.dataset:
         msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
         raise UsageError(msg)
@@ -627,10 +646,19 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
         show = _ProgressPrinter(out)
-        for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
-                                    concurrency=args.concurrency or DEFAULT_CONCURRENCY,
-                                    per_model=per_model):
-            show(event)
+        concurrency = args.concurrency or DEFAULT_CONCURRENCY
+        shares = _shares(concurrency, args.workers)
+        limits = {m: _shares(n, args.workers) for m, n in per_model.items()}
+        with _helper_workers(args, exp_id, db, shares[1:],
+                             [{m: n[i] for m, n in limits.items()}
+                              for i in range(1, args.workers)]) as helpers:
+            for event in run_experiment(store, exp_id, retry_errors=args.retry_errors,
+                                        concurrency=shares[0],
+                                        per_model={m: n[0] for m, n in limits.items()}):
+                show(event)
+            failed = helpers.wait()
+        for message in failed:
+            out.write(message + "\n")
         results = experiment_results(store, exp_id)
         summary = results.summary()
         out.write("\n" + redact(summary.to_string(index=False)) + "\n")
@@ -660,6 +688,67 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
     if low:
         out.write(f"below --min-pass-rate {args.min_pass_rate:g}: {', '.join(low)}: exit 1\n")
     return 1 if low else 0
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` whole numbers as even as can be (the first ones larger)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class _Helpers:
+    """Helper worker processes of one `eval --workers N` (see `_helper_workers`)."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[subprocess.Popen[bytes], Any]] = []
+
+    def wait(self) -> list[str]:
+        """Wait for every helper to end; a message for each that failed (exit 2 or a crash)."""
+        failed = []
+        for index, (proc, log) in enumerate(self.procs, start=2):
+            code = proc.wait()
+            if code not in (0, 1):  # 1: its share of cells fell below --min-pass-rate
+                log.seek(0)
+                tail = redact(log.read().decode("utf-8", "replace").strip()[-1000:])
+                failed.append(f"worker {index} (pid {proc.pid}) exited {code}: {tail}")
+        return failed
+
+
+@contextlib.contextmanager
+def _helper_workers(args: argparse.Namespace, exp_id: str, db: str | Path,
+                    concurrency: list[int], limits: list[dict[str, int]]) -> Iterator[_Helpers]:
+    """Start ``len(concurrency)`` more `eval --resume` processes on the experiment.
+
+    They share its cells through the store's leases, as workers on other machines would. The
+    database goes to them in the environment, not on the command line (a URL's password would
+    show in ``ps``). If this process stops early (Ctrl-C, an error), they are stopped too:
+    their running cells end ``interrupted`` and resume later.
+    """
+    helpers = _Helpers()
+    env = {**os.environ, DB_ENV_VAR: str(db)}
+    try:
+        for share, limit in zip(concurrency, limits, strict=True):
+            cmd = [sys.executable, "-m", "rubric_core", "eval", "--resume", exp_id,
+                   "--concurrency", str(share),
+                   *(f"--model-limit={m}={n}" for m, n in limit.items()),
+                   *(["--retry-errors"] if args.retry_errors else [])]
+            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed after the helper ends
+            helpers.procs.append((subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=log), log))
+        yield helpers
+    except BaseException:
+        for proc, _ in helpers.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # a clean stop: its cells become resumable
+        for proc, _ in helpers.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+    finally:
+        for _, log in helpers.procs:
+            log.close()
 
 
 def _model_configs(args: argparse.Namespace) -> list[Any]:

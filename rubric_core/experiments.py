@@ -111,6 +111,7 @@ CRITERIA_COLUMNS: tuple[str, ...] = (
 _CELL_COLUMNS = ("experiment_id", "configuration", "config_index", "repeat_index")
 _STALE_POLL_S = 1.0
 _CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
+_WATCH_S = 2.0  # how often a worker counts the cells other workers ended
 _RUNS_PER_READ = 100
 
 
@@ -499,14 +500,16 @@ class _Driver:
         model_limits = {m: asyncio.Semaphore(n) for m, n in self.per_model.items()}
         slots = min(self.concurrency, len(self.left))
         with ThreadPoolExecutor(max(slots, 1), thread_name_prefix="cell") as pool:
-            renewing = asyncio.create_task(self._renew_leases())
+            helpers = [asyncio.create_task(self._renew_leases()),
+                       asyncio.create_task(self._watch_elsewhere())]
             try:
                 await asyncio.gather(*(self._slot(rows, model_limits, pool)
                                        for _ in range(slots)))
             finally:
-                renewing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewing
+                for task in helpers:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         if self.stop.is_set():
             return "stopped"
         left = [c for c in self.store.cell_outcomes(exp.experiment_id)
@@ -521,9 +524,13 @@ class _Driver:
                                      lease_s=session.STALE_AFTER_S, done=done,
                                      keys=list(self.left))
 
-    def _count_ended_elsewhere(self) -> None:
-        """Drop from `left` the cells another worker ended since this one started."""
-        for cell in self.store.cell_outcomes(self.experiment.experiment_id):
+    async def _count_ended_elsewhere(self) -> None:
+        """Drop from `left` the cells another worker ended since this one started.
+
+        The cells are read on a thread; `left` and the tallies change on the event loop only.
+        """
+        cells = await asyncio.to_thread(self.store.cell_outcomes, self.experiment.experiment_id)
+        for cell in cells:
             if cell.key not in self.left or cell.status not in ENDED_STATUSES:
                 continue
             if cell.status in ERROR_STATUSES and cell.run_id == self.left[cell.key]:
@@ -540,7 +547,7 @@ class _Driver:
         while not self.stop.is_set() and self.left:
             cell = await asyncio.to_thread(self._claim)
             if cell is None:  # the rest are leased by other workers: wait for them or their expiry
-                await asyncio.to_thread(self._count_ended_elsewhere)
+                await self._count_ended_elsewhere()
                 if self.left:
                     await asyncio.sleep(_CLAIM_POLL_S)
                 continue
@@ -553,6 +560,13 @@ class _Driver:
                 with contextlib.suppress(StoreError):
                     await asyncio.to_thread(self.store.release_cell, exp_id, cell.key,
                                             self.owner)
+
+    async def _watch_elsewhere(self) -> None:
+        """Count, as they end, the cells other workers run, so progress covers theirs too."""
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            with contextlib.suppress(StoreError):  # a busy database: the next round retries
+                await self._count_ended_elsewhere()
 
     async def _renew_leases(self) -> None:
         """Keep this worker's leases alive; a lease found lost stops work on its cell."""

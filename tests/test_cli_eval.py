@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from openai_server import DelayedServer, FakeOpenAI, error
+from openai_server import DelayedServer, FakeOpenAI, error, verdict
 from pg_support import scalar
 from test_experiments import runs_per_thread
 
@@ -307,3 +307,84 @@ def test_bad_judging_keys_exit_2_and_store_nothing(
                 io.StringIO())
     assert code == 2 and message in capsys.readouterr().err
     assert not db.exists() or _count(db, "experiments") == 0
+
+
+def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) -> None:
+    server = DelayedServer(delay_s=0.05, grader_reply=verdict(
+        "satisfied", "fine", ["answers the question"]))
+    db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
+    data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(24)), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    with server.fake:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+             "- answers the question", "--config",
+             f"worker=openai-compatible:w,grader=openai-compatible:g,"
+             f"base_url={server.fake.base_url}",
+             "--db", str(db), "--concurrency", "4", "--workers", "2",
+             "--model-limit", "openai-compatible:w=2"],
+            env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "24/24 done, 100% satisfied" in proc.stdout
+    assert server.peak <= 4  # the concurrency is shared out, not multiplied
+    with Store(db) as store:
+        [exp] = store.list_experiments()
+        assert runs_per_thread(store, exp.experiment_id) == [1] * 24
+        owners = {run.owner for run in store.list_runs(limit=None)}
+    pids = {owner.split(":")[1] for owner in owners if owner}
+    assert len(pids) == 2  # both processes ran cells
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["--workers", "5"], "--workers must be from 1 to --concurrency (4)",
+                 id="more_workers_than_cells_at_once"),
+    pytest.param(["--workers", "2", "--model-limit", "demo=1"],
+                 "--model-limit demo=1 is shared out between 2 workers", id="limit_too_small"),
+])
+def test_bad_workers_exit_2_and_store_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    db = tmp_path / "db.sqlite3"
+    code = main(["eval", "--dataset", "bundled", "--db", str(db), *args], io.StringIO())
+    assert code == 2 and message in capsys.readouterr().err
+    assert not db.exists() or _count(db, "experiments") == 0
+
+
+def test_ctrl_c_stops_every_worker_and_resume_finishes_each_cell_once(tmp_path: Path) -> None:
+    server = DelayedServer(delay_s=0.3, grader_reply=verdict(
+        "satisfied", "fine", ["answers the question"]))
+    db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
+    data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(24)), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    with server.fake:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+             "- answers the question", "--config",
+             f"worker=openai-compatible:w,grader=openai-compatible:g,"
+             f"base_url={server.fake.base_url}",
+             "--db", str(db), "--concurrency", "4", "--workers", "2"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while server.peak < 4 and time.monotonic() < deadline:  # both workers are calling
+            time.sleep(0.05)
+        assert server.peak == 4
+        parent.send_signal(signal.SIGINT)  # Ctrl-C, as a terminal sends it to the parent
+        _, err = parent.communicate(timeout=60)
+        assert parent.returncode == 130 and "interrupted" in err
+        with Store(db) as store:
+            [exp] = store.list_experiments()
+            cells = store.experiment_cells(exp.experiment_id)
+        assert {c.status for c in cells} - {"satisfied", "interrupted", "pending"} == set()
+        assert any(c.status != "satisfied" for c in cells)
+        time.sleep(1.0)
+        quiet = len(server.fake.request_times)
+        time.sleep(1.0)
+        assert len(server.fake.request_times) == quiet  # no helper kept working
+        resumed = subprocess.run(
+            [sys.executable, "-m", "rubric_core", "eval", "--resume", exp.experiment_id,
+             "--db", str(db), "--workers", "2"],
+            env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    with Store(db) as store:
+        assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"satisfied"}
+    assert runs_per_thread(db, exp.experiment_id) == [1] * 24
