@@ -439,6 +439,7 @@ class Store:
         On PostgreSQL the server's clock (`PostgresBackend.clock_offset_s`), so processes on
         several machines write and judge run heartbeats alike; on SQLite this machine's.
         """
+        self.open()  # a database that is not ours is refused before it is asked the time
         offset = self._backend.clock_offset_s()
         moment = datetime.now(UTC) + timedelta(seconds=offset)
         return moment.isoformat(timespec="microseconds")
