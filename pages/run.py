@@ -84,8 +84,12 @@ def live(run: session.Session) -> None:
                 box.markdown(f"**Draft {event['iteration'] + 1}**")
                 answer, slot = "", box.empty()
             elif kind in ("worker_token", "worker_message") and slot is not None:
-                answer = answer + event["text"] if kind == "worker_token" else event["text"]
-                slot.markdown(sup.answer_markdown(answer))
+                if kind == "worker_token":
+                    answer += event["text"]
+                    slot.markdown(sup.streaming_markdown(answer))
+                else:
+                    answer = event["text"]
+                    slot.markdown(sup.answer_markdown(answer))
             elif kind == "evaluation_started":
                 pass_slot = box.empty()
                 pass_slot.info(f"Grading pass {event['iteration'] + 1}…")

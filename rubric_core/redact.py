@@ -160,6 +160,44 @@ def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
     return _KEY_SHAPES.sub(_shape, text)
 
 
+_PARTIAL_KEY = re.compile(
+    r"(?:\b[Bb]earer\s+[A-Za-z0-9._~+/=-]*"
+    r"|\b(?:sk-(?:ant-)?|gsk_|xai-)[A-Za-z0-9_-]*"
+    r"|\bAIza[0-9A-Za-z_-]*"
+    r"|\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?[^\s\"',}\\]*"
+    r"|[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=[^&#\s\"'<>\\]*)\Z",
+    re.IGNORECASE,
+)
+"""A key shape that has begun at the very end of a text but may not be complete yet."""
+
+_STREAM_HOLD_MIN = 4  # the fewest characters of a secret's start worth holding back
+
+
+def redact_stream(text: str) -> str:
+    """`redact` for text still being streamed: a tail that may be a key's beginning is held.
+
+    A key arrives over several tokens; shown as it comes, its first characters would be on the
+    screen before the whole key is there to be recognised. So the end of the text is held back
+    when it is the start of a configured secret, or of a key shape (``sk-``, ``Bearer``,
+    ``api_key=``, ...), and ``…`` stands for it until more text arrives or the stream ends
+    (the whole message is then shown, scrubbed, as `redact` gives it).
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    known = secret_values()
+    clean = redact(text, secrets=known)
+    cut = len(clean)
+    for secret in known:
+        for n in range(min(len(secret) - 1, len(clean)), _STREAM_HOLD_MIN - 1, -1):
+            if clean.endswith(secret[:n]):
+                cut = min(cut, len(clean) - n)
+                break
+    partial = _PARTIAL_KEY.search(clean)
+    if partial is not None:
+        cut = min(cut, partial.start())
+    return clean if cut == len(clean) else clean[:cut] + "…"
+
+
 def redact_data(value: T, *, secrets: Sequence[str] | None = None) -> T:
     """`redact` every string inside ``value`` (dicts, lists and tuples, recursively).
 

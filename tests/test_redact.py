@@ -223,3 +223,24 @@ def test_stored_keys_go_only_to_the_endpoint_they_were_configured_for(
         inner = getattr(model, "llm", model)
         _call(inner)
     assert recorder.authorizations == [expected] * 3
+
+
+def test_a_key_streamed_token_by_token_never_shows_a_single_character_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rubric_core.redact import REDACTED, redact_stream
+
+    secret = "live-Secret-8f3a91c2d7"
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", secret)
+    shape = "sk-" + "A1b2C3d4E5f6G7h8"
+    for key in (secret, shape):
+        text = f"Sure, here it is: {key} — keep it safe."
+        shown = [redact_stream(text[:n]) for n in range(len(text) + 1)]
+        for frame in shown:  # every frame the page would draw while the tokens arrive
+            for leak_len in range(4, len(key) + 1):
+                assert key[:leak_len] not in frame, frame
+        assert shown[-1] == f"Sure, here it is: {REDACTED} — keep it safe."
+    # Text that only looks like a key's start for a moment comes out whole at the end.
+    assert redact_stream("ask-me anything") == "ask-me anything"
+    assert redact_stream("see sk-") == "see …"
+    assert redact_stream("plain words") == "plain words"

@@ -140,6 +140,7 @@ from rubric_core.app_support.running import (
     progress,
     session_key,
     settings_from_state,
+    streaming_markdown,
     verdict_frame,
 )
 from rubric_core.app_support.settings import (
@@ -289,6 +290,7 @@ __all__ = [
     "stop_experiment",
     "store_error_message",
     "stored_dataset",
+    "streaming_markdown",
     "summary_csv",
     "sync_rubric_from_editor",
     "target_label",

@@ -27,7 +27,7 @@ from rubric_core.app_support.settings import (
     uses_openai_client,
 )
 from rubric_core.export import criterion_rows
-from rubric_core.redact import redact
+from rubric_core.redact import redact, redact_stream
 from rubric_core.session import build_grader_tools
 from rubric_core.settings import RunSettings
 
@@ -174,6 +174,14 @@ def progress(iteration: int, cap: int) -> tuple[float, str]:
     cap = max(cap, 1)
     k = min(iteration + 1, cap)
     return min(k / cap, 1.0), f"Iteration {k} of {cap}"
+
+
+def streaming_markdown(text: str) -> str:
+    """`answer_markdown` of an answer still arriving: a tail that may start a key is held back.
+
+    See `rubric_core.redact.redact_stream`.
+    """
+    return answer_markdown(redact_stream(text))
 
 
 def answer_markdown(text: str) -> str:
