@@ -423,15 +423,10 @@ def _record_events(
             store.add_evaluation(run_id, redact_data(evaluation), owner=owner)
             seen.add(key)
 
-    def taken_over() -> RunTakenOver:
-        return RunTakenOver(f"Run {run_id[:8]} was taken over by another server or process "
-                            "(it found this one silent and resumed it); this one stopped "
-                            "recording it.")
-
     try:
         for event in events:
             if heartbeat.lost.is_set():
-                raise taken_over()
+                raise RunTakenOver(run_id)
             if event["type"] == "evaluation_finished":
                 add(event["evaluation"])
             elif event["type"] == "run_finished":

@@ -65,6 +65,10 @@ __all__ = ["SCHEMA_VERSION", "CellOutcome", "CellRecord", "DatasetInfo", "Experi
 class RunTakenOver(StoreError):
     """A recorder wrote to a run that another server or process has taken over (resumed)."""
 
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run {run_id[:8]} was taken over by another server or process (it "
+                         "found this one silent and resumed it); this one stopped recording it.")
+
 _CHUNK = 300  # ids per IN (...) query, well under either database's parameter limit
 _CLAIM_TRIES = 200
 _CLAIM_RETRY_S = 0.01
@@ -561,8 +565,8 @@ class Store:
         _check_status(ev["status"])
         now = self.now()
         with self._connect(write=True) as conn:
-            self._require_run(conn, run_id, lock=True)  # one pass at a time takes the next seq
-            self._require_owner(conn, run_id, owner)
+            # One pass at a time takes the next seq; a former owner's pass is refused.
+            self._require_run(conn, run_id, lock=True, owner=owner)
             (seq,) = conn.execute(
                 "SELECT COALESCE(MAX(seq) + 1, 0) FROM evaluations WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -618,8 +622,7 @@ class Store:
         """
         _check_status(status)
         with self._connect(write=True) as conn:
-            self._require_run(conn, run_id, lock=owner is not None)
-            self._require_owner(conn, run_id, owner)
+            self._require_run(conn, run_id, lock=owner is not None, owner=owner)
             conn.execute(
                 "UPDATE runs SET status = ?, error = ?, updated_at = ?, "
                 "duration_s = COALESCE(?, duration_s) WHERE run_id = ?",
@@ -1518,24 +1521,20 @@ class Store:
         return cast("AbstractContextManager[Tx]", self._backend.connect(write=write))
 
     @staticmethod
-    def _require_owner(conn: Tx, run_id: str, owner: str | None) -> None:
-        """Raise `RunTakenOver` when ``owner`` is given and another owner holds the run."""
-        if owner is None:
-            return
-        (holder,) = conn.execute("SELECT owner FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if holder is not None and holder != owner:
-            msg = (f"Run {run_id[:8]} was taken over by another server or process (it found "
-                   "this one silent and resumed it); this one stopped recording it.")
-            raise RunTakenOver(msg)
+    def _require_run(conn: Tx, run_id: str, *, lock: bool = False,
+                     owner: str | None = None) -> None:
+        """Raise KeyError for an unknown run; with ``lock``, hold its row until the end.
 
-    @staticmethod
-    def _require_run(conn: Tx, run_id: str, *, lock: bool = False) -> None:
-        """Raise KeyError for an unknown run; with ``lock``, hold its row until the end."""
+        With ``owner``, also raise `RunTakenOver` when another owner holds the run now.
+        """
         suffix = conn.dialect.lock_rows if lock else ""
-        if conn.execute(f"SELECT 1 FROM runs WHERE run_id = ?{suffix}",
-                        (run_id,)).fetchone() is None:
+        row = conn.execute(f"SELECT owner FROM runs WHERE run_id = ?{suffix}",
+                           (run_id,)).fetchone()
+        if row is None:
             msg = f"no run with id {run_id!r}"
             raise KeyError(msg)
+        if owner is not None and row[0] is not None and row[0] != owner:
+            raise RunTakenOver(run_id)
 
     @staticmethod
     def _filters(
