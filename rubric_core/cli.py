@@ -577,6 +577,8 @@ class _ProgressPrinter:
 def _eval(args: argparse.Namespace, out: TextIO) -> int:
     from rubric_core.experiments import (
         DEFAULT_CONCURRENCY,
+        MAX_CONCURRENCY,
+        MAX_REPEATS,
         SUMMARY_COLUMNS,
         create_experiment,
         experiment_results,
@@ -591,8 +593,6 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
     for path in (args.csv, args.summary_csv):
         if path:
             _check_output(path)
-    from rubric_core.experiments import MAX_CONCURRENCY, MAX_REPEATS
-
     if args.concurrency is not None and not 1 <= args.concurrency <= MAX_CONCURRENCY:
         msg = f"--concurrency must be from 1 to {MAX_CONCURRENCY}, got {args.concurrency}"
         raise UsageError(msg)
@@ -646,7 +646,6 @@ def _eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
         show = _ProgressPrinter(out)
-        concurrency = args.concurrency or DEFAULT_CONCURRENCY
         shares = _shares(concurrency, args.workers)
         limits = {m: _shares(n, args.workers) for m, n in per_model.items()}
         with _helper_workers(args, exp_id, db, shares[1:],
