@@ -18,21 +18,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from test_tools_isolation import _probe
 
 from rubric_core.tools import isolation, sandbox
 from rubric_core.tools.sandbox import FD_LIMIT, WORK_DIR_FILE_LIMIT, run_tests
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-PROBE = [{"name": "probe", "call": "probe()", "expected": "contained"}]
-
-
-def _probe(body: str, **kwargs: Any) -> dict[str, Any]:
-    code = "def probe():\n" + textwrap.indent(textwrap.dedent(body), "    ")
-    kwargs.setdefault("timeout_s", 10)
-    return run_tests(code, PROBE, **kwargs)
-
 
 def _got(result: dict[str, Any]) -> Any:
     """What the probe returned (it never returns the expected "contained")."""

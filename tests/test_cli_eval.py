@@ -309,21 +309,32 @@ def test_bad_judging_keys_exit_2_and_store_nothing(
     assert not db.exists() or _count(db, "experiments") == 0
 
 
-def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) -> None:
-    server = DelayedServer(delay_s=0.05, grader_reply=verdict(
+def _answering_server(delay_s: float) -> DelayedServer:
+    """A loopback server whose grader passes `_loopback_eval`'s criterion on the first pass."""
+    return DelayedServer(delay_s=delay_s, grader_reply=verdict(
         "satisfied", "fine", ["answers the question"]))
+
+
+def _loopback_eval(tmp_path: Path, server: DelayedServer, *flags: str
+                   ) -> tuple[list[str], dict[str, str], Path]:
+    """``python -m rubric_core eval`` of 24 questions on ``server``: argv, env and database."""
     db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
     data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(24)), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    argv = [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+            "- answers the question", "--config",
+            f"worker=openai-compatible:w,grader=openai-compatible:g,"
+            f"base_url={server.fake.base_url}", "--db", str(db), *flags]
+    return argv, env, db
+
+
+def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) -> None:
+    server = _answering_server(0.05)
+    argv, env, db = _loopback_eval(tmp_path, server, "--concurrency", "4", "--workers", "2",
+                                   "--model-limit", "openai-compatible:w=2")
     with server.fake:
-        proc = subprocess.run(
-            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
-             "- answers the question", "--config",
-             f"worker=openai-compatible:w,grader=openai-compatible:g,"
-             f"base_url={server.fake.base_url}",
-             "--db", str(db), "--concurrency", "4", "--workers", "2",
-             "--model-limit", "openai-compatible:w=2"],
-            env=env, capture_output=True, text=True, timeout=240, check=False)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240,
+                              check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "24/24 done, 100% satisfied" in proc.stdout
     assert server.peak <= 4  # the concurrency is shared out, not multiplied
@@ -351,19 +362,11 @@ def test_bad_workers_exit_2_and_store_nothing(
 
 
 def test_ctrl_c_stops_every_worker_and_resume_finishes_each_cell_once(tmp_path: Path) -> None:
-    server = DelayedServer(delay_s=0.3, grader_reply=verdict(
-        "satisfied", "fine", ["answers the question"]))
-    db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
-    data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(24)), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
+    server = _answering_server(0.3)
+    argv, env, db = _loopback_eval(tmp_path, server, "--concurrency", "4", "--workers", "2")
     with server.fake:
-        parent = subprocess.Popen(
-            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
-             "- answers the question", "--config",
-             f"worker=openai-compatible:w,grader=openai-compatible:g,"
-             f"base_url={server.fake.base_url}",
-             "--db", str(db), "--concurrency", "4", "--workers", "2"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while server.peak < 4 and time.monotonic() < deadline:  # both workers are calling
             time.sleep(0.05)
