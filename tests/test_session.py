@@ -242,6 +242,11 @@ def test_a_paused_owner_whose_run_was_taken_over_writes_nothing_more(
         with pytest.raises(RunTakenOver):
             store.finish_run(paused.run_id, "interrupted", owner=paused.owner)
         assert store.touch_run(paused.run_id, owner="elsewhere:1:x")
+        # A run that ended is not lost to its owner: a heartbeat that fires between the last
+        # pass (which sets the run's status) and the ending must not read as a takeover.
+        store.finish_run(paused.run_id, "satisfied", owner="elsewhere:1:x")
+        assert store.touch_run(paused.run_id, owner="elsewhere:1:x")
+        assert store.get_run(paused.run_id).status == "satisfied"  # type: ignore[union-attr]
 
 
 def test_heartbeats_are_timed_by_the_database_servers_clock(

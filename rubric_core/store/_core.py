@@ -637,18 +637,23 @@ class Store:
         another owner holds now.
 
         Returns:
-            Whether the run is still ``running`` under ``owner`` (under anyone, without one):
-            False tells a recorder that it lost the run.
+            False when another owner holds the run now (it was taken over: the caller lost
+            it); True otherwise, also for a run that has ended.
+
+        Raises:
+            KeyError: No such run.
 
         """
-        sql = ("UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
-               "WHERE run_id = ? AND status = 'running'")
-        params: list[Any] = [self.now(), duration_s, run_id]
-        if owner is not None:
-            sql += " AND (owner IS NULL OR owner = ?)"
-            params.append(owner)
         with self._connect(write=True) as conn:
-            return bool(conn.execute(sql, params).rowcount)
+            try:
+                self._require_run(conn, run_id, lock=True, owner=owner)
+            except RunTakenOver:
+                return False
+            conn.execute(
+                "UPDATE runs SET updated_at = ?, duration_s = COALESCE(?, duration_s) "
+                "WHERE run_id = ? AND status = 'running'",
+                (self.now(), duration_s, run_id))
+            return True
 
     def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
