@@ -562,11 +562,19 @@ class _Driver:
                                             self.owner)
 
     async def _watch_elsewhere(self) -> None:
-        """Count, as they end, the cells other workers run, so progress covers theirs too."""
+        """Count, as they end, the cells other workers run, so progress covers theirs too.
+
+        The cells are read only once another worker has been seen holding one (a cheap count):
+        a worker alone does not reread a large experiment every few seconds.
+        """
+        exp_id, others = self.experiment.experiment_id, False
         while True:
             await asyncio.sleep(_WATCH_S)
             with contextlib.suppress(StoreError):  # a busy database: the next round retries
-                await self._count_ended_elsewhere()
+                others = others or bool(await asyncio.to_thread(
+                    self.store.leased_elsewhere, exp_id, self.owner))
+                if others:
+                    await self._count_ended_elsewhere()
 
     async def _renew_leases(self) -> None:
         """Keep this worker's leases alive; a lease found lost stops work on its cell."""

@@ -299,3 +299,14 @@ def test_workers_claiming_at_once_never_share_a_cell(db_location: str | Path) ->
     with Store(db_location) as store:
         owners = {c.key: c.lease_owner for c in store.experiment_cells(exp_id)}
     assert all(owners[key] == owner for owner, mine in claims.items() for key in mine)
+
+
+def test_leased_elsewhere_counts_other_workers_live_leases(store: Store) -> None:
+    exp_id = _experiment(store, rows=2, configs=1)
+    mine = store.claim_cell(exp_id, "me", lease_s=600, done=ENDED)
+    theirs = store.claim_cell(exp_id, "them", lease_s=600, done=ENDED)
+    assert mine is not None and theirs is not None
+    assert store.leased_elsewhere(exp_id, "me") == 1
+    assert store.release_cell(exp_id, theirs.key, "them")
+    assert store.leased_elsewhere(exp_id, "me") == 0
+    assert store.leased_elsewhere(exp_id, "them") == 1

@@ -1481,6 +1481,16 @@ class Store:
                 "repeat_index = ? AND lease_owner = ?",
                 (float(lease_s), experiment_id, *key, owner)).rowcount)
 
+    def leased_elsewhere(self, experiment_id: str, owner: str) -> int:
+        """How many of an experiment's cells other workers hold live leases on now."""
+        with self._connect() as conn:
+            now = conn.dialect.epoch_now
+            (held,) = conn.execute(
+                f"SELECT COUNT(*) FROM experiment_cells WHERE experiment_id = ? "
+                f"AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > {now}",
+                (experiment_id, owner)).fetchone()
+        return int(held)
+
     def release_cell(self, experiment_id: str, key: tuple[str, int, int], owner: str) -> bool:
         """Give up ``owner``'s lease on a cell (after its run ended, or on Stop).
 
