@@ -1122,3 +1122,26 @@ def test_an_experiment_configuration_carries_its_judging_options(app: AppTest,
         cell = store.experiment_cells(exp_id)[0]
         assert cell.run is not None
         assert {ev.get("repeats") for ev in store.evaluations(cell.run.run_id)} == {2}
+
+
+@pytest.mark.parametrize("value", [
+    pytest.param(99, id="too_many"),
+    pytest.param(0, id="zero"),
+    pytest.param(2.5, id="not_whole"),
+])
+def test_tampered_grader_repeats_never_reach_a_run(
+    app: AppTest, db_path: Path, value: float
+) -> None:
+    # A hostile client can send the server any number for a number widget: the page must not
+    # crash, and no run may grade outside 1-9 times (Streamlit puts the widget's value back in
+    # bounds; `check_form` would refuse it otherwise, see test_app_support).
+    load_example(app, "haiku")
+    app.session_state["grader_repeats"] = value
+    goto(app, "run")
+    assert not app.exception, app.exception
+    if not app.button(key="run_button").disabled:
+        app.button(key="run_button").click().run()
+        assert not app.exception, app.exception
+    with Store(db_path) as store:
+        repeats = [r.settings.grader_repeats for r in store.list_runs()]
+    assert all(isinstance(n, int) and 1 <= n <= 9 for n in repeats), repeats

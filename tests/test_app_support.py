@@ -564,3 +564,36 @@ def test_a_bad_paste_without_a_name_names_the_row_and_column(tmp_path: Path) -> 
         nameless = sup.import_dataset(store, "prompt\nhello\n", name="  ")
         assert nameless.text == "Give the dataset a name, then store it again."
         assert store.list_datasets() == []
+
+
+@pytest.mark.parametrize(("widgets", "message"), [
+    pytest.param((99, "majority", False), "grader_repeats must be from 1 to 9, got 99",
+                 id="too_many"),
+    pytest.param((2.5, "majority", False), "grader_repeats must be from 1 to 9, got 0",
+                 id="not_whole"),
+    pytest.param(("3", "majority", False), "grader_repeats must be from 1 to 9, got 0",
+                 id="text"),
+    pytest.param((True, "majority", False), "grader_repeats must be from 1 to 9, got 0",
+                 id="bool"),
+    pytest.param((3, "most", False), "consensus must be one of majority, unanimous",
+                 id="unknown_consensus"),
+    pytest.param((3, None, False), "consensus must be one of majority, unanimous",
+                 id="no_consensus"),
+])
+def test_tampered_judging_widgets_are_reported_not_raised(
+    widgets: tuple[object, object, object], message: str
+) -> None:
+    from rubric_core.settings import ExperimentConfig
+
+    fields = sup.judging_from_widgets(*widgets)
+    assert fields["return_best"] is False
+    state = {"prompt": "p", "rubric_text": "- a", "grader_repeats": widgets[0],
+             "consensus": widgets[1], "return_best": "yes"}
+    settings = sup.settings_from_state(state)  # builds, whatever the widgets held
+    assert settings.return_best is False  # only a real True turns it on
+    errors = [m.text for m in sup.check_form(settings, secrets={}) if m.level == "error"]
+    assert any(message in e and e.startswith("Verdict stability:") for e in errors), errors
+    config = ExperimentConfig(rubric="- a", **fields)
+    errors = [m.text for m in sup.check_configs([config], secrets={}) if m.level == "error"]
+    assert any(e.startswith("Configuration 1: Verdict stability:") and message in e
+               for e in errors), errors

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rubric_core.app_support._common import FORM_DEFAULTS, UiMessage
-from rubric_core.app_support.settings import check_max_iterations, model_problem
+from rubric_core.app_support.settings import (
+    check_judging,
+    check_max_iterations,
+    judging_from_widgets,
+    model_problem,
+)
 from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     DEFAULT_CONCURRENCY,
@@ -226,9 +231,7 @@ def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
             grader_tools=tuple(get("tools") or ()),
             max_iterations=get("cap") or FORM_DEFAULTS["max_iterations"],
             base_url=base_url, label=str(get("label") or ""),
-            grader_repeats=int(get("repeats") or FORM_DEFAULTS["grader_repeats"]),
-            consensus=str(get("consensus") or FORM_DEFAULTS["consensus"]),
-            return_best=bool(get("best"))))
+            **judging_from_widgets(get("repeats"), get("consensus"), get("best"))))
     return out
 
 
@@ -260,6 +263,8 @@ def check_configs(
                 out.append(UiMessage("error", f"{where}, {role} model: {reason}"))
         _, problem = check_max_iterations(config.max_iterations)
         if problem:
+            out.append(UiMessage("error", f"{where}: {problem}"))
+        if problem := check_judging(config.grader_repeats, config.consensus):
             out.append(UiMessage("error", f"{where}: {problem}"))
         try:
             build_grader_tools(config.grader_tools, None)

@@ -21,7 +21,9 @@ from rubric_core.app_support._common import (
 from rubric_core.app_support.authoring import lint_for_ui
 from rubric_core.app_support.settings import (
     build_model,
+    check_judging,
     check_max_iterations,
+    judging_from_widgets,
     model_problem,
     same_url,
     uses_openai_client,
@@ -62,9 +64,8 @@ def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
         grader_tools=tuple(str(t) for t in tools),
         example_name=state.get("example_name") or None,
         base_url=text("base_url").strip() or None,
-        grader_repeats=state.get("grader_repeats", FORM_DEFAULTS["grader_repeats"]),
-        consensus=text("consensus") or FORM_DEFAULTS["consensus"],
-        return_best=bool(state.get("return_best", FORM_DEFAULTS["return_best"])),
+        **judging_from_widgets(*(state.get(k, FORM_DEFAULTS[k])
+                                 for k in ("grader_repeats", "consensus", "return_best"))),
     )
 
 
@@ -127,6 +128,8 @@ def check_form(
     _, problem = check_max_iterations(settings.max_iterations)
     if problem:
         out.append(UiMessage("error", problem))
+    if problem := check_judging(settings.grader_repeats, settings.consensus):
+        out.append(UiMessage("error", problem + " Fix it in the sidebar."))
     for role, model in (("Worker", settings.worker_model), ("Grader", settings.grader_model)):
         reason = model_problem(model, base_url=settings.base_url, secrets=secrets,
                                session_key=session_key)

@@ -15,6 +15,7 @@ from rubric_core.app_support._common import (
     TOKEN_DELAY_ENV,
 )
 from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, resolve_model
+from rubric_core.settings import validate_judging
 from rubric_core.store import default_db_path
 from rubric_core.store import is_url as is_db_url
 
@@ -88,6 +89,31 @@ def token_delay(env_value: str | None, override: object = None) -> float:
         if delay >= 0:
             return delay
     return DEFAULT_TOKEN_DELAY_S
+
+
+def judging_from_widgets(repeats: object, consensus: object, best: object) -> dict[str, Any]:
+    """The verdict-stability widgets' values as `RunSettings` fields, whatever they hold.
+
+    A value that is not what the widget gives (a session tampered with, a float) becomes one
+    that `check_judging` reports instead of an exception on the page: repeats that are not a
+    whole number become 0.
+    """
+    count = 0
+    if isinstance(repeats, int | float) and not isinstance(repeats, bool) and (
+            float(repeats).is_integer()):
+        count = int(repeats)
+    return {"grader_repeats": count,
+            "consensus": consensus if isinstance(consensus, str) else "",
+            "return_best": best is True}
+
+
+def check_judging(grader_repeats: int, consensus: str) -> str | None:
+    """What is wrong with the verdict-stability options, said for the page; None when fine."""
+    try:
+        validate_judging(grader_repeats, consensus)
+    except ValueError as exc:
+        return f"Verdict stability: {exc}."
+    return None
 
 
 def check_max_iterations(value: object) -> tuple[int, str | None]:
