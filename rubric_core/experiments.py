@@ -7,12 +7,15 @@ done, yielding progress events (`rubric_core.types.ExperimentEvent`):
 - Every cell is an ordinary run started or resumed by `rubric_core.session` on the cell's
   thread, with `RunSettings.dataset_row` set, so it is recorded, shown in Review and exported
   like any run. A cell's status is its run's status: nothing else is written per cell.
-- Concurrency: one asyncio event loop runs ``concurrency`` slots; each claims a cell, runs
-  it and claims the next (a slot holding a cell waits for ``per_model[m]`` when the cell uses
-  model ``m``). The runner and the session layer are synchronous, so each running cell's loop
-  executes on a worker thread of a pool of ``concurrency`` threads; the event loop only claims,
-  awaits and counts. Chat models are built once per experiment and the compiled agent is
-  shared by a configuration's cells (`experiment_models`, `rubric_core.runner.build_agent`).
+- Concurrency: ``concurrency`` slots on one asyncio event loop (one per process, shared by
+  the experiments it runs); each claims a cell, runs it and claims the next (a slot holding a
+  cell waits for ``per_model[m]`` when the cell uses model ``m``). A cell's rubric loop runs
+  on that loop too (`rubric_core.session.astart`: LangGraph's ``astream``, async model
+  calls), so a hundred cells in flight are a hundred coroutines, not threads: no thread switch
+  per graph step, which at high concurrency cost more CPU than the steps. The database is
+  written from worker threads (a local SQLite checkpoint on the loop itself). Chat models are
+  built once per experiment and the compiled agent is shared by a configuration's cells
+  (`experiment_models`, `rubric_core.runner.build_agent`).
 - Several workers: a cell is run under a lease in the database (`Store.claim_cell`: ``FOR
   UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite), renewed every
   `rubric_core.session.HEARTBEAT_S` seconds and expiring after `~session.STALE_AFTER_S`. So
@@ -24,7 +27,7 @@ done, yielding progress events (`rubric_core.types.ExperimentEvent`):
   (`SharedBackoff`), so the whole experiment slows down instead of hammering the server.
 - Stop (closing the generator, or setting ``stop``), a closed tab or a killed process leave
   cells ``interrupted`` or stale ``running``; running the experiment again continues them on
-  their own threads (`rubric_core.session.resume`). A cell whose run ended is never run again;
+  their own threads (`rubric_core.session.aresume`). A cell whose run ended is never run again;
   one that ended ``error`` or ``grader_error`` runs again only when asked (`retry_errors`, or
   `retry_cell` for one cell).
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import os
 import queue
@@ -45,7 +49,6 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -78,7 +81,7 @@ DEFAULT_CONCURRENCY = 4
 """Cells run at once unless the caller says otherwise."""
 
 MAX_CONCURRENCY = 64
-"""Most cells at once: each running cell holds a worker thread and an HTTP connection."""
+"""Most cells at once: each running cell holds an HTTP connection and a heartbeat thread."""
 
 MAX_REPEATS = 20
 """Most runs of one row under one configuration."""
@@ -110,6 +113,7 @@ CRITERIA_COLUMNS: tuple[str, ...] = (
 
 _CELL_COLUMNS = ("experiment_id", "configuration", "config_index", "repeat_index")
 _STALE_POLL_S = 1.0
+_STOP_POLL_S = 0.2  # how often a running cell looks at Stop and at its lease
 _CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
 _WATCH_S = 2.0  # how often a worker counts the cells other workers ended
 _RUNS_PER_READ = 100
@@ -121,11 +125,12 @@ _RUNS_PER_READ = 100
 class SharedBackoff:
     """One wait shared by every request of an experiment, raised by each 429 or 5xx.
 
-    Thread-safe: cells call models on worker threads. A failed request waits the server's
-    ``Retry-After`` or an exponential delay (``base_s`` doubling per consecutive failure, at most
-    ``max_s``), whichever is longer, and every other request waits for the same moment before it
-    is sent. A success resets the doubling. After ``max_attempts`` retries of one request its
-    error goes to the client (and the grader's own bounded retry, or the cell's error status).
+    Thread-safe: cells call models on the experiments' event loop, other callers on threads.
+    A failed request waits the server's ``Retry-After`` or an exponential delay (``base_s``
+    doubling per consecutive failure, at most ``max_s``), whichever is longer, and every other
+    request waits for the same moment before it is sent. A success resets the doubling. After
+    ``max_attempts`` retries of one request its error goes to the client (and the grader's own
+    bounded retry, or the cell's error status).
 
     Args:
         base_s: First delay.
@@ -147,15 +152,33 @@ class SharedBackoff:
         self._resume_at = 0.0
         self._streak = 0
         self._client: Any = None
+        self._async_client: Any = None
+
+    def _delay(self) -> float:
+        with self._lock:
+            return self._resume_at - time.monotonic()
 
     def wait(self) -> None:
         """Block until the shared wait is over."""
-        while True:
-            with self._lock:
-                delay = self._resume_at - time.monotonic()
-            if delay <= 0:
-                return
+        while (delay := self._delay()) > 0:
             time.sleep(delay)
+
+    async def await_turn(self) -> None:
+        """`wait` for a coroutine: sleep on the event loop until the shared wait is over."""
+        while (delay := self._delay()) > 0:
+            await asyncio.sleep(delay)
+
+    def retry(self, response: Any, attempt: int) -> bool:
+        """Whether to send a request again after ``response`` (a 429/5xx, retries left).
+
+        A retried answer counts as a failure (`failed`), raising the wait for everyone.
+        """
+        if response.status_code not in RETRY_STATUS_CODES or attempt >= self.max_attempts:
+            if response.status_code < 400:
+                self.succeeded()
+            return False
+        self.failed(response.status_code, retry_after_s(response.headers))
+        return True
 
     def failed(self, status_code: int, retry_after: float | None) -> float:
         """Record a 429/5xx; returns the wait every request now observes."""
@@ -183,46 +206,57 @@ class SharedBackoff:
         """
         with self._lock:
             if self._client is None:
-                self._client = _backoff_client_class()(backoff=self)
+                self._client = _backoff_client_classes()[0](backoff=self)
             return self._client
 
+    def http_async_client(self) -> Any:
+        """The ``openai.DefaultAsyncHttpxClient`` twin of `http_client`, for async calls.
 
-@dataclasses.dataclass
-class _ClientClass:
-    cls: type | None = None
+        Its connections belong to the experiments' event loop (`_experiment_loop`), where every
+        cell's model calls are made.
+        """
+        with self._lock:
+            if self._async_client is None:
+                self._async_client = _backoff_client_classes()[1](backoff=self)
+            return self._async_client
 
 
-_CLIENT = _ClientClass()
+@functools.cache
+def _backoff_client_classes() -> tuple[type, type]:
+    """The openai SDK's sync and async HTTP clients, retrying 429/5xx through a `SharedBackoff`."""
+    from openai import DefaultAsyncHttpxClient, DefaultHttpxClient
 
+    class BackoffClient(DefaultHttpxClient):
+        def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._backoff = backoff
 
-def _backoff_client_class() -> type:
-    if _CLIENT.cls is None:
-        from openai import DefaultHttpxClient
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            request.read()  # the body is sent again on a retry
+            for attempt in itertools.count():
+                self._backoff.wait()
+                response = super().send(request, **kwargs)
+                if not self._backoff.retry(response, attempt):
+                    return response
+                response.close()
+            raise AssertionError  # unreachable: retry() ends the loop
 
-        class BackoffClient(DefaultHttpxClient):
-            """The openai SDK's HTTP client, retrying 429/5xx through a `SharedBackoff`."""
+    class AsyncBackoffClient(DefaultAsyncHttpxClient):
+        def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._backoff = backoff
 
-            def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
-                super().__init__(**kwargs)
-                self._backoff = backoff
+        async def send(self, request: Any, **kwargs: Any) -> Any:
+            await request.aread()  # the body is sent again on a retry
+            for attempt in itertools.count():
+                await self._backoff.await_turn()
+                response = await super().send(request, **kwargs)
+                if not self._backoff.retry(response, attempt):
+                    return response
+                await response.aclose()
+            raise AssertionError  # unreachable: retry() ends the loop
 
-            def send(self, request: Any, **kwargs: Any) -> Any:
-                request.read()  # the body is sent again on a retry
-                for attempt in range(self._backoff.max_attempts + 1):
-                    self._backoff.wait()
-                    response = super().send(request, **kwargs)
-                    if (response.status_code not in RETRY_STATUS_CODES
-                            or attempt == self._backoff.max_attempts):
-                        break
-                    wait = retry_after_s(response.headers)
-                    response.close()
-                    self._backoff.failed(response.status_code, wait)
-                if response.status_code < 400:
-                    self._backoff.succeeded()
-                return response
-
-        _CLIENT.cls = BackoffClient
-    return _CLIENT.cls
+    return BackoffClient, AsyncBackoffClient
 
 
 def _uses_openai_client(model: str) -> bool:
@@ -259,6 +293,7 @@ def experiment_models(
                 extra: dict[str, Any] = {"disable_streaming": True}
                 if _uses_openai_client(model):
                     extra["http_client"] = backoff.http_client()
+                    extra["http_async_client"] = backoff.http_async_client()
                 built[model, base_url] = resolve_model(
                     model, base_url=base_url, api_key=api_key, env_keys=env_keys, **extra)
             return built[model, base_url]
@@ -446,6 +481,40 @@ def run_experiment(
             raise driver.failure
 
 
+async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
+    """Consume a cell's run: its final (status, error)."""
+    status, error = "interrupted", None
+    try:
+        async for event in run:
+            if event["type"] == "run_finished":
+                status, error = event["status"], event["error"]
+    except Exception as exc:  # recorded as the run's error by the session layer
+        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+    finally:
+        await run.aclose()
+    return status, error
+
+
+_loop_lock = threading.Lock()
+_loop_holder: list[asyncio.AbstractEventLoop] = []
+
+
+def _experiment_loop() -> asyncio.AbstractEventLoop:
+    """This process's event loop for experiments, running in a daemon thread (started once).
+
+    One loop for the life of the process, not one per `run_experiment`: the async HTTP
+    clients of the chat models (pooled connections) belong to the loop that opened them, and
+    models are kept between runs of an experiment.
+    """
+    with _loop_lock:
+        if not _loop_holder:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="experiments-loop",
+                             daemon=True).start()
+            _loop_holder.append(loop)
+        return _loop_holder[0]
+
+
 class _Driver:
     """Runs one session of an experiment on its own event loop (in its own thread)."""
 
@@ -464,7 +533,7 @@ class _Driver:
     def run(self) -> None:
         status = "stopped"
         try:
-            status = asyncio.run(self._main())
+            status = asyncio.run_coroutine_threadsafe(self._main(), _experiment_loop()).result()
         except BaseException as exc:  # handed to the consumer's thread
             self.failure = exc
         finally:
@@ -499,21 +568,19 @@ class _Driver:
         self.held: dict[tuple[str, int, int], threading.Event] = {}
         model_limits = {m: asyncio.Semaphore(n) for m, n in self.per_model.items()}
         slots = min(self.concurrency, len(self.left))
-        with ThreadPoolExecutor(max(slots, 1), thread_name_prefix="cell") as pool:
-            helpers = [asyncio.create_task(self._renew_leases()),
-                       asyncio.create_task(self._watch_elsewhere())]
-            try:
-                await asyncio.gather(*(self._slot(rows, model_limits, pool)
-                                       for _ in range(slots)))
-            finally:
-                for task in helpers:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+        helpers = [asyncio.create_task(self._renew_leases()),
+                   asyncio.create_task(self._watch_elsewhere())]
+        try:
+            await asyncio.gather(*(self._slot(rows, model_limits) for _ in range(slots)))
+        finally:
+            for task in helpers:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.stop.is_set():
             return "stopped"
-        left = [c for c in self.store.cell_outcomes(exp.experiment_id)
-                if c.status not in ENDED_STATUSES]
+        outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)
+        left = [c for c in outcomes if c.status not in ENDED_STATUSES]
         return "stopped" if left else "finished"
 
     # -- leases: several workers (processes, machines) share one experiment's cells --------------
@@ -529,7 +596,7 @@ class _Driver:
 
         The cells are read on a thread; `left` and the tallies change on the event loop only.
         """
-        cells = await asyncio.to_thread(self.store.cell_outcomes, self.experiment.experiment_id)
+        cells = await self.store.acall(self.store.cell_outcomes, self.experiment.experiment_id)
         for cell in cells:
             if cell.key not in self.left or cell.status not in ENDED_STATUSES:
                 continue
@@ -541,11 +608,11 @@ class _Driver:
             self.events.put(self._progress(cell.config_index))
 
     async def _slot(self, rows: dict[str, DatasetRow],
-                    model_limits: dict[str, asyncio.Semaphore], pool: ThreadPoolExecutor) -> None:
+                    model_limits: dict[str, asyncio.Semaphore]) -> None:
         """Claim a cell, run it, release it; until none is left or Stop."""
         exp_id = self.experiment.experiment_id
         while not self.stop.is_set() and self.left:
-            cell = await asyncio.to_thread(self._claim)
+            cell = await self.store.acall(self._claim)
             if cell is None:  # the rest are leased by other workers: wait for them or their expiry
                 await self._count_ended_elsewhere()
                 if self.left:
@@ -554,11 +621,11 @@ class _Driver:
             self.left.pop(cell.key, None)
             lost = self.held[cell.key] = threading.Event()
             try:
-                await self._cell(cell, rows[cell.row_id], model_limits, pool, lost)
+                await self._cell(cell, rows[cell.row_id], model_limits, lost)
             finally:
                 del self.held[cell.key]
                 with contextlib.suppress(StoreError):
-                    await asyncio.to_thread(self.store.release_cell, exp_id, cell.key,
+                    await self.store.acall(self.store.release_cell, exp_id, cell.key,
                                             self.owner)
 
     async def _watch_elsewhere(self) -> None:
@@ -571,7 +638,7 @@ class _Driver:
         while True:
             await asyncio.sleep(_WATCH_S)
             with contextlib.suppress(StoreError):  # a busy database: the next round retries
-                others = others or bool(await asyncio.to_thread(
+                others = others or bool(await self.store.acall(
                     self.store.leased_elsewhere, exp_id, self.owner))
                 if others:
                     await self._count_ended_elsewhere()
@@ -583,13 +650,12 @@ class _Driver:
             await asyncio.sleep(min(session.HEARTBEAT_S, session.STALE_AFTER_S / 3))
             for key, lost in list(self.held.items()):
                 with contextlib.suppress(StoreError):  # a busy database: the next round retries
-                    if not await asyncio.to_thread(self.store.renew_lease, exp_id, key,
+                    if not await self.store.acall(self.store.renew_lease, exp_id, key,
                                                    self.owner, lease_s=session.STALE_AFTER_S):
                         lost.set()
 
     async def _cell(self, cell: CellRecord, row: DatasetRow,
-                    model_limits: dict[str, asyncio.Semaphore], pool: ThreadPoolExecutor,
-                    lost: threading.Event) -> None:
+                    model_limits: dict[str, asyncio.Semaphore], lost: threading.Event) -> None:
         config = self.experiment.configurations[cell.config_index]
         names = sorted({config.worker_model, config.grader_model} & model_limits.keys())
         async with contextlib.AsyncExitStack() as stack:
@@ -597,9 +663,7 @@ class _Driver:
                 await stack.enter_async_context(model_limits[name])
             if self.stop.is_set():
                 return
-            loop = asyncio.get_running_loop()
-            status, run_id, error = await loop.run_in_executor(
-                pool, self._run_cell, cell, self._settings(cell, row), lost)
+            status, run_id, error = await self._run_cell(cell, self._settings(cell, row), lost)
         if status in ENDED_STATUSES:
             self.tallies[cell.config_index].add(status)
             self.finished_here += 1
@@ -616,47 +680,49 @@ class _Driver:
         return config.settings_for(row).replace(
             title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
 
-    def _run_cell(self, cell: CellRecord, settings: RunSettings, lost: threading.Event
-                  ) -> tuple[str, str | None, str | None]:
-        """One cell on a worker thread: start, continue or skip its run; (status, run, error)."""
+    async def _run_cell(self, cell: CellRecord, settings: RunSettings, lost: threading.Event
+                        ) -> tuple[str, str | None, str | None]:
+        """One cell: start, continue or skip its run; (status, run, error).
+
+        The run goes on in its own task; Stop or a lost lease cancels it, which aborts the
+        graph and records the run ``interrupted`` (its thread continues on the next Resume).
+        """
         store, thread_id = self.store, cell.thread_id
-        record = store.latest_run_for_thread(thread_id)
+        record = await store.acall(store.latest_run_for_thread, thread_id)
         if record is not None and record.status == "grader_error" and self.retry_errors:
-            thread_id = store.renew_cell_thread(cell.experiment_id, cell.key)
+            thread_id = await store.acall(store.renew_cell_thread, cell.experiment_id,
+                                          cell.key)
             record = None
         if record is None:
-            run = session.start(store, settings, models=self.models, thread_id=thread_id,
-                                watch=False)  # nobody watches a cell's tokens
+            run = await session.astart(store, settings, models=self.models, thread_id=thread_id)
         elif record.status in TERMINAL_STATUSES:
             return record.status, record.run_id, record.error
         else:
-            opened = self._resume(record.run_id)
+            opened = await self._resume(record.run_id)
             if opened is None:
                 return "interrupted", record.run_id, None
             run = opened
-        status, error = "interrupted", None
+        task = asyncio.ensure_future(_outcome(run))
         try:
-            for event in run:
-                if self.stop.is_set() or lost.is_set():
-                    break
-                if event["type"] == "run_finished":
-                    status, error = event["status"], event["error"]
-        except Exception as exc:  # recorded as the run's error by the session layer
-            status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+            while not task.done():
+                await asyncio.wait([task], timeout=_STOP_POLL_S)
+                if not task.done() and (self.stop.is_set() or lost.is_set()):
+                    task.cancel()
+                    await asyncio.wait([task])
+            status, error = ("interrupted", None) if task.cancelled() else task.result()
         finally:
-            run.close()
+            if not task.done():  # this slot itself was cancelled: take the run down with it
+                task.cancel()
+                await asyncio.wait([task])
         return status, run.run_id, error
 
-    def _resume(self, run_id: str) -> session.Session | None:
+    async def _resume(self, run_id: str) -> session.AsyncSession | None:
         """Resume a cell's run, waiting for a lost owner's run to go stale; None on Stop."""
         while not self.stop.is_set():
             try:
-                return session.resume(self.store, run_id, models=self.models, watch=False)
+                return await session.aresume(self.store, run_id, models=self.models)
             except RuntimeError:  # still 'running' for another process, or not yet stale
-                self.stop.wait(_STALE_POLL_S)
-                record = self.store.get_run(run_id)
-                if record is not None and record.status in ENDED_STATUSES:
-                    return session.resume(self.store, run_id, models=self.models, watch=False)
+                await asyncio.sleep(_STALE_POLL_S)
         return None
 
     def _progress(self, index: int) -> ExperimentProgress:

@@ -21,6 +21,7 @@ of plain string replacement and one regular expression, linear in the text's len
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -52,6 +53,14 @@ _KEY_SHAPES = re.compile(
     r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>\\]+",
     re.IGNORECASE,
 )
+
+_KEY_HINTS = re.compile(
+    rb"\bbearer|\b(?:sk-|gsk_|xai-)[a-z0-9_-]{12}|\baiza[0-9a-z_-]{30}|\bapi[_-]?key"
+    rb"|(?:key|token|secret|password|passwd|sig|signature)=",
+    re.IGNORECASE,
+)
+"""What every match of `_KEY_SHAPES` contains, as UTF-8 bytes: a serialized checkpoint with
+none of these (and no configured secret) holds nothing `redact` would change."""
 
 UNSTORABLE_REPLACEMENT = "\ufffd"
 """What a character no store or UTF-8 file can hold is replaced with (U+FFFD)."""
@@ -338,6 +347,20 @@ def scrub_checkpoint_config(config: Any, metadata: Any) -> tuple[Any, Any]:
     return clean_config, redact_data(dict(metadata), secrets=known)
 
 
+_encoded_cache: tuple[tuple[str, ...], tuple[bytes, ...]] = ((), ())
+
+
+def _encoded(secrets: Sequence[str]) -> tuple[bytes, ...]:
+    """The secrets as UTF-8 bytes (kept for the last list asked for)."""
+    global _encoded_cache
+    key = tuple(secrets)
+    cached = _encoded_cache
+    if cached[0] != key:
+        cached = key, tuple(v.encode("utf-8", "surrogatepass") for v in key)
+        _encoded_cache = cached
+    return cached[1]
+
+
 class RedactingSerializer:
     """A LangGraph checkpoint serializer that scrubs secrets before delegating.
 
@@ -353,8 +376,25 @@ class RedactingSerializer:
         self._inner = inner
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        """Serialize ``obj`` with its secrets redacted."""
-        result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj, secret_values()))
+        """Serialize ``obj`` with its secrets redacted.
+
+        A checkpoint is written after every step of every run and nearly always holds no
+        secret, so it is serialized first and the bytes are searched (in C): msgpack keeps
+        every string as its UTF-8 bytes, so bytes holding neither a configured secret nor
+        what a key shape starts with (`_KEY_HINTS`) are stored as they are. Anything else (a
+        hint, another format, a value msgpack refuses) is scrubbed object by object and
+        serialized again. A NUL stays in the stored bytes (a checkpoint is binary), and
+        LangGraph's msgpack writes a lone surrogate as ``?``; every text read back from a
+        checkpoint is redacted again before it is recorded.
+        """
+        known = secret_values()
+        if not isinstance(obj, BaseException):  # an error is stored as its (scrubbed) repr
+            with contextlib.suppress(Exception):  # e.g. a lone surrogate: scrubbed below
+                kind, data = self._inner.dumps_typed(obj)
+                if kind == "msgpack" and not _KEY_HINTS.search(data) and not any(
+                        secret in data for secret in _encoded(known)):
+                    return kind, data
+        result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj, known))
         return result
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:

@@ -32,7 +32,7 @@ from rubric_core.settings import validate_judging, validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
@@ -267,13 +267,54 @@ def _watched(agent: Any, payload: dict[str, Any] | None, config: dict[str, Any],
                 yield event
 
 
+class _Run:
+    """What `run_rubric` and `arun_rubric` share: the agent, its config and the first input."""
+
+    def __init__(self, run: RunSpec, checkpointer: BaseCheckpointSaver[Any] | None,
+                 thread_id: str | None) -> None:
+        run.validate()
+        self.thread_id = thread_id or uuid.uuid4().hex
+        self.config: dict[str, Any] = {"configurable": {"thread_id": self.thread_id},
+                                       "recursion_limit": 10_000}
+        self.agent = build_agent(run, checkpointer or InMemorySaver())
+        self.started = time.perf_counter()
+        self.rubric = run.rubric
+        self.payload: dict[str, Any] | None = {
+            "messages": [HumanMessage(run.prompt)],
+            "rubric": run.rubric,
+        }
+        self.iteration = 0
+
+    def resume_from(self, snapshot: Any) -> RunFinished | None:
+        """Set the input that continues the stored thread; its result if it had ended."""
+        values = snapshot.values or {}
+        if values.get("messages"):
+            self.iteration = values.get("_rubric_iterations") or 0
+            if snapshot.next or snapshot.tasks:
+                # Finish the step that was cut off. `next` can be empty while a finished node's
+                # writes wait uncommitted (get_state shows them applied); new input would
+                # discard them, losing the answer or verdict they hold.
+                self.payload = None
+            elif values.get("_rubric_status") in TERMINAL_STATUSES:
+                return self.finished(values, values["_rubric_status"], None)
+            else:
+                self.payload = {"messages": [], "rubric": self.rubric}
+        return None
+
+    def finished(self, values: dict[str, Any], status: str, error: str | None) -> RunFinished:
+        """The closing event, from the thread's final state."""
+        if not status:
+            status = values.get("_rubric_status") or "interrupted"
+        return _finished(self.thread_id, values, self.started, status, error)
+
+
 def run_rubric(
     run: RunSpec,
     *,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     thread_id: str | None = None,
     resume: bool = False,
-) -> Iterator[RunEvent]:
+) -> Generator[RunEvent, None, None]:
     """Run the rubric loop, yielding events as they happen.
 
     Args:
@@ -290,41 +331,19 @@ def run_rubric(
         ModelConfigError: A model string cannot be resolved (nothing is run).
 
     """
-    run.validate()
-    checkpointer = checkpointer or InMemorySaver()
-    thread_id = thread_id or uuid.uuid4().hex
-    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}, "recursion_limit": 10_000}
-    agent = build_agent(run, checkpointer)
-    started = time.perf_counter()
-
-    payload: dict[str, Any] | None = {
-        "messages": [HumanMessage(run.prompt)],
-        "rubric": run.rubric,
-    }
-    iteration = 0
-    if resume:
-        snapshot = agent.get_state(config)
-        values = snapshot.values or {}
-        if values.get("messages"):
-            iteration = values.get("_rubric_iterations") or 0
-            if snapshot.next or snapshot.tasks:
-                # Finish the step that was cut off. `next` can be empty while a finished node's
-                # writes wait uncommitted (get_state shows them applied); new input would
-                # discard them, losing the answer or verdict they hold.
-                payload = None
-            elif values.get("_rubric_status") in TERMINAL_STATUSES:
-                yield _finished(thread_id, values, started, values["_rubric_status"], None)
-                return
-            else:
-                payload = {"messages": [], "rubric": run.rubric}
-
+    state = _Run(run, checkpointer, thread_id)
+    agent, config = state.agent, state.config
+    if resume and (done := state.resume_from(agent.get_state(config))) is not None:
+        yield done
+        return
     status, error = "interrupted", None
     try:
         if run.watch_worker:
-            yield from _watched(agent, payload, config, iteration)
+            yield from _watched(agent, state.payload, config, state.iteration)
         else:
             # Closed with the runner (a Stop), which aborts the graph as the v3 stream does.
-            with contextlib.closing(agent.stream(payload, config, stream_mode="custom")) as items:
+            with contextlib.closing(agent.stream(state.payload, config,
+                                                 stream_mode="custom")) as items:
                 for item in items:
                     event = _custom_event(item)
                     if event is not None:
@@ -332,10 +351,50 @@ def run_rubric(
         status = ""
     except Exception as exc:
         status, error = "error", redact(f"{type(exc).__name__}: {exc}")
-    values = agent.get_state(config).values or {}
-    if not status:
-        status = values.get("_rubric_status") or "interrupted"
-    yield _finished(thread_id, values, started, status, error)
+    yield state.finished(agent.get_state(config).values or {}, status, error)
+
+
+async def arun_rubric(
+    run: RunSpec,
+    *,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    thread_id: str | None = None,
+    resume: bool = False,
+) -> AsyncGenerator[RunEvent, None]:
+    """`run_rubric` on the caller's event loop, for runs nobody watches (experiment cells).
+
+    The graph runs as coroutines (``astream``), so many runs share one thread: no thread per
+    run, no thread switch per step. It streams the graph's custom events only, as `run_rubric`
+    does when `RunSpec.watch_worker` is False: evaluations and the final `RunFinished`, never
+    worker tokens. The checkpointer must implement LangGraph's async methods (the store's
+    savers do). Closing the generator, or cancelling its task, aborts the graph; the thread's
+    checkpoints stay for ``resume=True``.
+
+    Raises:
+        ValueError: The spec is invalid, or asks for the worker's tokens (nothing is run).
+        ModelConfigError: A model string cannot be resolved (nothing is run).
+
+    """
+    if run.watch_worker:
+        msg = "arun_rubric streams no worker tokens: set RunSpec.watch_worker = False"
+        raise ValueError(msg)
+    state = _Run(run, checkpointer, thread_id)
+    agent, config = state.agent, state.config
+    if resume and (done := state.resume_from(await agent.aget_state(config))) is not None:
+        yield done
+        return
+    status, error = "interrupted", None
+    try:
+        async with contextlib.aclosing(agent.astream(state.payload, config,
+                                                     stream_mode="custom")) as items:
+            async for item in items:
+                event = _custom_event(item)
+                if event is not None:
+                    yield event
+        status = ""
+    except Exception as exc:
+        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+    yield state.finished((await agent.aget_state(config)).values or {}, status, error)
 
 
 def _finished(

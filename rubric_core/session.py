@@ -32,13 +32,21 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rubric_core.models import resolve_model
 from rubric_core.redact import redact, redact_data
-from rubric_core.runner import RunSpec, run_rubric
+from rubric_core.runner import RunSpec, arun_rubric, run_rubric
 from rubric_core.store import RunTakenOver, StoreError
 from rubric_core.types import RESUMABLE_STATUSES
 
@@ -264,6 +272,48 @@ class Session:
         self.close()
 
 
+class AsyncSession:
+    """A `Session` whose run goes on the caller's event loop (`rubric_core.runner.arun_rubric`).
+
+    For runs nobody watches (experiment cells): only evaluations and the final event stream.
+    Iterate it with ``async for``; ``await aclose()`` (or cancelling the consuming task) stops
+    the run and marks it ``interrupted``. The store is written through `Store.acall` (on the
+    loop for SQLite, from worker threads for a database server).
+    """
+
+    def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
+                 owner: str) -> None:
+        self.store = store
+        self.record = record
+        self.settings = record.settings
+        self.owner = owner
+        """This session's name on the run's row (`RunRecord.owner`)."""
+        self._events = _arecorded(store, record, spec, resume=resume, owner=owner)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in the index."""
+        return self.record.run_id
+
+    def __aiter__(self) -> AsyncIterator[RunEvent]:
+        return self._events
+
+    async def __anext__(self) -> RunEvent:
+        return await anext(self._events)
+
+    async def aclose(self) -> None:
+        """Stop the run (if it is still going) and finish recording it."""
+        await self._events.aclose()
+
+
+def _new_run(settings: RunSettings, models: ModelResolver | None, *, watch: bool
+             ) -> tuple[RunSettings, RunSpec, str]:
+    """A new run's titled settings, spec (models built) and owner name; nothing stored yet."""
+    settings = settings.titled()
+    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+    return settings, spec, _new_owner()
+
+
 def start(
     store: Store,
     settings: RunSettings,
@@ -289,11 +339,48 @@ def start(
         ModelConfigError: A model cannot be built (nothing is stored).
 
     """
-    settings = settings.titled()
-    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
-    owner = _new_owner()
+    settings, spec, owner = _new_run(settings, models, watch=watch)
     record = store.create_run(settings.redacted(), thread_id=thread_id, owner=owner)
     return Session(store, record, spec, resume=False, owner=owner)
+
+
+async def astart(
+    store: Store,
+    settings: RunSettings,
+    *,
+    models: ModelResolver | None = None,
+    thread_id: str | None = None,
+) -> AsyncSession:
+    """`start` for a run on the caller's event loop (`AsyncSession`); never watched.
+
+    The models are built on the loop (an experiment's clients belong to it); the run's row is
+    written by `Store.acall`.
+    """
+    settings, spec, owner = _new_run(settings, models, watch=False)
+    record = await store.acall(store.create_run, settings.redacted(), thread_id=thread_id,
+                               owner=owner)
+    return AsyncSession(store, record, spec, resume=False, owner=owner)
+
+
+def _resumable(store: Store, run_id: str, record: RunRecord | None) -> RunRecord:
+    """The stored run if it may be resumed now; see `resume` for the errors."""
+    if record is None:
+        msg = f"no run with id {run_id!r} in {store.path}"
+        raise KeyError(msg)
+    if is_active(run_id) or (record.status == "running" and not is_stale(record)):
+        msg = (f"Run {run_id[:8]} is still running (in this server, another tab or another "
+               f"process); wait for it to end, or try again in {STALE_AFTER_S:.0f} s if its "
+               "process died.")
+        raise RuntimeError(msg)
+    return record
+
+
+def _resumed_spec(record: RunRecord, models: ModelResolver | None, base_url: str | None,
+                  *, watch: bool) -> RunSpec:
+    settings = record.settings
+    if base_url:
+        settings = settings.replace(base_url=base_url)
+    return dataclasses.replace(build_spec(settings, models), watch_worker=watch)
 
 
 def resume(
@@ -322,20 +409,17 @@ def resume(
         ModelConfigError: A model cannot be built.
 
     """
-    record = store.get_run(run_id)
-    if record is None:
-        msg = f"no run with id {run_id!r} in {store.path}"
-        raise KeyError(msg)
-    if is_active(run_id) or (record.status == "running" and not is_stale(record)):
-        msg = (f"Run {run_id[:8]} is still running (in this server, another tab or another "
-               f"process); wait for it to end, or try again in {STALE_AFTER_S:.0f} s if its "
-               "process died.")
-        raise RuntimeError(msg)
-    settings = record.settings
-    if base_url:
-        settings = settings.replace(base_url=base_url)
-    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+    record = _resumable(store, run_id, store.get_run(run_id))
+    spec = _resumed_spec(record, models, base_url, watch=watch)
     return Session(store, record, spec, resume=True, owner=_new_owner())
+
+
+async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None
+                  ) -> AsyncSession:
+    """`resume` for a run on the caller's event loop (`AsyncSession`); errors as `resume`'s."""
+    record = _resumable(store, run_id, await store.acall(store.get_run, run_id))
+    spec = _resumed_spec(record, models, None, watch=False)  # models built on the loop
+    return AsyncSession(store, record, spec, resume=True, owner=_new_owner())
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -373,39 +457,107 @@ class _Heartbeat:
         self._thread.join()
 
 
+class _Recording:
+    """How a session writes its run: one hold on the run, each evaluation once, one ending.
+
+    Shared by `Session` (events from a generator) and `AsyncSession` (from an async one, which
+    calls the methods that write through `Store.acall`).
+    """
+
+    def __init__(self, store: Store, record: RunRecord, *, resume: bool, owner: str) -> None:
+        self.store, self.run_id, self.owner = store, record.run_id, owner
+        self.resume = resume
+        self.prior = (record.duration_s or 0.0) if resume else 0.0
+        self.heartbeat: _Heartbeat | None = None
+        self.seen: set[tuple[str, int]] = set()
+        self.finished = self.taken = self.registered = False
+
+    def begin(self) -> None:
+        """Register the run as this process's, take it over when resuming, start beating.
+
+        Raises:
+            RuntimeError: This process records it already, or another one took it first.
+
+        """
+        run_id = self.run_id
+        with _ACTIVE_CHANGED:
+            if run_id in _ACTIVE_RUNS:
+                msg = (f"Run {run_id[:8]} is already running or stopping in this server; wait "
+                       "a moment and try again.")
+                raise RuntimeError(msg)
+            _ACTIVE_RUNS.add(run_id)
+            self.registered = True
+        try:
+            if self.resume and not self.store.claim_run(
+                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner):
+                # Another server or process resumed it between our check and now.
+                msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
+                       "is running there now.")
+                raise RuntimeError(msg)
+            self.heartbeat = _Heartbeat(self.store, run_id, self.prior, self.owner)
+            self.seen = {_eval_key(e) for e in self.store.evaluations(run_id)}
+        except BaseException:
+            self.end()
+            raise
+
+    def elapsed(self) -> float:
+        return self.heartbeat.elapsed() if self.heartbeat is not None else self.prior
+
+    def check(self) -> None:
+        """Raise `RunTakenOver` when another process took the run (its heartbeat was refused)."""
+        if self.heartbeat is not None and self.heartbeat.lost.is_set():
+            self.taken = True  # the new owner records the run: write nothing more
+            raise RunTakenOver(self.run_id)
+
+    def record(self, event: RunEvent) -> None:
+        """Write what an event says: an evaluation (once), or the run's ending."""
+        try:
+            if event["type"] == "evaluation_finished":
+                self._add(event["evaluation"])
+            elif event["type"] == "run_finished":
+                for evaluation in event["evaluations"]:
+                    self._add(evaluation)
+                self.store.finish_run(self.run_id, event["status"],
+                                      error=redact(event["error"] or "") or None,
+                                      duration_s=round(self.elapsed(), 3), owner=self.owner)
+                self.finished = True
+        except RunTakenOver:
+            self.taken = True
+            raise
+
+    def _add(self, evaluation: RubricEvaluation) -> None:
+        key = _eval_key(evaluation)
+        if key not in self.seen:  # a resumed node may repeat a pass that was already recorded
+            self.store.add_evaluation(self.run_id, redact_data(evaluation), owner=self.owner)
+            self.seen.add(key)
+
+    def failed(self, exc: BaseException) -> None:
+        """The run raised: record ``error`` (unless it ended, or another process has it)."""
+        if not self.finished and not self.taken and isinstance(exc, Exception):
+            self.finished = True
+            _finish_quietly(self.store, self.run_id, "error",
+                            redact(f"{type(exc).__name__}: {exc}"), self.elapsed(), self.owner)
+
+    def stopped(self) -> None:
+        """The consumer stopped early: record ``interrupted`` (unless ended or taken)."""
+        if not self.finished and not self.taken:
+            self.finished = True
+            _finish_quietly(self.store, self.run_id, "interrupted", None, self.elapsed(),
+                            self.owner)
+
+    def end(self) -> None:
+        """Stop beating and leave the active-run registry (once; later calls do nothing)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.registered:
+            self.registered = False
+            with _ACTIVE_CHANGED:
+                _ACTIVE_RUNS.discard(self.run_id)
+                _ACTIVE_CHANGED.notify_all()
+
+
 def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str
               ) -> Generator[RunEvent, None, None]:
-    run_id = record.run_id
-    with _ACTIVE_CHANGED:
-        if run_id in _ACTIVE_RUNS:
-            msg = (f"Run {run_id[:8]} is already running or stopping in this server; wait a "
-                   "moment and try again.")
-            raise RuntimeError(msg)
-        _ACTIVE_RUNS.add(run_id)
-    prior = (record.duration_s or 0.0) if resume else 0.0
-    heartbeat: _Heartbeat | None = None
-    try:
-        if resume and not store.claim_run(run_id, stale_before=_stale_before(store.now()),
-                                          owner=owner):
-            # Another server or process resumed it between our check and now.
-            msg = (f"Run {run_id[:8]} was just resumed by another server or process; it is "
-                   "running there now.")
-            raise RuntimeError(msg)
-        heartbeat = _Heartbeat(store, run_id, prior, owner)
-        events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                            resume=resume)
-        yield from _record_events(store, run_id, events, heartbeat, owner)
-    finally:
-        if heartbeat is not None:
-            heartbeat.stop()
-        with _ACTIVE_CHANGED:
-            _ACTIVE_RUNS.discard(run_id)
-            _ACTIVE_CHANGED.notify_all()
-
-
-def _record_events(
-    store: Store, run_id: str, events: Iterator[RunEvent], heartbeat: _Heartbeat, owner: str
-) -> Iterator[RunEvent]:
     """Pass the runner's events through, recording each evaluation once and the final status.
 
     When the consumer stops early the runner is closed too (aborting the graph) and the run is
@@ -413,46 +565,48 @@ def _record_events(
     the run over (its heartbeat or a write was refused), the runner is closed, nothing more is
     written, and `RunTakenOver` is raised.
     """
-    seen = {_eval_key(e) for e in store.evaluations(run_id)}
-    finished = taken = False
-    elapsed = heartbeat.elapsed
-
-    def add(evaluation: RubricEvaluation) -> None:
-        key = _eval_key(evaluation)
-        if key not in seen:  # a resumed node may repeat a pass that was already recorded
-            store.add_evaluation(run_id, redact_data(evaluation), owner=owner)
-            seen.add(key)
-
+    recording = _Recording(store, record, resume=resume, owner=owner)
+    recording.begin()
+    events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
+                        resume=resume)
     try:
         for event in events:
-            if heartbeat.lost.is_set():
-                raise RunTakenOver(run_id)
-            if event["type"] == "evaluation_finished":
-                add(event["evaluation"])
-            elif event["type"] == "run_finished":
-                for evaluation in event["evaluations"]:
-                    add(evaluation)
-                store.finish_run(run_id, event["status"],
-                                 error=redact(event["error"] or "") or None,
-                                 duration_s=round(elapsed(), 3), owner=owner)
-                finished = True
+            recording.check()
+            recording.record(event)
             yield event
-    except RunTakenOver:
-        taken = True  # the new owner records the run: write nothing more
-        raise
     except Exception as exc:
-        if not finished:
-            finished = True
-            _finish_quietly(store, run_id, "error", redact(f"{type(exc).__name__}: {exc}"),
-                            elapsed(), owner)
+        recording.failed(exc)
         raise
     finally:
-        if not finished:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()  # aborts the graph
-            if not taken:
-                _finish_quietly(store, run_id, "interrupted", None, elapsed(), owner)
+        if not recording.finished:
+            events.close()  # aborts the graph
+        recording.stopped()
+        recording.end()
+
+
+async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
+                     owner: str) -> AsyncGenerator[RunEvent, None]:
+    """`_recorded` for `arun_rubric`: the graph on this loop, the writes by `Store.acall`."""
+    recording = _Recording(store, record, resume=resume, owner=owner)
+    try:
+        await store.acall(recording.begin)
+        events = arun_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
+                             resume=resume)
+        try:
+            async for event in events:
+                recording.check()
+                if event["type"] in ("evaluation_finished", "run_finished"):
+                    await store.acall(recording.record, event)
+                yield event
+        except Exception as exc:
+            await store.acall(recording.failed, exc)
+            raise
+        finally:
+            if not recording.finished:
+                await events.aclose()  # aborts the graph
+            await store.acall(recording.stopped)
+    finally:
+        await store.acall(recording.end)
 
 
 def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:

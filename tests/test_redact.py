@@ -29,9 +29,7 @@ ENV_KEY = "sk-envkey-" + "A1b2C3d4E5f6G7h8"
 # --------------------------------------------------------------------------- the scrubber
 
 
-@pytest.mark.parametrize(
-    ("text", "gone"),
-    [
+KEY_SHAPED = [
         pytest.param("Authorization: Bearer abc.DEF-123_456", "abc.DEF-123_456", id="bearer"),
         pytest.param("key sk-proj-ABCDEFGHIJKLMNOP1234 leaked", "sk-proj-ABCDEFGHIJKLMNOP1234",
                      id="openai"),
@@ -41,8 +39,12 @@ ENV_KEY = "sk-envkey-" + "A1b2C3d4E5f6G7h8"
         pytest.param("AIza" + "B" * 35, "AIza" + "B" * 35, id="google"),
         pytest.param('{"api_key": "hunter2hunter2"}', "hunter2hunter2", id="json_assignment"),
         pytest.param("api-key=supersecret99", "supersecret99", id="query_assignment"),
-    ],
-)
+        pytest.param("see https://h/x?Access_Token=zz9yy8xx7", "zz9yy8xx7", id="url_query"),
+        pytest.param("BEARER\u00a0abcdefgh123", "abcdefgh123", id="bearer_nbsp"),
+]
+
+
+@pytest.mark.parametrize(("text", "gone"), KEY_SHAPED)
 def test_key_shaped_tokens_are_redacted(text: str, gone: str) -> None:
     cleaned = redact.redact(text)
     assert gone not in cleaned and REDACTED in cleaned
@@ -85,6 +87,63 @@ def test_redact_data_walks_structures_and_keeps_keys() -> None:
     assert out["explanation"] == f"Bearer {REDACTED}"
     assert out["criteria"][0]["gap"] == (REDACTED,)
     assert out["n"] == 3 and "Bearer abcdefgh12" in out
+
+
+def _state(text: str) -> dict[str, Any]:
+    """A checkpoint-like value with ``text`` in every place a model's reply can put it."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    return {
+        "messages": [
+            HumanMessage("write it"),
+            AIMessage(content=text, tool_calls=[{"name": "look", "args": {"q": text},
+                                                 "id": "c1"}],
+                      response_metadata={"raw": [text]}),
+            ToolMessage(content="ok", tool_call_id="c1", artifact={"a": (text, 1)}),
+        ],
+        "_rubric_evaluations": [{"explanation": text, "criteria": [{"gap": text}]}],
+        "rubric": "- c1",
+    }
+
+
+def test_a_checkpoint_without_secrets_is_stored_as_the_scrubbing_path_stores_it() -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from rubric_core.redact import RedactingSerializer, _scrub_stored, secret_values
+
+    plain = JsonPlusSerializer()
+    for text in ("an ordinary answer", "task-based; sk-1 is a label; api_key: short", "é ü"):
+        state = _state(text)
+        kind, data = RedactingSerializer().dumps_typed(state)
+        assert (kind, data) == plain.dumps_typed(_scrub_stored(state, secret_values()))
+        restored = plain.loads_typed((kind, data))
+        assert restored["messages"][1].tool_calls[0]["args"] == {"q": text}
+
+
+@pytest.mark.parametrize(("text", "gone"), KEY_SHAPED)
+def test_a_checkpoint_never_stores_a_key_shape(text: str, gone: str) -> None:
+    from rubric_core.redact import RedactingSerializer
+
+    serde = RedactingSerializer()
+    kind, data = serde.dumps_typed(_state(f"the key is {text} ok"))
+    assert gone.encode() not in data
+    assert serde.loads_typed((kind, data))["messages"][0].content == "write it"
+
+
+def test_a_checkpoint_never_stores_a_configured_secret_or_an_error_holding_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rubric_core.redact import RedactingSerializer
+
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "zq-no-shape-" + "7" * 12)
+    secret = os.environ["MY_GATEWAY_TOKEN"]
+    serde = RedactingSerializer()
+    assert secret.encode() not in serde.dumps_typed(_state(f"x{secret}y"))[1]
+    kind, data = serde.dumps_typed(ConnectionError(f"refused for {secret}"))
+    assert secret.encode() not in data
+    assert serde.loads_typed((kind, data)) == f"ConnectionError('refused for {REDACTED}')"
+    # A lone surrogate (no UTF-8 for it) never reaches the stored bytes, NUL is kept (binary).
+    assert serde.loads_typed(serde.dumps_typed({"t": "a\ud800b\x00"}))["t"] == "a?b\x00"
 
 
 def test_log_records_are_redacted_for_every_logger(caplog: pytest.LogCaptureFixture) -> None:

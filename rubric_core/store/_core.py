@@ -30,6 +30,7 @@ cached and shared across threads. API keys are never stored: :meth:`Store.create
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -38,7 +39,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from rubric_core.datasets import Dataset, rows_from_jsonl
 from rubric_core.settings import ExperimentConfig, RunSettings
@@ -49,13 +50,15 @@ from rubric_core.store._sqlite import SqliteBackend
 from rubric_core.types import CELL_PENDING, EXPERIMENT_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Callable, Collection, Iterable, Sequence
     from contextlib import AbstractContextManager
 
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from rubric_core.store._schema import Tx
     from rubric_core.types import CriterionLabel, CriterionVerdict, RubricEvaluation
+
+T = TypeVar("T")
 
 __all__ = ["SCHEMA_VERSION", "CellOutcome", "CellRecord", "DatasetInfo", "ExperimentRecord",
            "PassVerdicts", "RunRecord", "RunTakenOver", "Store", "StoreError", "default_db_path",
@@ -487,6 +490,27 @@ class Store:
         """
         self.open()
         return self._backend.saver()
+
+    async def acall(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` (one of this store's methods) from a coroutine.
+
+        On SQLite it runs right away, on the event loop: a local file answers in well under a
+        millisecond, and handing the call to a worker thread costs the loop more CPU (a thread
+        switch and the GIL passed twice) than the call itself. On PostgreSQL it runs in a
+        worker thread, so a round trip to the server does not hold up the loop's other work;
+        a caller cancelled meanwhile still waits for the call to end (a write is never left
+        running unseen) before the cancellation goes on.
+        """
+        if self.backend == "sqlite":
+            return fn(*args, **kwargs)
+        task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            if not task.cancelled():
+                task.exception()  # retrieved: the cancellation is what the caller is told
+            raise
 
     # -- runs -----------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from rubric_core.redact import redact_data, scrub_checkpoint_config, secret_values
+from rubric_core.store._async_saver import SyncBackedAsyncSaver
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -32,8 +33,10 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 
-class RedactingPostgresSaver(PostgresSaver):
+class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
     """A ``PostgresSaver`` whose inline values are scrubbed and whose errors are explained.
+
+    Its async methods (for ``astream``) run the sync ones in worker threads.
 
     Args:
         pool: The store's connection pool.

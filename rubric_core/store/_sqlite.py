@@ -455,12 +455,18 @@ def _wal_present(path: Path) -> bool:
 
 @functools.cache
 def _redacting_saver_class() -> type[SqliteSaver]:
-    """``SqliteSaver`` whose checkpoint metadata (JSON, past the serializer) is scrubbed too."""
+    """``SqliteSaver`` whose checkpoint metadata (JSON, past the serializer) is scrubbed too.
+
+    Its async methods (for ``astream``) run the sync ones on the event loop.
+    """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from rubric_core.redact import scrub_checkpoint_config
+    from rubric_core.store._async_saver import SyncBackedAsyncSaver
 
-    class RedactingSqliteSaver(SqliteSaver):
+    class RedactingSqliteSaver(SyncBackedAsyncSaver, SqliteSaver):
+        run_on_loop = True  # a local file: sub-millisecond writes, no thread switch
+
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
             return super().put(clean_config, checkpoint, clean_metadata, new_versions)
