@@ -64,7 +64,7 @@ from rubric_core.store import StoreError
 from rubric_core.types import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from langchain_core.language_models import BaseChatModel
 
@@ -113,7 +113,6 @@ CRITERIA_COLUMNS: tuple[str, ...] = (
 
 _CELL_COLUMNS = ("experiment_id", "configuration", "config_index", "repeat_index")
 _STALE_POLL_S = 1.0
-_STOP_POLL_S = 0.2  # how often a running cell looks at Stop and at its lease
 _CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
 _WATCH_S = 2.0  # how often a worker counts the cells other workers ended
 _RUNS_PER_READ = 100
@@ -684,43 +683,38 @@ class _Driver:
                         ) -> tuple[str, str | None, str | None]:
         """One cell: start, continue or skip its run; (status, run, error).
 
-        The run goes on in its own task; Stop or a lost lease cancels it, which aborts the
-        graph and records the run ``interrupted`` (its thread continues on the next Resume).
+        Stop or a lost lease ends the run after the step in progress (never halfway through
+        one), recorded ``interrupted``; the next Resume continues its thread from there.
         """
         store, thread_id = self.store, cell.thread_id
+
+        def stopping() -> bool:
+            return self.stop.is_set() or lost.is_set()
+
         record = await store.acall(store.latest_run_for_thread, thread_id)
         if record is not None and record.status == "grader_error" and self.retry_errors:
             thread_id = await store.acall(store.renew_cell_thread, cell.experiment_id,
                                           cell.key)
             record = None
         if record is None:
-            run = await session.astart(store, settings, models=self.models, thread_id=thread_id)
+            run = await session.astart(store, settings, models=self.models, thread_id=thread_id,
+                                       stop=stopping)
         elif record.status in TERMINAL_STATUSES:
             return record.status, record.run_id, record.error
         else:
-            opened = await self._resume(record.run_id)
+            opened = await self._resume(record.run_id, stopping)
             if opened is None:
                 return "interrupted", record.run_id, None
             run = opened
-        task = asyncio.ensure_future(_outcome(run))
-        try:
-            while not task.done():
-                await asyncio.wait([task], timeout=_STOP_POLL_S)
-                if not task.done() and (self.stop.is_set() or lost.is_set()):
-                    task.cancel()
-                    await asyncio.wait([task])
-            status, error = ("interrupted", None) if task.cancelled() else task.result()
-        finally:
-            if not task.done():  # this slot itself was cancelled: take the run down with it
-                task.cancel()
-                await asyncio.wait([task])
+        status, error = await _outcome(run)
         return status, run.run_id, error
 
-    async def _resume(self, run_id: str) -> session.AsyncSession | None:
+    async def _resume(self, run_id: str, stop: Callable[[], bool]
+                      ) -> session.AsyncSession | None:
         """Resume a cell's run, waiting for a lost owner's run to go stale; None on Stop."""
         while not self.stop.is_set():
             try:
-                return await session.aresume(self.store, run_id, models=self.models)
+                return await session.aresume(self.store, run_id, models=self.models, stop=stop)
             except RuntimeError:  # still 'running' for another process, or not yet stale
                 await asyncio.sleep(_STALE_POLL_S)
         return None

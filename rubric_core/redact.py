@@ -62,6 +62,18 @@ _KEY_HINTS = re.compile(
 """What every match of `_KEY_SHAPES` contains, as UTF-8 bytes: a serialized checkpoint with
 none of these (and no configured secret) holds nothing `redact` would change."""
 
+_KEY_HINT_WORDS = (b"bearer", b"sk-", b"gsk_", b"xai-", b"aiza", b"api_key", b"api-key",
+                   b"apikey", b"key=", b"token=", b"secret=", b"password=", b"passwd=", b"sig=",
+                   b"signature=")
+"""Words one of which every `_KEY_HINTS` match holds (lower case): looked for first, since a
+substring search is some ten times faster than the expression over the same bytes."""
+
+
+def _may_hold_key(data: bytes) -> bool:
+    """Whether serialized bytes may hold a key shape (False: they surely do not)."""
+    lower = data.lower()
+    return any(word in lower for word in _KEY_HINT_WORDS) and bool(_KEY_HINTS.search(data))
+
 UNSTORABLE_REPLACEMENT = "\ufffd"
 """What a character no store or UTF-8 file can hold is replaced with (U+FFFD)."""
 
@@ -391,7 +403,7 @@ class RedactingSerializer:
         if not isinstance(obj, BaseException):  # an error is stored as its (scrubbed) repr
             with contextlib.suppress(Exception):  # e.g. a lone surrogate: scrubbed below
                 kind, data = self._inner.dumps_typed(obj)
-                if kind == "msgpack" and not _KEY_HINTS.search(data) and not any(
+                if kind == "msgpack" and not _may_hold_key(data) and not any(
                         secret in data for secret in _encoded(known)):
                     return kind, data
         result: tuple[str, bytes] = self._inner.dumps_typed(_scrub_stored(obj, known))

@@ -32,7 +32,7 @@ from rubric_core.settings import validate_judging, validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
+    from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
 
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
@@ -360,6 +360,7 @@ async def arun_rubric(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     thread_id: str | None = None,
     resume: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> AsyncGenerator[RunEvent, None]:
     """`run_rubric` on the caller's event loop, for runs nobody watches (experiment cells).
 
@@ -367,8 +368,13 @@ async def arun_rubric(
     run, no thread switch per step. It streams the graph's custom events only, as `run_rubric`
     does when `RunSpec.watch_worker` is False: evaluations and the final `RunFinished`, never
     worker tokens. The checkpointer must implement LangGraph's async methods (the store's
-    savers do). Closing the generator, or cancelling its task, aborts the graph; the thread's
-    checkpoints stay for ``resume=True``.
+    savers do).
+
+    Stopping: ``stop`` is asked after every step of the graph; once it answers True the run
+    ends there, without a `RunFinished`, and ``resume=True`` continues it from that step. That
+    is the way to stop a run that must resume exactly: a node cancelled halfway (cancelling
+    the consuming task, or closing this generator while a node runs) loses what it did, and
+    a grader pass whose verdict was already reported would be graded again.
 
     Raises:
         ValueError: The spec is invalid, or asks for the worker's tokens (nothing is run).
@@ -385,9 +391,14 @@ async def arun_rubric(
         return
     status, error = "interrupted", None
     try:
+        # "updates" marks the end of each step: its writes are on their way to the saver.
         async with contextlib.aclosing(agent.astream(state.payload, config,
-                                                     stream_mode="custom")) as items:
-            async for item in items:
+                                                     stream_mode=["custom", "updates"])) as items:
+            async for mode, item in items:
+                if mode == "updates":
+                    if stop is not None and stop():
+                        return  # at a step's end: closing the stream keeps that step
+                    continue
                 event = _custom_event(item)
                 if event is not None:
                     yield event

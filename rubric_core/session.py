@@ -25,6 +25,7 @@ script threads.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -276,19 +277,21 @@ class AsyncSession:
     """A `Session` whose run goes on the caller's event loop (`rubric_core.runner.arun_rubric`).
 
     For runs nobody watches (experiment cells): only evaluations and the final event stream.
-    Iterate it with ``async for``; ``await aclose()`` (or cancelling the consuming task) stops
-    the run and marks it ``interrupted``. The store is written through `Store.acall` (on the
-    loop for SQLite, from worker threads for a database server).
+    Iterate it with ``async for``. To stop it, make its ``stop`` callable answer True: the run
+    ends after the step in progress and is marked ``interrupted``, resumable from there
+    (`rubric_core.runner.arun_rubric`). ``await aclose()``, or cancelling the consuming task,
+    stops it at once, losing the step in progress. The store is written through `Store.acall`
+    (on the loop for SQLite, from worker threads for a database server).
     """
 
     def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
-                 owner: str) -> None:
+                 owner: str, stop: Callable[[], bool] | None) -> None:
         self.store = store
         self.record = record
         self.settings = record.settings
         self.owner = owner
         """This session's name on the run's row (`RunRecord.owner`)."""
-        self._events = _arecorded(store, record, spec, resume=resume, owner=owner)
+        self._events = _arecorded(store, record, spec, resume=resume, owner=owner, stop=stop)
 
     @property
     def run_id(self) -> str:
@@ -350,8 +353,11 @@ async def astart(
     *,
     models: ModelResolver | None = None,
     thread_id: str | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> AsyncSession:
     """`start` for a run on the caller's event loop (`AsyncSession`); never watched.
+
+    ``stop`` is asked after every step; True ends the run there (see `AsyncSession`).
 
     The models are built on the loop (an experiment's clients belong to it); the run's row is
     written by `Store.acall`.
@@ -359,7 +365,7 @@ async def astart(
     settings, spec, owner = _new_run(settings, models, watch=False)
     record = await store.acall(store.create_run, settings.redacted(), thread_id=thread_id,
                                owner=owner)
-    return AsyncSession(store, record, spec, resume=False, owner=owner)
+    return AsyncSession(store, record, spec, resume=False, owner=owner, stop=stop)
 
 
 def _resumable(store: Store, run_id: str, record: RunRecord | None) -> RunRecord:
@@ -414,12 +420,15 @@ def resume(
     return Session(store, record, spec, resume=True, owner=_new_owner())
 
 
-async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None
-                  ) -> AsyncSession:
-    """`resume` for a run on the caller's event loop (`AsyncSession`); errors as `resume`'s."""
+async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None,
+                  stop: Callable[[], bool] | None = None) -> AsyncSession:
+    """`resume` for a run on the caller's event loop (`AsyncSession`); errors as `resume`'s.
+
+    ``stop`` as for `astart`.
+    """
     record = _resumable(store, run_id, await store.acall(store.get_run, run_id))
     spec = _resumed_spec(record, models, None, watch=False)  # models built on the loop
-    return AsyncSession(store, record, spec, resume=True, owner=_new_owner())
+    return AsyncSession(store, record, spec, resume=True, owner=_new_owner(), stop=stop)
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -428,33 +437,54 @@ async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = N
 class _Heartbeat:
     """Touches a running run's row every `HEARTBEAT_S` seconds, with the duration so far.
 
-    `lost` is set when the touch finds the run held by another owner (it was taken over).
+    From a thread of its own (`start_thread`, for a `Session`) or a task on the event loop
+    (`start_task`, for an `AsyncSession`: a hundred cells are not a hundred threads). `lost`
+    is set when a touch finds the run held by another owner (it was taken over).
     """
 
-    def __init__(self, store: Store, run_id: str, prior_duration_s: float, owner: str) -> None:
-        self._store, self._run_id, self._prior = store, run_id, prior_duration_s
-        self._owner = owner
-        self._started = time.perf_counter()
+    def __init__(self, store: Store, run_id: str, owner: str,
+                 elapsed: Callable[[], float]) -> None:
+        self._store, self._run_id, self._owner, self._elapsed = store, run_id, owner, elapsed
         self._stop = threading.Event()
         self.lost = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id[:8]}",
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def touch(self) -> None:
+        with contextlib.suppress(StoreError, KeyError):
+            held = self._store.touch_run(self._run_id, owner=self._owner,
+                                         duration_s=round(self._elapsed(), 3))
+            if not held and not self._stop.is_set():
+                self.lost.set()
+
+    def start_thread(self) -> None:
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                self.touch()
+
+        self._thread = threading.Thread(target=beat, name=f"heartbeat-{self._run_id[:8]}",
                                         daemon=True)
         self._thread.start()
 
-    def elapsed(self) -> float:
-        return self._prior + time.perf_counter() - self._started
+    def start_task(self) -> None:
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_S)
+                await self._store.acall(self.touch)
 
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            with contextlib.suppress(StoreError, KeyError):
-                held = self._store.touch_run(self._run_id, owner=self._owner,
-                                             duration_s=round(self.elapsed(), 3))
-                if not held and not self._stop.is_set():
-                    self.lost.set()
+        self._task = asyncio.get_running_loop().create_task(beat())
 
     def stop(self) -> None:
+        """Stop beating (called from the thread or loop that started it).
+
+        A touch that lands after the run ended changes nothing (`Store.touch_run` leaves
+        ended runs alone).
+        """
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class _Recording:
@@ -468,12 +498,15 @@ class _Recording:
         self.store, self.run_id, self.owner = store, record.run_id, owner
         self.resume = resume
         self.prior = (record.duration_s or 0.0) if resume else 0.0
-        self.heartbeat: _Heartbeat | None = None
+        self.started = time.perf_counter()
+        self.heartbeat = _Heartbeat(store, record.run_id, owner, self.elapsed)
         self.seen: set[tuple[str, int]] = set()
         self.finished = self.taken = self.registered = False
 
     def begin(self) -> None:
-        """Register the run as this process's, take it over when resuming, start beating.
+        """Register the run as this process's and take it over when resuming.
+
+        The caller then starts the heartbeat (on a thread or the event loop).
 
         Raises:
             RuntimeError: This process records it already, or another one took it first.
@@ -494,18 +527,19 @@ class _Recording:
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
                        "is running there now.")
                 raise RuntimeError(msg)
-            self.heartbeat = _Heartbeat(self.store, run_id, self.prior, self.owner)
-            self.seen = {_eval_key(e) for e in self.store.evaluations(run_id)}
+            self.started = time.perf_counter()
+            if self.resume:  # a new run has no evaluations yet
+                self.seen = {_eval_key(e) for e in self.store.evaluations(run_id)}
         except BaseException:
             self.end()
             raise
 
     def elapsed(self) -> float:
-        return self.heartbeat.elapsed() if self.heartbeat is not None else self.prior
+        return self.prior + time.perf_counter() - self.started
 
     def check(self) -> None:
         """Raise `RunTakenOver` when another process took the run (its heartbeat was refused)."""
-        if self.heartbeat is not None and self.heartbeat.lost.is_set():
+        if self.heartbeat.lost.is_set():
             self.taken = True  # the new owner records the run: write nothing more
             raise RunTakenOver(self.run_id)
 
@@ -547,8 +581,7 @@ class _Recording:
 
     def end(self) -> None:
         """Stop beating and leave the active-run registry (once; later calls do nothing)."""
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
+        self.heartbeat.stop()
         if self.registered:
             self.registered = False
             with _ACTIVE_CHANGED:
@@ -567,6 +600,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
     """
     recording = _Recording(store, record, resume=resume, owner=owner)
     recording.begin()
+    recording.heartbeat.start_thread()
     events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
                         resume=resume)
     try:
@@ -585,13 +619,15 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
 
 
 async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
-                     owner: str) -> AsyncGenerator[RunEvent, None]:
+                     owner: str, stop: Callable[[], bool] | None
+                     ) -> AsyncGenerator[RunEvent, None]:
     """`_recorded` for `arun_rubric`: the graph on this loop, the writes by `Store.acall`."""
     recording = _Recording(store, record, resume=resume, owner=owner)
     try:
         await store.acall(recording.begin)
+        recording.heartbeat.start_task()
         events = arun_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                             resume=resume)
+                             resume=resume, stop=stop)
         try:
             async for event in events:
                 recording.check()
@@ -606,7 +642,7 @@ async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: 
                 await events.aclose()  # aborts the graph
             await store.acall(recording.stopped)
     finally:
-        await store.acall(recording.end)
+        recording.end()  # on the loop: it cancels the heartbeat's task
 
 
 def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:

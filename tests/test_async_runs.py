@@ -62,33 +62,46 @@ def test_an_async_run_gives_what_the_sync_run_gives(saver: Any) -> None:
     assert events[-1]["thread_id"] == "async"
 
 
-def test_a_cancelled_async_run_resumes_without_redoing_work(saver: Any) -> None:
+def test_a_stopped_async_run_resumes_without_redoing_work(saver: Any) -> None:
     run = quiet_spec(["d1", "d2"], [FAIL, PASS])
+    events: list[Any] = []
 
-    async def first_verdict_then_cancel() -> None:
-        seen = asyncio.Event()
+    async def consume() -> None:
+        def verdict_out() -> bool:
+            return any(e["type"] == "evaluation_finished" for e in events)
 
-        async def consume() -> None:
-            async for event in arun_rubric(run, checkpointer=saver, thread_id="cut"):
-                if event["type"] == "evaluation_finished":
-                    seen.set()
-                    await asyncio.sleep(3600)  # cancelled here, as Stop cancels a cell
+        async for event in arun_rubric(run, checkpointer=saver, thread_id="cut",
+                                       stop=verdict_out):
+            events.append(event)
 
-        task = asyncio.create_task(consume())
-        await seen.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(first_verdict_then_cancel())
+    asyncio.run(consume())
+    # Stop was asked once the first verdict was out (the step that gave it still ends and is
+    # kept); no RunFinished: the run did not end.
+    assert [e["type"] for e in events] == ["evaluation_started", "evaluation_finished"]
     assert isinstance(run.worker, ScriptedChatModel) and isinstance(run.grader, ScriptedChatModel)
-    assert len(run.worker.calls) == 1
+    assert len(run.worker.calls) == 1 and len(run.grader.calls) == 1
     events = asyncio.run(collect(arun_rubric(run, checkpointer=saver, thread_id="cut",
                                              resume=True)))
     final = events[-1]
     assert final["status"] == "satisfied" and final["answer"] == "d2"
-    assert [e["iteration"] for e in final["evaluations"]] == [0, 1]
+    assert [e["result"] for e in final["evaluations"]] == ["needs_revision", "satisfied"]
     assert len(run.worker.calls) == 2 and len(run.grader.calls) == 2  # nothing done twice
+
+
+def test_stop_is_asked_between_steps_never_in_the_middle_of_one(saver: Any) -> None:
+    run = quiet_spec(["d1", "d2"], [FAIL, PASS])
+    asked: list[tuple[int, int]] = []
+
+    def stop() -> bool:
+        assert isinstance(run.worker, ScriptedChatModel)
+        assert isinstance(run.grader, ScriptedChatModel)
+        asked.append((len(run.worker.calls), len(run.grader.calls)))
+        return len(asked) == 3  # after the third step
+
+    list(asyncio.run(collect(arun_rubric(run, checkpointer=saver, thread_id="steps", stop=stop))))
+    # Steps: before_agent, model (worker answers), after_agent (grader judges): stop comes
+    # after each has ended, with its calls made.
+    assert asked == [(0, 0), (1, 0), (1, 1)]
 
 
 def test_a_worker_that_raises_ends_the_async_run_in_error(saver: Any) -> None:
@@ -124,31 +137,25 @@ def _models(worker: ScriptedChatModel, grader: ScriptedChatModel) -> session.Mod
     return resolve
 
 
-def test_a_cancelled_async_session_is_recorded_interrupted_then_resumed(store: Store) -> None:
+def test_a_stopped_async_session_is_recorded_interrupted_then_resumed(store: Store) -> None:
     worker = ScriptedChatModel(replies=["d1", "d2"])
     grader = ScriptedChatModel(replies=[FAIL, PASS])
     models = _models(worker, grader)
+    stop = threading.Event()
 
-    async def start_then_cancel() -> str:
-        run = await session.astart(store, _settings(), models=models, thread_id="t-async")
-        seen = asyncio.Event()
+    async def start_then_stop() -> tuple[str, list[Any]]:
+        run = await session.astart(store, _settings(), models=models, thread_id="t-async",
+                                   stop=stop.is_set)
+        events = []
+        async for event in run:
+            events.append(event)
+            assert session.is_active(run.run_id)
+            if event["type"] == "evaluation_finished":
+                stop.set()
+        return run.run_id, events
 
-        async def consume() -> None:
-            async for event in run:
-                if event["type"] == "evaluation_finished":
-                    seen.set()
-                    await asyncio.sleep(3600)
-
-        task = asyncio.create_task(consume())
-        await seen.wait()
-        assert session.is_active(run.run_id)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await run.aclose()
-        return run.run_id
-
-    run_id = asyncio.run(start_then_cancel())
+    run_id, events = asyncio.run(start_then_stop())
+    assert events[-1]["type"] == "evaluation_finished"
     record = store.get_run(run_id)
     assert record is not None and record.status == "interrupted"
     assert not session.is_active(run_id)  # the registry was left, the heartbeat stopped
@@ -161,8 +168,43 @@ def test_a_cancelled_async_session_is_recorded_interrupted_then_resumed(store: S
     assert events[-1]["status"] == "satisfied"
     record = store.get_run(run_id)
     assert record is not None and record.status == "satisfied"
-    assert [e["iteration"] for e in store.evaluations(run_id)] == [0, 1]  # each pass once
-    assert len(worker.calls) == 2 and len(grader.calls) == 2
+    assert [e["result"] for e in store.evaluations(run_id)] == ["needs_revision", "satisfied"]
+    assert len(worker.calls) == 2 and len(grader.calls) == 2  # nothing done twice
+
+
+def test_a_cancelled_async_session_is_recorded_interrupted(store: Store) -> None:
+    worker = ScriptedChatModel(replies=["d1", "d2"])
+    models = _models(worker, ScriptedChatModel(replies=[FAIL, PASS]))
+
+    async def start_then_cancel() -> str:
+        run = await session.astart(store, _settings(), models=models, thread_id="t-cancel")
+        seen = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in run:
+                if event["type"] == "evaluation_finished":
+                    seen.set()
+                    await asyncio.sleep(3600)
+
+        task = asyncio.create_task(consume())
+        await seen.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await run.aclose()
+        return run.run_id
+
+    run_id = asyncio.run(start_then_cancel())
+    record = store.get_run(run_id)
+    assert record is not None and record.status == "interrupted"
+    assert not session.is_active(run_id)
+    events = asyncio.run(collect_resumed(store, run_id, models))
+    assert events[-1]["status"] == "satisfied"  # the thread goes on (a step may be redone)
+
+
+async def collect_resumed(store: Store, run_id: str, models: session.ModelResolver
+                          ) -> list[Any]:
+    return await collect(await session.aresume(store, run_id, models=models))
 
 
 def test_an_async_session_refuses_a_run_that_is_being_recorded(store: Store) -> None:

@@ -11,7 +11,7 @@ server must not hold up the loop's other runs).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -23,6 +23,26 @@ if TYPE_CHECKING:
         CheckpointMetadata,
         CheckpointTuple,
     )
+
+T = TypeVar("T")
+
+
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread, run to its end even if the caller is cancelled.
+
+    A cancelled ``asyncio.to_thread`` may never start its call (a work item still queued is
+    dropped), so a Stop landing just after a step would lose that step's checkpoint writes;
+    and a write that did start would go on unseen. Here the call always runs, and a cancelled
+    caller waits for it to end before the cancellation goes on.
+    """
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller is told
+        raise
 
 
 class SyncBackedAsyncSaver:
@@ -37,7 +57,7 @@ class SyncBackedAsyncSaver:
     async def _call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         if self.run_on_loop:
             return fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await in_thread(fn, *args, **kwargs)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``get_tuple``."""

@@ -30,7 +30,6 @@ cached and shared across threads. API keys are never stored: :meth:`Store.create
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from rubric_core.datasets import Dataset, rows_from_jsonl
 from rubric_core.settings import ExperimentConfig, RunSettings
+from rubric_core.store._async_saver import in_thread
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._postgres import PostgresBackend
 from rubric_core.store._schema import DB_ENV_VAR, SCHEMA_VERSION, StoreError, search_text
@@ -503,14 +503,7 @@ class Store:
         """
         if self.backend == "sqlite":
             return fn(*args, **kwargs)
-        task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await asyncio.wait([task])
-            if not task.cancelled():
-                task.exception()  # retrieved: the cancellation is what the caller is told
-            raise
+        return await in_thread(fn, *args, **kwargs)
 
     # -- runs -----------------------------------------------------------------------------------
 
