@@ -19,9 +19,14 @@ the loop's span efficiency to plain asyncio's; the most requests the server saw 
 (must never exceed C); and the client's CPU milliseconds per row (the server's are not
 counted), which is what caps a GIL-bound client at high C.
 
+This machine is shared and its speed drifts from one run to the next (the same run's client
+CPU per row varies by a third), so ``--repeat N`` runs loop and plain N times each, in turn,
+and reports the medians.
+
 Run from the repository root:
 
     .venv/bin/python bench/experiment.py      # 64 rows, 2 passes, 200 ms, C = 1 4 16 32
+    .venv/bin/python bench/experiment.py --concurrency 16 --repeat 5
     .venv/bin/python bench/experiment.py --rows 32 --passes 1 --concurrency 1 16
     .venv/bin/python bench/experiment.py --concurrency 16 --workers 2
 """
@@ -33,6 +38,7 @@ import asyncio
 import functools
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -191,28 +197,41 @@ def _measured(server: Server, run: Any, concurrency: int, delay_s: float, rows: 
             "wall_eff": ideal / wall, "peak": peak, "cpu_ms": 1000 * cpu / rows}
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the runs (the peak: the highest)."""
+    out = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    out["peak"] = max(run["peak"] for run in runs)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--delay-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of loop and plain per C, in turn; medians are reported")
     parser.add_argument("--workers", type=int, default=0,
                         help="also run the experiment with `eval --workers W` (0: don't)")
     args = parser.parse_args()
     delay = args.delay_ms / 1000
     print(f"{args.rows} rows x {2 * args.passes} calls ({args.passes} passes), "
-          f"{args.delay_ms:g} ms per call on the loopback server (own process)")
+          f"{args.delay_ms:g} ms per call on the loopback server (own process)"
+          + (f", medians of {args.repeat} runs" if args.repeat > 1 else ""))
     print(f"{'C':>3} {'calls':>6} {'loop span':>10} {'loop wall':>10} {'plain span':>11} "
           f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}")
     server = Server(delay, args.passes)
     failed = False
     try:
         for c in args.concurrency:
-            loop = _measured(server, functools.partial(_loop, server, args.rows, c), c, delay,
-                             args.rows)
-            plain = _measured(server, functools.partial(_plain, server, args.rows, c,
-                                                        args.passes), c, delay, args.rows)
+            loops, plains = [], []
+            for _ in range(max(1, args.repeat)):
+                loops.append(_measured(server, functools.partial(_loop, server, args.rows, c),
+                                       c, delay, args.rows))
+                plains.append(_measured(server, functools.partial(
+                    _plain, server, args.rows, c, args.passes), c, delay, args.rows))
+            loop, plain = _median(loops), _median(plains)
             print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
                   f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
                   f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "

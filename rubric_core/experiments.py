@@ -13,7 +13,8 @@ done, yielding progress events (`rubric_core.types.ExperimentEvent`):
   on that loop too (`rubric_core.session.astart`: LangGraph's ``astream``, async model
   calls), so a hundred cells in flight are a hundred coroutines, not threads: no thread switch
   per graph step, which at high concurrency cost more CPU than the steps. The database is
-  written from worker threads (a local SQLite checkpoint on the loop itself). Chat models are
+  written through `Store.acall` (on the loop for SQLite, from worker threads for PostgreSQL).
+  Stop or a lost lease ends a cell's run after the step in progress. Chat models are
   built once per experiment and the compiled agent is shared by a configuration's cells
   (`experiment_models`, `rubric_core.runner.build_agent`).
 - Several workers: a cell is run under a lease in the database (`Store.claim_cell`: ``FOR
@@ -81,7 +82,7 @@ DEFAULT_CONCURRENCY = 4
 """Cells run at once unless the caller says otherwise."""
 
 MAX_CONCURRENCY = 64
-"""Most cells at once: each running cell holds an HTTP connection and a heartbeat thread."""
+"""Most cells at once: each running cell holds an HTTP connection and a database row."""
 
 MAX_REPEATS = 20
 """Most runs of one row under one configuration."""

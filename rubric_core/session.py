@@ -235,7 +235,23 @@ def _new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Session:
+class _SessionBase:
+    """What `Session` and `AsyncSession` hold: the store, the run's record and its owner."""
+
+    def __init__(self, store: Store, record: RunRecord, owner: str) -> None:
+        self.store = store
+        self.record = record
+        self.settings = record.settings
+        self.owner = owner
+        """This session's name on the run's row (`RunRecord.owner`)."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in the index."""
+        return self.record.run_id
+
+
+class Session(_SessionBase):
     """One run being recorded: iterate it for the runner's events; close it to stop the run.
 
     Closing (a Stop button, a rerun, Ctrl-C) aborts the graph and marks the run
@@ -244,17 +260,8 @@ class Session:
 
     def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
                  owner: str) -> None:
-        self.store = store
-        self.record = record
-        self.settings = record.settings
-        self.owner = owner
-        """This session's name on the run's row (`RunRecord.owner`)."""
+        super().__init__(store, record, owner)
         self._events = _recorded(store, record, spec, resume=resume, owner=owner)
-
-    @property
-    def run_id(self) -> str:
-        """The run's id in the index."""
-        return self.record.run_id
 
     def __iter__(self) -> Iterator[RunEvent]:
         return self._events
@@ -273,7 +280,7 @@ class Session:
         self.close()
 
 
-class AsyncSession:
+class AsyncSession(_SessionBase):
     """A `Session` whose run goes on the caller's event loop (`rubric_core.runner.arun_rubric`).
 
     For runs nobody watches (experiment cells): only evaluations and the final event stream.
@@ -286,17 +293,8 @@ class AsyncSession:
 
     def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
                  owner: str, stop: Callable[[], bool] | None) -> None:
-        self.store = store
-        self.record = record
-        self.settings = record.settings
-        self.owner = owner
-        """This session's name on the run's row (`RunRecord.owner`)."""
+        super().__init__(store, record, owner)
         self._events = _arecorded(store, record, spec, resume=resume, owner=owner, stop=stop)
-
-    @property
-    def run_id(self) -> str:
-        """The run's id in the index."""
-        return self.record.run_id
 
     def __aiter__(self) -> AsyncIterator[RunEvent]:
         return self._events
