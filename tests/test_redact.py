@@ -130,6 +130,29 @@ def test_a_checkpoint_never_stores_a_key_shape(text: str, gone: str) -> None:
     assert serde.loads_typed((kind, data))["messages"][0].content == "write it"
 
 
+@pytest.mark.parametrize("text", [
+    pytest.param("\u017fk-ABCDEFGHIJKLMNOP1234", id="long_s_for_s"),
+    pytest.param("s\u212a-ABCDEFGHIJKLMNOP1234", id="kelvin_sign_for_k"),
+    pytest.param("sk-ABCDEFGHIJ\u017fKLMNOP", id="long_s_inside_the_key"),
+    pytest.param("a\u0131za" + "B" * 35, id="dotless_i"),
+    pytest.param("api_\u212aey=supersecret99", id="kelvin_in_api_key"),
+    pytest.param("see https://h/x?to\u212aen=abcdefgh9", id="kelvin_in_query"),
+])
+def test_a_checkpoint_scrubs_what_redact_would_even_through_unicode_case_folding(
+        text: str) -> None:
+    """A hostile model may spell a key shape with the non-ASCII letters that case-insensitive
+    matching takes for ASCII ones: the byte-level shortcut must not let through what `redact`
+    scrubs."""
+    from rubric_core.redact import RedactingSerializer
+
+    assert redact.redact(text) != text  # the scrubber counts it as a key shape
+    serde = RedactingSerializer()
+    kind, data = serde.dumps_typed(_state(text))
+    assert text.encode() not in data
+    restored = serde.loads_typed((kind, data))
+    assert restored["messages"][1].content == redact.redact(text)
+
+
 def test_a_checkpoint_never_stores_a_configured_secret_or_an_error_holding_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
