@@ -454,6 +454,9 @@ def test_import_dataset_stores_whole_or_nothing(store: Store) -> None:
     assert again.level == "info" and "unchanged" in again.text
     assert sup.dataset_name_for("dir/my data.csv") == "my data"
     assert sup.import_dataset(store, b"prompt\nhi\n", name=" ").level == "error"
+    binary = sup.import_dataset(store, b"\xff\xfe\x00garbage", name="bin")
+    assert binary.level == "error" and "not UTF-8" in binary.text
+    assert binary.text.endswith(".") and not binary.text.endswith("..")
 
 
 def test_stored_dataset_is_parsed_once_per_version(store: Store) -> None:

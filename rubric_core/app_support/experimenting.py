@@ -82,7 +82,7 @@ def import_dataset(store: Store, data: bytes | str, *, name: str) -> UiMessage:
     try:
         dataset = parse_dataset(data, name=name or "dataset")
     except DatasetError as exc:
-        return UiMessage("error", f"Nothing was stored: {exc}.")
+        return UiMessage("error", f"Nothing was stored: {str(exc).rstrip('.')}.")
     if not name:
         return UiMessage("error", "Give the dataset a name, then store it again.")
     before = {i.version for i in store.dataset_versions(name)}
