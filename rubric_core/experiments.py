@@ -396,12 +396,15 @@ def retry_cell(store: Store, experiment_id: str, key: tuple[str, int, int]) -> s
 
 @dataclasses.dataclass
 class _Tally:
+    """Cells of one configuration by how they ended (live progress; summary rows extend it)."""
+
     total: int = 0
     done: int = 0
     satisfied: int = 0
     errors: int = 0
 
     def add(self, status: str) -> None:
+        """Count an ending (a status that is not one is ignored)."""
         if status in ENDED_STATUSES:
             self.done += 1
             self.satisfied += status == "satisfied"
@@ -785,11 +788,11 @@ class ExperimentResults:
         self._need_verdicts()
         tallies = [_ConfigTally() for _ in self.experiment.configurations]
         for c in self.cells:
-            tallies[c.config_index].add(c)
+            tallies[c.config_index].add_cell(c)
         records = [{
             "config_index": index, "configuration": config.display_label(),
             "worker_model": config.worker_model, "grader_model": config.grader_model,
-            "cells": t.cells, "done": t.done,
+            "cells": t.total, "done": t.done,
             "satisfied_pct": _pct(t.satisfied, t.done),
             "first_pass_satisfied_pct": _pct(t.first_ok, t.done),
             "mean_passes": round(t.passes / t.done, 3) if t.done else None,
@@ -845,28 +848,22 @@ class ExperimentResults:
 
 
 @dataclasses.dataclass
-class _ConfigTally:
+class _ConfigTally(_Tally):
     """One configuration's row of `ExperimentResults.summary`, added up cell by cell."""
 
-    cells: int = 0
-    done: int = 0
-    satisfied: int = 0
     first_ok: int = 0
     passes: int = 0
-    errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     durations: list[float] = dataclasses.field(default_factory=list)
 
-    def add(self, cell: CellOutcome) -> None:
-        self.cells += 1
+    def add_cell(self, cell: CellOutcome) -> None:
+        self.total += 1
+        self.add(cell.status)
         if cell.status not in ENDED_STATUSES:
             return
-        self.done += 1
-        self.satisfied += cell.status == "satisfied"
         self.first_ok += bool(cell.passes) and cell.passes[0][0] == "satisfied"
         self.passes += len(cell.passes)
-        self.errors += cell.status in ERROR_STATUSES
         self.input_tokens += cell.input_tokens or 0
         self.output_tokens += cell.output_tokens or 0
         if cell.duration_s is not None:
