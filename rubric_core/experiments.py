@@ -59,7 +59,7 @@ from rubric_core.analytics import Comparison, compare_outcomes
 from rubric_core.export import EXPORT_COLUMNS, export_rows
 from rubric_core.grader import retry_after_s
 from rubric_core.models import resolve_model
-from rubric_core.redact import redact
+from rubric_core.redact import error_text, redact
 from rubric_core.rubric import normalize_name
 from rubric_core.store import StoreError
 from rubric_core.types import TERMINAL_STATUSES
@@ -492,7 +492,7 @@ async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
             if event["type"] == "run_finished":
                 status, error = event["status"], event["error"]
     except Exception as exc:  # recorded as the run's error by the session layer
-        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+        status, error = "error", error_text(exc)
     finally:
         await run.aclose()
     return status, error

@@ -189,6 +189,11 @@ def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
     return _KEY_SHAPES.sub(_shape, text)
 
 
+def error_text(exc: BaseException) -> str:
+    """How a run records an exception: ``Type: message``, scrubbed (`redact`)."""
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
 _PARTIAL_KEY = re.compile(
     r"(?:\b[Bb]earer\s+[A-Za-z0-9._~+/=-]*"
     r"|\b(?:sk-(?:ant-)?|gsk_|xai-)[A-Za-z0-9_-]*"

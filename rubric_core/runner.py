@@ -27,7 +27,7 @@ from typing_extensions import TypedDict
 from rubric_core.grader import message_text
 from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
 from rubric_core.models import resolve_model
-from rubric_core.redact import redact, redact_data
+from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.settings import validate_judging, validate_run_text
 from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
 
@@ -350,7 +350,7 @@ def run_rubric(
                         yield event
         status = ""
     except Exception as exc:
-        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+        status, error = "error", error_text(exc)
     yield state.finished(agent.get_state(config).values or {}, status, error)
 
 
@@ -404,7 +404,7 @@ async def arun_rubric(
                     yield event
         status = ""
     except Exception as exc:
-        status, error = "error", redact(f"{type(exc).__name__}: {exc}")
+        status, error = "error", error_text(exc)
     yield state.finished((await agent.aget_state(config)).values or {}, status, error)
 
 

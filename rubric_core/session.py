@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rubric_core.models import resolve_model
-from rubric_core.redact import redact, redact_data
+from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.runner import RunSpec, arun_rubric, run_rubric
 from rubric_core.store import RunTakenOver, StoreError
 from rubric_core.types import RESUMABLE_STATUSES
@@ -568,7 +568,7 @@ class _Recording:
         if not self.finished and not self.taken and isinstance(exc, Exception):
             self.finished = True
             _finish_quietly(self.store, self.run_id, "error",
-                            redact(f"{type(exc).__name__}: {exc}"), self.elapsed(), self.owner)
+                            error_text(exc), self.elapsed(), self.owner)
 
     def stopped(self) -> None:
         """The consumer stopped early: record ``interrupted`` (unless ended or taken)."""
