@@ -115,6 +115,10 @@ def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
                  id="concurrency_over_max"),
     pytest.param(["--repeats", "21"], "--repeats must be from 1 to 20", id="repeats_over_max"),
     pytest.param(["--repeats", "0"], "--repeats must be from 1 to 20", id="repeats_0"),
+    pytest.param(["--workers", "5"], "--workers must be from 1 to --concurrency (4)",
+                 id="more_workers_than_cells_at_once"),
+    pytest.param(["--workers", "2", "--model-limit", "demo=1"],
+                 "--model-limit demo=1 is shared out between 2 workers", id="limit_too_small"),
 ])
 def test_bad_eval_flags_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
@@ -344,21 +348,6 @@ def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) ->
         owners = {run.owner for run in store.list_runs(limit=None)}
     pids = {owner.split(":")[1] for owner in owners if owner}
     assert len(pids) == 2  # both processes ran cells
-
-
-@pytest.mark.parametrize(("args", "message"), [
-    pytest.param(["--workers", "5"], "--workers must be from 1 to --concurrency (4)",
-                 id="more_workers_than_cells_at_once"),
-    pytest.param(["--workers", "2", "--model-limit", "demo=1"],
-                 "--model-limit demo=1 is shared out between 2 workers", id="limit_too_small"),
-])
-def test_bad_workers_exit_2_and_store_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
-) -> None:
-    db = tmp_path / "db.sqlite3"
-    code = main(["eval", "--dataset", "bundled", "--db", str(db), *args], io.StringIO())
-    assert code == 2 and message in capsys.readouterr().err
-    assert not db.exists() or _count(db, "experiments") == 0
 
 
 def test_ctrl_c_stops_every_worker_and_resume_finishes_each_cell_once(tmp_path: Path) -> None:
