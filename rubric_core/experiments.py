@@ -470,15 +470,13 @@ def run_experiment(
     backoff.listeners.append(on_backoff)
     driver = _Driver(store, experiment, models, stop, events, concurrency, dict(per_model or {}),
                      retry_errors)
-    thread = threading.Thread(target=driver.run, name=f"experiment-{experiment_id[:8]}",
-                              daemon=True)
-    thread.start()
+    running = asyncio.run_coroutine_threadsafe(driver.run(), _experiment_loop())
     try:
         while (event := events.get()) is not None:
             yield event
     finally:
         stop.set()
-        thread.join()
+        running.result()  # driver.run() keeps its failure instead of raising
         backoff.listeners.remove(on_backoff)
         if driver.failure is not None:
             raise driver.failure
@@ -519,7 +517,7 @@ def _experiment_loop() -> asyncio.AbstractEventLoop:
 
 
 class _Driver:
-    """Runs one session of an experiment on its own event loop (in its own thread)."""
+    """Runs one session of an experiment as a coroutine on the experiments' loop."""
 
     def __init__(self, store: Store, experiment: ExperimentRecord,
                  models: session.ModelResolver, stop: threading.Event,
@@ -533,15 +531,17 @@ class _Driver:
         self.failure: BaseException | None = None
         self.started = time.monotonic()
 
-    def run(self) -> None:
+    async def run(self) -> None:
+        """The whole session; it never raises (a failure is kept for the consumer's thread)."""
         status = "stopped"
         try:
-            status = asyncio.run_coroutine_threadsafe(self._main(), _experiment_loop()).result()
+            status = await self._main()
         except BaseException as exc:  # handed to the consumer's thread
             self.failure = exc
         finally:
             with contextlib.suppress(Exception):
-                self.store.set_experiment_status(self.experiment.experiment_id, status)
+                await self.store.acall(self.store.set_experiment_status,
+                                       self.experiment.experiment_id, status)
             finished: ExperimentFinished = {
                 "type": "experiment_finished", "experiment_id": self.experiment.experiment_id,
                 "status": "finished" if status == "finished" else "stopped",
@@ -550,11 +550,12 @@ class _Driver:
             self.events.put(None)
 
     async def _main(self) -> str:
-        exp = self.experiment
-        dataset, _ = self.store.load_dataset(exp.dataset_name, exp.dataset_version)
+        exp, store = self.experiment, self.store
+        dataset, _ = await store.acall(store.load_dataset, exp.dataset_name, exp.dataset_version)
         rows = {r.id: r for r in dataset.rows}
-        self.store.set_experiment_status(exp.experiment_id, "running")
-        cells = self.store.cell_outcomes(exp.experiment_id)  # lean: no settings decoded
+        await store.acall(store.set_experiment_status, exp.experiment_id, "running")
+        # lean: no settings decoded
+        cells = await store.acall(store.cell_outcomes, exp.experiment_id)
         self.tallies = [_Tally() for _ in exp.configurations]
         # The cells this worker may still claim, with the run each had when it started (a
         # cell another worker ended since is counted, not run again).
