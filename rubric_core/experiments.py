@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import itertools
 import os
 import queue
@@ -57,7 +56,7 @@ import pandas as pd
 from rubric_core import session
 from rubric_core.analytics import Comparison, compare_outcomes
 from rubric_core.export import EXPORT_COLUMNS, export_rows
-from rubric_core.grader import retry_after_s
+from rubric_core.http_retry import RETRY_STATUS_CODES, SharedBackoff
 from rubric_core.models import resolve_model
 from rubric_core.redact import error_text, redact
 from rubric_core.rubric import normalize_name
@@ -90,8 +89,6 @@ MAX_REPEATS = 20
 MAX_CELLS = 100_000
 """Most cells (rows × configurations × repeats) in one experiment."""
 
-RETRY_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
-"""HTTP statuses that slow the experiment down instead of failing a row."""
 
 ERROR_STATUSES = frozenset({"error", "grader_error"})
 """Cell statuses that are recorded as ended but can be retried alone."""
@@ -117,146 +114,6 @@ _STALE_POLL_S = 1.0
 _CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
 _WATCH_S = 2.0  # how often a worker counts the cells other workers ended
 _RUNS_PER_READ = 100
-
-
-# -- shared backoff -------------------------------------------------------------------------------
-
-
-class SharedBackoff:
-    """One wait shared by every request of an experiment, raised by each 429 or 5xx.
-
-    Thread-safe: cells call models on the experiments' event loop, other callers on threads.
-    A failed request waits the server's ``Retry-After`` or an exponential delay (``base_s``
-    doubling per consecutive failure, at most ``max_s``), whichever is longer, and every other
-    request waits for the same moment before it is sent. A success resets the doubling. After
-    ``max_attempts`` retries of one request its error goes to the client (and the grader's own
-    bounded retry, or the cell's error status).
-
-    Args:
-        base_s: First delay.
-        max_s: Longest delay.
-        max_attempts: Retries of one request before its error is passed on.
-
-    """
-
-    def __init__(self, *, base_s: float = 0.5, max_s: float = 30.0, max_attempts: int = 8) -> None:
-        if base_s < 0 or max_s < base_s or max_attempts < 0:
-            msg = "need 0 <= base_s <= max_s and max_attempts >= 0"
-            raise ValueError(msg)
-        self.base_s, self.max_s, self.max_attempts = base_s, max_s, max_attempts
-        self.hits = 0
-        """429/5xx answers absorbed so far."""
-        self.listeners: list[Any] = []
-        """Callables ``(status_code, wait_s, hits)`` told of every backoff."""
-        self._lock = threading.Lock()
-        self._resume_at = 0.0
-        self._streak = 0
-        self._client: Any = None
-        self._async_client: Any = None
-
-    def _delay(self) -> float:
-        with self._lock:
-            return self._resume_at - time.monotonic()
-
-    def wait(self) -> None:
-        """Block until the shared wait is over."""
-        while (delay := self._delay()) > 0:
-            time.sleep(delay)
-
-    async def await_turn(self) -> None:
-        """`wait` for a coroutine: sleep on the event loop until the shared wait is over."""
-        while (delay := self._delay()) > 0:
-            await asyncio.sleep(delay)
-
-    def retry(self, response: Any, attempt: int) -> bool:
-        """Whether to send a request again after ``response`` (a 429/5xx, retries left).
-
-        A retried answer counts as a failure (`failed`), raising the wait for everyone.
-        """
-        if response.status_code not in RETRY_STATUS_CODES or attempt >= self.max_attempts:
-            if response.status_code < 400:
-                self.succeeded()
-            return False
-        self.failed(response.status_code, retry_after_s(response.headers))
-        return True
-
-    def failed(self, status_code: int, retry_after: float | None) -> float:
-        """Record a 429/5xx; returns the wait every request now observes."""
-        with self._lock:
-            delay = min(self.max_s, self.base_s * 2 ** self._streak)
-            delay = max(delay, retry_after or 0.0)
-            self._streak += 1
-            self.hits += 1
-            self._resume_at = max(self._resume_at, time.monotonic() + delay)
-            hits = self.hits
-        for listener in list(self.listeners):
-            listener(status_code, delay, hits)
-        return delay
-
-    def succeeded(self) -> None:
-        """A request went through: the next failure starts the doubling again."""
-        with self._lock:
-            self._streak = 0
-
-    def http_client(self) -> Any:
-        """The ``openai.DefaultHttpxClient`` whose requests go through this backoff.
-
-        One client (one connection pool) is shared by every model of the experiment: building
-        one per model would cost each cell a TLS context and new connections.
-        """
-        with self._lock:
-            if self._client is None:
-                self._client = _backoff_client_classes()[0](backoff=self)
-            return self._client
-
-    def http_async_client(self) -> Any:
-        """The ``openai.DefaultAsyncHttpxClient`` twin of `http_client`, for async calls.
-
-        Its connections belong to the experiments' event loop (`_experiment_loop`), where every
-        cell's model calls are made.
-        """
-        with self._lock:
-            if self._async_client is None:
-                self._async_client = _backoff_client_classes()[1](backoff=self)
-            return self._async_client
-
-
-@functools.cache
-def _backoff_client_classes() -> tuple[type, type]:
-    """The openai SDK's sync and async HTTP clients, retrying 429/5xx through a `SharedBackoff`."""
-    from openai import DefaultAsyncHttpxClient, DefaultHttpxClient
-
-    class BackoffClient(DefaultHttpxClient):
-        def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self._backoff = backoff
-
-        def send(self, request: Any, **kwargs: Any) -> Any:
-            request.read()  # the body is sent again on a retry
-            for attempt in itertools.count():
-                self._backoff.wait()
-                response = super().send(request, **kwargs)
-                if not self._backoff.retry(response, attempt):
-                    return response
-                response.close()
-            raise AssertionError  # unreachable: retry() ends the loop
-
-    class AsyncBackoffClient(DefaultAsyncHttpxClient):
-        def __init__(self, *, backoff: SharedBackoff, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self._backoff = backoff
-
-        async def send(self, request: Any, **kwargs: Any) -> Any:
-            await request.aread()  # the body is sent again on a retry
-            for attempt in itertools.count():
-                await self._backoff.await_turn()
-                response = await super().send(request, **kwargs)
-                if not self._backoff.retry(response, attempt):
-                    return response
-                await response.aclose()
-            raise AssertionError  # unreachable: retry() ends the loop
-
-    return BackoffClient, AsyncBackoffClient
 
 
 def _uses_openai_client(model: str) -> bool:

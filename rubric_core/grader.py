@@ -22,16 +22,13 @@ What the pass trusts, and what it does not:
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
-import math
 import re
 import secrets
 import time
 import unicodedata
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from langchain_core.messages import (
@@ -45,12 +42,15 @@ from langchain_core.messages import (
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
+from rubric_core.http_retry import RETRY_AFTER_MAX_S as RETRY_AFTER_MAX_S  # re-exported
+from rubric_core.http_retry import exception_retry_after_s, http_status, is_transient
+from rubric_core.http_retry import retry_after_s as retry_after_s  # re-exported
 from rubric_core.redact import redact, secret_values
 from rubric_core.rubric import normalize_name
 from rubric_core.types import REVISION_SOURCE, CriterionVerdict, GraderResponse
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Mapping, Sequence
+    from collections.abc import Callable, Generator, Sequence
 
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
@@ -70,8 +70,6 @@ MAX_TOOL_ROUNDS = 8
 """Evidence-tool rounds a grader may take in one pass before it must give a verdict."""
 RAW_REPLY_CHAR_LIMIT = 4_000
 """A grader reply that could not be used is kept up to this size (head and tail, marked)."""
-RETRY_AFTER_MAX_S = 30.0
-"""The longest wait a server's Retry-After may ask for; longer requests are cut to this."""
 EXPLANATION_CHAR_LIMIT = 4_000
 """A verdict's explanation is recorded (and shown to the worker) up to this size, marked."""
 GAP_CHAR_LIMIT = 2_000
@@ -523,90 +521,6 @@ class GradeOutcome:
     """Retries made after transient errors during the pass."""
 
 
-_TRANSIENT_NAMES = (
-    "Timeout",
-    "RateLimit",
-    "APIConnection",
-    "ConnectError",
-    "ConnectionError",
-    "ServiceUnavailable",
-    "InternalServer",
-    "Overloaded",
-    "RemoteProtocol",
-    "ReadError",
-)
-
-
-def _http_status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    if status is None:
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-    return status if isinstance(status, int) and not isinstance(status, bool) else None
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures worth retrying: timeouts, rate limits, 5xx, dropped or cut replies."""
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return True
-    if isinstance(exc, json.JSONDecodeError):
-        # A reply body cut short (a proxy or a server dying mid-write) is a transport glitch.
-        return True
-    status = _http_status(exc)
-    if status is not None and (status in (408, 409, 429) or status >= 500):
-        return True
-    return any(any(n in cls.__name__ for n in _TRANSIENT_NAMES) for cls in type(exc).__mro__)
-
-
-def retry_after_s(headers: Mapping[str, str] | None, now: datetime | None = None) -> float | None:
-    """How long a server asked the client to wait before retrying, in seconds.
-
-    Reads ``retry-after-ms`` (milliseconds, sent by OpenAI), else ``Retry-After`` in either
-    form RFC 9110 allows: delta-seconds (``"7"``) or an HTTP-date
-    (``"Wed, 21 Oct 2015 07:28:00 GMT"``, read with `email.utils.parsedate_to_datetime`;
-    a date without a zone is taken as UTC). The wait is clamped to 0 … `RETRY_AFTER_MAX_S`.
-
-    Args:
-        headers: Response headers (any case-insensitive mapping, e.g. ``httpx.Headers``).
-        now: The current time, for tests; the clock's UTC time otherwise.
-
-    Returns:
-        The wait, or None when no header is present or none can be read.
-
-    """
-    if headers is None:
-        return None
-    wait: float | None = None
-    try:
-        millis = headers.get("retry-after-ms")
-        if millis is not None:
-            wait = float(millis) / 1000
-    except (TypeError, ValueError):
-        wait = None
-    value = headers.get("retry-after") if wait is None else None
-    if value is not None:
-        try:
-            wait = float(value)
-        except (TypeError, ValueError):
-            try:
-                when = email.utils.parsedate_to_datetime(str(value))
-            except (TypeError, ValueError, IndexError):
-                return None
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            wait = (when - (now or datetime.now(UTC))).total_seconds()
-    if wait is None or math.isnan(wait):
-        return None
-    return min(max(wait, 0.0), RETRY_AFTER_MAX_S)
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    try:
-        return retry_after_s(headers)
-    except Exception:  # a headers object of an unexpected shape: fall back to the backoff
-        return None
-
-
 def _add_usage(outcome_usage: list[int | None], reply: AIMessage) -> None:
     usage = reply.usage_metadata
     if not usage:
@@ -766,9 +680,9 @@ def grade_steps(
                         raise _describe(err, retries=retries, raw_reply=body) from exc
                     if fallback is not None:
                         return settle(exc)
-                    _describe(exc, status=_http_status(exc), retryable=transient, retries=retries)
+                    _describe(exc, status=http_status(exc), retryable=transient, retries=retries)
                     raise
-                delay = _retry_after(exc) or backoff_s * (2**attempt)
+                delay = exception_retry_after_s(exc) or backoff_s * (2**attempt)
                 logger.warning("grader call failed (%s); retry %d in %.1fs",
                                type(exc).__name__, attempt + 1, delay)
                 attempt += 1
