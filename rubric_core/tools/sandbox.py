@@ -49,13 +49,12 @@ from typing import IO, TYPE_CHECKING, Any
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
-from rubric_core.tools import fences, isolation
+from rubric_core.tools import isolation
+from rubric_core.tools._common import validation_handler
+from rubric_core.tools.fences import extract_python_code
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from langchain_core.tools import BaseTool
-    from pydantic import ValidationError
 
 DEFAULT_TIMEOUT_S = 10.0
 """Wall-clock seconds a run may take by default."""
@@ -118,7 +117,6 @@ _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _CASE_KEYS = ("name", "call", "args", "kwargs", "expected", "raises")
-_PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
 
 
 TestRunResult = dict[str, Any]
@@ -780,41 +778,6 @@ def _wait_sandbox_gone(
         time.sleep(0.002)
 
 
-def extract_python_code(text: str) -> str:
-    """Pull Python source out of a markdown answer.
-
-    Args:
-        text: An answer that may hold fenced code blocks.
-
-    Returns:
-        The largest ```` ```python ```` block (the last of equally large ones), else the largest
-        fenced block of any language, else the body of an unclosed final fence, else ``text``.
-
-    """
-    if not isinstance(text, str) or ("```" not in text and "~~~" not in text):
-        return text
-    found = fences.blocks(text)
-    python = [block.body for block in found if block.lang in _PYTHON_INFO]
-    pool = python or [block.body for block in found]
-    if pool:
-        return max(reversed(pool), key=len)  # the last of equally large blocks
-    tail = fences.unclosed_tail(text)
-    return text if tail is None else tail
-
-
-def _validation_handler(tool_name: str) -> Callable[[ValidationError], str]:
-    def handle(error: ValidationError) -> str:
-        # One entry per argument; a union type reports each alternative, so join those.
-        by_field: dict[str, list[str]] = {}
-        for item in error.errors():
-            field = str(item["loc"][0]) if item["loc"] else "arguments"
-            by_field.setdefault(field, []).append(item["msg"])
-        problems = "; ".join(f"{field}: {' or '.join(msgs)}" for field, msgs in by_field.items())
-        return f"Invalid arguments for {tool_name}: {problems}"
-
-    return handle
-
-
 class _RunPythonTestsArgs(BaseModel):
     code: str = Field(
         description="The candidate's Python source. A markdown answer is fine: the largest "
@@ -866,7 +829,7 @@ run_python_tests: StructuredTool = StructuredTool.from_function(
         "claims about code behaviour instead of guessing."
     ),
     args_schema=_RunPythonTestsArgs,
-    handle_validation_error=_validation_handler("run_python_tests"),
+    handle_validation_error=validation_handler("run_python_tests"),
     metadata={RUNS_CODE: True},
 )
 """Tool: run candidate code against tests the grader writes (args: code, tests, function,
@@ -931,6 +894,6 @@ def python_tests_tool(
         name=name,
         description=description,
         args_schema=_CodeArgs,
-        handle_validation_error=_validation_handler(name),
+        handle_validation_error=validation_handler(name),
         metadata={RUNS_CODE: True},
     )
