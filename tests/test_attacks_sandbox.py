@@ -21,7 +21,8 @@ import pytest
 from test_tools_isolation import _probe
 
 from rubric_core.tools import isolation, sandbox
-from rubric_core.tools.sandbox import FD_LIMIT, WORK_DIR_FILE_LIMIT, run_tests
+from rubric_core.tools.python_tests import run_tests
+from rubric_core.tools.sandbox import FD_LIMIT, WORK_DIR_FILE_LIMIT
 
 if TYPE_CHECKING:
     from pathlib import Path

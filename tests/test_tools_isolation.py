@@ -28,7 +28,7 @@ import pytest
 import rubric_core
 from rubric_core.examples import FIND_DUPLICATES_TESTS
 from rubric_core.tools import isolation, sandbox
-from rubric_core.tools.sandbox import run_tests
+from rubric_core.tools.python_tests import run_tests
 
 PROBE = [{"name": "probe", "call": "probe()", "expected": "contained"}]
 

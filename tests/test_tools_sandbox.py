@@ -11,13 +11,9 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 import rubric_core.tools as tools_pkg
-from rubric_core.tools import sandbox
-from rubric_core.tools.sandbox import (
-    extract_python_code,
-    python_tests_tool,
-    run_python_tests,
-    run_tests,
-)
+from rubric_core.tools import python_tests, sandbox, testspec
+from rubric_core.tools.fences import extract_python_code
+from rubric_core.tools.python_tests import python_tests_tool, run_python_tests, run_tests
 
 HOSTILE_TIMEOUT_S = 1.5
 # A run that must be stopped by the timeout may take this much longer than the timeout itself.
@@ -484,11 +480,11 @@ def test_run_python_tests_tool_clamps_the_timeout(monkeypatch: pytest.MonkeyPatc
 
     def fake_run_tests(code: str, tests: Any, **kwargs: Any) -> dict[str, Any]:
         seen.update(kwargs)
-        return sandbox._result(ok=True)
+        return testspec.run_result(ok=True)
 
-    monkeypatch.setattr(sandbox, "run_tests", fake_run_tests)
+    monkeypatch.setattr(python_tests, "run_tests", fake_run_tests)
     run_python_tests.invoke({"code": "x=1", "tests": "def test_a(): pass", "timeout_s": 999})
-    assert seen["timeout_s"] == sandbox.TOOL_MAX_TIMEOUT_S
+    assert seen["timeout_s"] == python_tests.TOOL_MAX_TIMEOUT_S
 
 
 @pytest.mark.parametrize(
