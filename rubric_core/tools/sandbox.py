@@ -3,24 +3,23 @@
 Candidate code is model output, so it never runs in this process. `run_child` starts the base
 interpreter as ``python -I -S -B -c <harness>`` (the harness is the source text of
 `rubric_core.tools._sandbox_harness`, stdlib-only), with the command line and the seccomp filter
-`rubric_core.tools.isolation` builds, and watches it until it is gone. Nothing else here runs or
-judges anything: the test spec is checked and the verdicts are made in
-`rubric_core.tools.testspec`, and `rubric_core.tools.python_tests.run_tests` puts the steps
-together.
+`rubric_core.tools.isolation` builds, and watches it until it is gone. Nothing here checks a
+test spec or judges an outcome: that is `rubric_core.tools.testspec`, and
+`rubric_core.tools.python_tests.run_tests` puts the steps together.
 
-What the child can reach, by default (``bwrap``): its own user, PID, network, IPC, UTS, cgroup
-and mount namespaces, as uid 65534 with every capability dropped, behind a seccomp filter; a
-read-only system (``/usr`` and the Python installation, its site-packages hidden), its own
-``/proc``, a small ``/dev/shm``, one writable work dir ``/work`` (a tmpfs of
+What the child can reach, by default (``bwrap``): it runs in its own user, PID, network, IPC,
+UTS, cgroup and mount namespaces, as uid 65534 with every capability dropped, behind a seccomp
+filter, and sees a read-only system (``/usr`` and the Python installation, its site-packages
+hidden), its own ``/proc``, a small ``/dev/shm``, one writable work dir ``/work`` (a tmpfs of
 `WORK_DIR_LIMIT_BYTES`, gone with the run), a loopback of its own, an environment of ``PATH``,
-``LANG``, ``HOME`` and ``TMPDIR`` only, and the two pipes it was given: the spec on stdin and the
-event pipe. What it cannot reach: the network, the host's loopback, the home directory,
-``/etc``, ``/tmp``, the project, the database, any example file, the answer key (named cases are
-sent with their calls only: `_call_only` strips ``expected`` and ``raises`` here, whatever the
-caller passes), or this process's memory. Where bubblewrap cannot run, nothing runs and the
-reason says what to install or enable, unless the operator opted into the weaker
-``RUBRIC_STUDIO_SANDBOX=unsafe-process`` (a separate process with rlimits, in the app's own
-filesystem, network and user); every run names the mode it ran in.
+``LANG``, ``HOME``, ``TMPDIR`` and ``PWD`` only, and the pipes it was given: the spec on stdin,
+the event pipe, and files for its stdout and stderr. What it cannot reach: the network, the
+host's loopback, the home directory, ``/etc``, ``/tmp``, the project, the database, any example
+file, the answer key (named cases are sent with their calls only: `_call_only` strips
+``expected`` and ``raises`` here, whatever the caller passes), or this process's memory.
+Where bubblewrap cannot run, nothing runs and the reason says what to install or enable, unless
+the operator opted into the weaker ``RUBRIC_STUDIO_SANDBOX=unsafe-process`` (a separate process
+with rlimits, in the app's own filesystem, network and user); every run names its mode.
 
 Limits, each enforced by the kernel and each reported as the run's error: wall clock (the whole
 sandbox is killed, and `run_child` waits for its PID namespace's init to exit, so nothing the
