@@ -126,6 +126,7 @@ class _Tally:
     tool_calls: list[str] = field(default_factory=list)
 
     def count_reply(self, reply: AIMessage) -> None:
+        """Count one reply and the tokens it reports (usage stays None until one reports)."""
         self.model_calls += 1
         usage = reply.usage_metadata
         if not usage:
@@ -134,13 +135,18 @@ class _Tally:
         self.output_tokens = (self.output_tokens or 0) + int(usage.get("output_tokens", 0))
 
     def outcome(self, response: GraderResponse, match: CriteriaMatch) -> GradeOutcome:
-        """The outcome of `response` as matched, with nothing counted yet (see `settle`)."""
+        """The outcome of `response` as matched, counts not yet written (see `settle`).
+
+        Its tool list is the tally's own, so a kept first verdict also lists the tools called
+        during its coverage correction.
+        """
         return GradeOutcome(
             response=recompute_result(response, match), criteria=match.verdicts,
             missing=match.missing, tool_calls=self.tool_calls, unknown_criteria=match.unknown,
         )
 
     def settle(self, outcome: GradeOutcome) -> GradeOutcome:
+        """`outcome` with the pass's totals written into it, as it is returned."""
         outcome.input_tokens, outcome.output_tokens = self.input_tokens, self.output_tokens
         outcome.model_calls, outcome.retries = self.model_calls, self.retries
         return outcome
