@@ -54,6 +54,9 @@ MAX_DATASET_PROMPT_CHARS = 50_000_000
 """The most characters all the filled-in prompts of a dataset may hold together: a variable
 repeated in every row would otherwise turn a small file into gigabytes."""
 
+MAX_DATASET_NAME_CHARS = 200
+"""The longest dataset name accepted."""
+
 MAX_COLUMN_NAME_CHARS = 100
 """The longest column name accepted: a stored row repeats every name beside its cell."""
 
@@ -246,11 +249,30 @@ def _check_columns(columns: Sequence[str], row: int, *, by_name: bool) -> None:
         if not name.strip():
             msg = f"{where}: the column has no name; give every column a name"
             raise DatasetError(msg)
+        if _CONTROL.search(name):
+            msg = (f"{where}: the column name holds a control character (a line break, a tab "
+                   "or an escape); name it with plain text")
+            raise DatasetError(msg)
         if len(name) > MAX_COLUMN_NAME_CHARS:
             # A name is repeated in every stored row and every export row's header.
             msg = (f"{where}: a column name of {len(name):,} characters; the limit is "
                    f"{MAX_COLUMN_NAME_CHARS:,}. Give it a short name.")
             raise DatasetError(msg)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Control characters: in a name printed to a terminal, an escape sequence can rewrite it."""
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_DATASET_NAME_CHARS:
+        msg = (f"a dataset name of {len(name):,} characters; the limit is "
+               f"{MAX_DATASET_NAME_CHARS:,}. Give it a short name.")
+        raise DatasetError(msg)
+    if _CONTROL.search(name):
+        msg = (f"the dataset name {_shown(name)} holds a control character (a line break, a "
+               "tab or an escape); name it with plain text")
+        raise DatasetError(msg)
 
 
 def _shown(name: str, limit: int = 40) -> str:
@@ -274,7 +296,13 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
         if len(records) >= MAX_DATASET_ROWS:
             _too_many_rows(len(records) + 1 + sum(1 for rest in lines if rest.strip()))
         try:
-            value = json.loads(line)
+            # Numbers are kept as written: "1.10" stays "1.10", and a 5,000-digit id is text,
+            # not an int over Python's conversion limit.
+            value = json.loads(line, parse_int=str, parse_float=str)
+        except RecursionError:
+            msg = (f"row {line_no}: JSON nested too deep to read; a cell is text or a number, "
+                   "not nested JSON")
+            raise DatasetError(msg) from None
         except ValueError as exc:
             msg = f"row {line_no}: not a JSON object ({exc.args[0]})"
             raise DatasetError(msg) from exc
@@ -349,6 +377,7 @@ def parse_dataset(
         DatasetError: The first problem, naming its row and column.
 
     """
+    _check_name(name)
     size = len(data)
     if isinstance(data, str) and MAX_DATASET_BYTES // 4 < size <= MAX_DATASET_BYTES:
         # One to four UTF-8 bytes a character: encode only when that does not decide. A lone
@@ -494,7 +523,7 @@ def preview(dataset: Dataset, limit: int = 20) -> list[dict[str, str]]:
 
 __all__: Sequence[str] = (
     "MAX_CELL_CHARS", "MAX_COLUMN_NAME_CHARS", "MAX_DATASET_BYTES", "MAX_DATASET_COLUMNS",
-    "MAX_DATASET_PROMPT_CHARS", "MAX_DATASET_ROWS", "MAX_PROMPT_CHARS", "Dataset",
-    "DatasetError", "DatasetRow", "fill", "parse_dataset", "preview", "read_dataset_file",
-    "rows_from_jsonl", "sniff_format", "template_variables",
+    "MAX_DATASET_NAME_CHARS", "MAX_DATASET_PROMPT_CHARS", "MAX_DATASET_ROWS", "MAX_PROMPT_CHARS",
+    "Dataset", "DatasetError", "DatasetRow", "fill", "parse_dataset", "preview",
+    "read_dataset_file", "rows_from_jsonl", "sniff_format", "template_variables",
 )

@@ -225,3 +225,43 @@ def test_a_lone_surrogate_in_pasted_text_is_stored_not_a_traceback(tmp_path: Pat
         store.save_dataset(ds)
         back, _ = store.load_dataset("pasted")
     assert back.rows[0].prompt == "About rain \ufffd"
+
+
+# --------------------------------------------------------------------------- JSON and names
+
+
+def test_deeply_nested_json_is_refused_with_a_message_not_a_recursion_error() -> None:
+    line = '{"prompt": "x", "a": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    with pytest.raises(DatasetError, match=r"^row 1: JSON nested too deep to read"):
+        parse_dataset(line)
+
+
+def test_json_numbers_are_kept_as_written() -> None:
+    # A 5,000-digit number is valid JSON; it was refused as "not a JSON object" (Python's
+    # int conversion limit), and 1.10 became 1.1.
+    digits = "7" * 5_000
+    [row] = parse_dataset('{"prompt": "x {n} {m}", "n": 1.10, "id": ' + digits + ', "m": 3}\n'
+                          ).rows
+    assert (row.id, row.prompt) == (digits, "x 1.10 3")
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "message"),
+    [
+        pytest.param('prompt,"a\x1b[31mb"\nx,y\n', "d",
+                     "row 1, column 2: the column name holds a control character", id="csv"),
+        pytest.param('{"prompt": "x", "a\\u001b[2Jb": 1}\n', "d",
+                     "row 1, column 'a\\x1b[2Jb': the column name holds a control character",
+                     id="jsonl"),
+        pytest.param("prompt\nx\n", "rows\x1b[2J", "the dataset name 'rows\\x1b[2J' holds a "
+                     "control character", id="dataset_name"),
+        pytest.param("prompt\nx\n", "n" * 201, "a dataset name of 201 characters; the limit is 200",
+                     id="long_dataset_name"),
+    ],
+)
+def test_names_that_would_rewrite_a_terminal_or_flood_a_listing_are_refused(
+    data: str, name: str, message: str
+) -> None:
+    with pytest.raises(DatasetError) as raised:
+        parse_dataset(data, name=name)
+    assert message in str(raised.value)
