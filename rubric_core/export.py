@@ -332,11 +332,14 @@ def scrub_frame(df: pd.DataFrame) -> pd.DataFrame:
         series = df[col]
         if not _is_text(series):
             continue
+        distinct: Iterable[Any]
+        try:
+            distinct = pd.unique(series.dropna())  # hashed in C: far fewer texts than cells
+        except TypeError:  # an object column holding lists or dicts
+            distinct = list({v: None for v in series if isinstance(v, str)})
         changed: dict[str, str] = {}
-        seen: set[str] = set()
-        for value in series:
-            if isinstance(value, str) and value not in seen:
-                seen.add(value)
+        for value in distinct:
+            if isinstance(value, str):
                 clean = redact(value, secrets=secrets)
                 if clean != value:
                     changed[value] = clean
