@@ -6,7 +6,7 @@ app is defined here, so that one import tells a reader the whole contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, get_args
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
     from pydantic import SerializerFunctionWrapHandler
 
 GraderVerdict = Literal["satisfied", "needs_revision", "failed"]
@@ -64,8 +65,51 @@ EXPERIMENT_STATUSES: frozenset[str] = frozenset(get_args(ExperimentStatus))
 CELL_PENDING = "pending"
 """The status of an experiment cell whose run has not started."""
 
+ENDED_STATUSES: frozenset[str] = TERMINAL_STATUSES | {"error"}
+"""Experiment cell statuses that count as done: a cell in one of them is not run again by
+itself."""
+
+ERROR_STATUSES: frozenset[str] = frozenset({"error", "grader_error"})
+"""Experiment cell statuses that are recorded as ended but can be retried alone."""
+
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
+
+# -- limits: the bounds every entry point (middleware, settings, app, CLI) checks against --------
+
+MAX_ITERATIONS = 50
+"""The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
+
+Consensus = Literal["majority", "unanimous"]
+"""How repeats' verdicts on one criterion are combined (`rubric_core.consensus`)."""
+
+CONSENSUS_MODES: tuple[Consensus, ...] = ("majority", "unanimous")
+"""Every `Consensus` mode, in the order the app offers them."""
+
+MAX_GRADER_REPEATS = 9
+"""The largest ``grader_repeats`` accepted."""
+
+DEFAULT_CONCURRENCY = 4
+"""Experiment cells run at once unless the caller says otherwise."""
+
+MAX_CONCURRENCY = 64
+"""Most experiment cells at once: each running cell holds an HTTP connection and a database
+row."""
+
+MAX_REPEATS = 20
+"""Most runs of one dataset row under one experiment configuration."""
+
+MAX_CELLS = 100_000
+"""Most cells (rows × configurations × repeats) in one experiment."""
+
+# -- models ---------------------------------------------------------------------------------------
+
+Role = Literal["worker", "grader"]
+"""Which model of a run is being built."""
+
+ModelResolver = Callable[[str, Role, str | None], "BaseChatModel"]
+"""Builds a chat model from ``(model string, role, base URL)``, with whatever key it holds
+(`rubric_core.models.model_resolver` builds every one the app and the CLI use)."""
 
 
 class CriterionVerdict(TypedDict):
