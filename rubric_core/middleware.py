@@ -43,6 +43,7 @@ from rubric_core.grader import (
 )
 from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
 from rubric_core.types import (
     REVISION_SOURCE,
     TERMINAL_STATUSES,
@@ -65,9 +66,6 @@ logger = logging.getLogger(__name__)
 
 NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked again next pass."
 
-
-MAX_ITERATIONS = 50
-"""The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
 BEST_ATTEMPT_NAME = "rubric_best_attempt"
 """Name of the message ``return_best`` appends (the best attempt's answer)."""
