@@ -761,6 +761,29 @@ def test_labels_agreement_and_export(
     assert "it scans fine" in set(csv["note"])
 
 
+def test_a_key_typed_as_labeller_name_is_never_stored_or_shown(
+    app: AppTest, db_path: Path
+) -> None:
+    # Attack (#23, hole 11): a key pasted into "Your name" was stored and exported as typed.
+    key = "sk-proj-" + "Zq7Xw2Lm" * 5
+    load_example(app, "haiku")
+    store = run_loop(app)
+    first = store.evaluations(app.session_state["last_run_id"])[0]["criteria"]
+    goto(app, "review")
+    app.text_input(key="labeller").input(key).run()
+    _label(app, (0, first[0]["name"]), "agree")
+    assert not any(key in t for t in _texts(app.success)), _texts(app.success)
+    assert [lb["labeller"] for lb in store.labels()] == ["[redacted]"]
+    store.close()
+    for path in db_path.parent.glob(db_path.name + "*"):  # the file, its WAL and shm
+        assert key.encode() not in path.read_bytes(), path.name
+    # An over-long note is refused with its limit, and nothing is stored (#23, hole 10).
+    app.text_input(key="labeller").input("ana").run()
+    _label(app, (0, first[1]["name"]), "disagree", note="x" * 5_000)
+    assert any("2,000" in t for t in _texts(app.error)), _texts(app.error)
+    assert len(Store(db_path).labels()) == 1
+
+
 def test_a_disagreement_opens_its_run(app: AppTest, db_path: Path) -> None:
     load_example(app, "haiku")
     store = run_loop(app)
