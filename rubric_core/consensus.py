@@ -20,6 +20,7 @@ on the next. With ``RubricMiddleware(grader_repeats=k)`` each pass grades the an
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,14 @@ from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+
+REPEATS_IN_SEQUENCE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "rubric_repeats_in_sequence", default=False)
+"""Set where a task stands for one request in flight (an experiment's cell holds one of its
+``concurrency`` slots): the async middleware then makes a pass's k grader calls one after
+another instead of at once, so an experiment never has more than ``concurrency`` requests in
+flight (provider rate limits count requests, not cells). One run's repeats stay concurrent."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing_extensions import override
 from rubric_core.consensus import (
     CONSENSUS_MODES,
     MAX_GRADER_REPEATS,
+    REPEATS_IN_SEQUENCE,
     Combined,
     Consensus,
     combine,
@@ -368,6 +369,10 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
         if self.grader_repeats == 1:
             return await drive_async(self._steps(transcript, criteria), self._bound_grader())
+        if REPEATS_IN_SEQUENCE.get():
+            outcomes = [await drive_async(self._steps(transcript, criteria), self._bound_grader())
+                        for _ in range(self.grader_repeats)]
+            return combine(outcomes, criteria, self.consensus)
         outcomes = await asyncio.gather(*(
             drive_async(self._steps(transcript, criteria), self._bound_grader())
             for _ in range(self.grader_repeats)

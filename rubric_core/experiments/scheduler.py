@@ -43,6 +43,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core import session
+from rubric_core.consensus import REPEATS_IN_SEQUENCE
 from rubric_core.experiments.create import require_experiment
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.http_retry import SharedBackoff
@@ -320,6 +321,8 @@ class _Driver:
     async def _slot(self) -> None:
         """Claim a cell, run it, release it; until none is left or Stop."""
         exp_id = self.experiment.experiment_id
+        # A slot is one request in flight: grader repeats wait for each other (this task only).
+        REPEATS_IN_SEQUENCE.set(True)
         while not self.stop.is_set() and self.left:
             cell = await self.store.acall(self._claim)
             if cell is None:  # the rest are leased by other workers: wait for them or their expiry
