@@ -100,10 +100,10 @@ request (contradictory, meaningless, or about something the transcript cannot sh
 They hold no per-call text, so they are the same bytes on every call (cacheable)."""
 
 NONCE_PLACEHOLDER = "NONCE"
-"""Replaced by the call's nonce in a custom system prompt (kept for prompts written for it).
+"""Filled with the call's nonce in a custom system prompt (kept for prompts written for it).
 
-A custom prompt that still names the nonce differs on every call, so a provider can cache none
-of it; see `grader_system_prompt`."""
+A custom prompt that names the attempt's nonce differs on every call, so a provider can cache
+none of the grader's prompt; see `grader_system_prompt`."""
 
 INTRO = (
     "Grade the answer below against the {count} numbered criteria. The tagged sections are "
