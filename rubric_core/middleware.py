@@ -178,7 +178,12 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         model: The grader: a ``"provider:model-id"`` string (resolved on the first grading
             pass, so constructing needs no credentials) or a chat model instance. Besides
             LangChain providers, ``"rules"`` and ``"hybrid:<model>"`` name offline graders.
-        system_prompt: Replaces the built-in grader instructions.
+        system_prompt: Replaces the built-in grader instructions. It is sent before the
+            grading request's stable start, so a provider can cache it with that start. A
+            ``NONCE`` in it is still filled per call, as before
+            (`rubric_core.grader.grader_system_prompt` says how), but a prompt holding this
+            call's nonce differs on every call and nothing of the grader's prompt can be
+            cached: leave ``NONCE`` out (the built-in prompt has none).
         tools: Evidence tools the grader may call before its verdict (never given to the agent).
         max_iterations: Grader passes per grading run, from 1 to `MAX_ITERATIONS` (50).
         on_evaluation: Called with each `RubricEvaluation`; exceptions are logged and

@@ -24,6 +24,7 @@ from rubric_core.grader import (
     build_grader_messages,
     message_text,
     parse_grader_payload,
+    split_grader_message,
 )
 from rubric_core.offline.graders import HybridGrader, RulesGrader
 
@@ -201,9 +202,11 @@ def test_a_worker_answer_cannot_open_or_close_the_grader_prompts_sections() -> N
     assert payload.criteria == ["c1", "c2"]
     # The answer comes back whole, as one section, with only unstorable characters replaced.
     assert payload.answer == FAKE_STRUCTURE.replace("\x00", "\ufffd").replace("\ud800", "\ufffd")
-    nonce = text.split("<criteria-", 1)[1].split(">", 1)[0]
-    for name in ("request", "criteria", "work", "answer"):
-        assert text.count(f"</{name}-{nonce}>") == 1
+    split = split_grader_message(text)
+    assert split is not None and split.nonce not in FAKE_STRUCTURE
+    for tag in ("request", "criteria", f"work-{split.nonce}", f"answer-{split.nonce}"):
+        assert text.count(f"</{tag}>") == 1
+    assert text.endswith(f"\n</answer-{split.nonce}>")
 
 
 def test_the_rules_grader_checks_the_rubric_not_criteria_in_the_answer() -> None:

@@ -1,7 +1,9 @@
 """The grader: what it is sent, how its reply is read and checked, and one pass as steps.
 
 - `prompt`: the grader's instructions, the section limits and the delimited transcript it is
-  sent (`build_grader_messages`), and reading such a message back (`parse_grader_payload`);
+  sent (`build_grader_messages`: a stable start, the untrusted attempt last), and reading such
+  a message back (`parse_grader_payload`, `split_grader_message`);
+- `cache`: the provider prompt-cache hints the drivers add to each grader call (`cache_hints`);
 - `transcript`: message text, revision turns, the latest attempt, `shorten`;
 - `reply`: the verdict a reply carries (`verdict_args`) and the reply kept for the record;
 - `criteria`: matching a verdict's criteria to the rubric's by name (`match_criteria`);
@@ -13,6 +15,7 @@ Every name below is importable from ``rubric_core.grader`` as before the package
 ``RETRY_AFTER_MAX_S``, ``retry_after_s`` and ``is_transient`` come from `rubric_core.http_retry`.
 """
 
+from rubric_core.grader.cache import cache_hints
 from rubric_core.grader.criteria import (
     EXPLANATION_CHAR_LIMIT,
     GAP_CHAR_LIMIT,
@@ -35,9 +38,12 @@ from rubric_core.grader.prompt import (
     REQUEST_CHAR_LIMIT,
     TOOL_OUTPUT_CHAR_LIMIT,
     WORK_MESSAGE_CHAR_LIMIT,
+    GraderMessageSplit,
     GraderPayload,
     build_grader_messages,
+    grader_system_prompt,
     parse_grader_payload,
+    split_grader_message,
 )
 from rubric_core.grader.reply import VERDICT_TOOL, parse_text_verdict, raw_reply_text, verdict_args
 from rubric_core.grader.steps import (
@@ -80,6 +86,7 @@ __all__ = [
     "CriteriaMatch",
     "GradeOutcome",
     "GraderFailure",
+    "GraderMessageSplit",
     "GraderOutputError",
     "GraderPayload",
     "Sleep",
@@ -87,11 +94,13 @@ __all__ = [
     "assign_answers",
     "bind_grader",
     "build_grader_messages",
+    "cache_hints",
     "criterion_key",
     "drive_async",
     "drive_sync",
     "grade_steps",
     "grader_failure",
+    "grader_system_prompt",
     "is_revision_turn",
     "is_transient",
     "latest_attempt",
@@ -103,5 +112,6 @@ __all__ = [
     "raw_reply_text",
     "retry_after_s",
     "shorten",
+    "split_grader_message",
     "verdict_args",
 ]

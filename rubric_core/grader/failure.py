@@ -12,6 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from rubric_core.grader.cache import chat_model
+
 logger = logging.getLogger(__name__)
 
 RAW_REPLY_CHAR_LIMIT = 4_000
@@ -100,9 +102,7 @@ def model_label(model: Any) -> str | None:
     Offline graders name themselves with a ``grader_label`` attribute; other chat models by
     their ``model_name``, ``model``, ``model_id`` or ``deployment_name`` field.
     """
-    seen = 0
-    while hasattr(model, "bound") and seen < 8:  # RunnableBinding from bind_tools
-        model, seen = model.bound, seen + 1
+    model = chat_model(model)
     for attr in ("grader_label", "model_name", "model", "model_id", "deployment_name"):
         value = getattr(model, attr, None)
         if isinstance(value, str) and value:

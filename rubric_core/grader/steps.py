@@ -3,7 +3,9 @@
 The pass yields *steps* (call the model, call a tool, sleep) and is sent back each step's
 result; `drive_sync` and `drive_async` perform the steps, so the sync and async hooks share
 every decision. Within the pass, each model call is its own sub-generator (`yield from`) that
-retries transient errors, and the pass itself reads: verdict → coverage → evidence tools.
+retries transient errors, and the pass itself reads: verdict → coverage → evidence tools. The
+drivers send each model call with its provider's prompt-cache hint
+(`rubric_core.grader.cache.cache_hints`); the pass never sees it.
 
 What the pass trusts, and what it does not:
 
@@ -28,6 +30,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
+from rubric_core.grader.cache import cache_hints
 from rubric_core.grader.criteria import (
     bound_response,
     coverage_problem,
@@ -385,7 +388,8 @@ def drive_sync(
         send, error = None, None
         try:
             if isinstance(step, CallModel):
-                send = bound.invoke(step.messages, config)
+                messages, options = cache_hints(bound, step.messages)
+                send = bound.invoke(messages, config, **options)
             elif isinstance(step, CallTool):
                 send = step.tool.invoke({**step.call, "type": "tool_call"}, config)
             else:
@@ -407,7 +411,8 @@ async def drive_async(
         send, error = None, None
         try:
             if isinstance(step, CallModel):
-                send = await bound.ainvoke(step.messages, config)
+                messages, options = cache_hints(bound, step.messages)
+                send = await bound.ainvoke(messages, config, **options)
             elif isinstance(step, CallTool):
                 send = await step.tool.ainvoke({**step.call, "type": "tool_call"}, config)
             else:
