@@ -351,7 +351,7 @@ def test_grader_payload_has_nonce_delimiters_and_escapes_closing_tags() -> None:
         [HumanMessage("req"), AIMessage(answer)], ["c1"], nonce="abc123"
     )
     system, human = msgs
-    assert "untrusted" in system.content and "<answer-abc123>" in system.content
+    assert "untrusted" in system.content and "abc123" not in system.content
     assert "<answer-abc123>" in human.content and "</answer-abc123>" in human.content
     assert "</answer-0>" not in human.content and "<\\/answer-0>" in human.content
     payload = parse_grader_payload(human.content)
