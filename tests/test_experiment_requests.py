@@ -19,7 +19,7 @@ ROOT = str(Path(__file__).resolve().parents[1])
 def test_grader_repeats_never_put_more_than_c_requests_in_flight(
     tmp_path: Path, concurrency: int
 ) -> None:
-    # Attack: `eval --concurrency 2` with grader repeats of 3 had 6 requests in flight (10 at C = 4):
+    # Attack: `eval --concurrency 2` with 3 grader repeats had 6 requests in flight (10 at C = 4):
     # each cell's slot graded its answer three times at once.
     server = DelayedServer(delay_s=0.1, grader_reply=verdict(
         "satisfied", "fine", ["answers the question"]))
