@@ -9,6 +9,7 @@ untouched. `copy_store` copies everything from one database to another, either w
 
 from rubric_core.store._copy import copy_store
 from rubric_core.store._core import (
+    LABEL_NOTE_CHAR_LIMIT,
     CellOutcome,
     CellRecord,
     DatasetInfo,
@@ -29,6 +30,7 @@ __all__ = [
     "APPLICATION_ID",
     "APP_ID",
     "DB_ENV_VAR",
+    "LABEL_NOTE_CHAR_LIMIT",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "CellOutcome",

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from rubric_core.datasets import Dataset, rows_from_jsonl
+from rubric_core.redact import redact
 from rubric_core.settings import ExperimentConfig, RunSettings
 from rubric_core.store._async_saver import in_thread
 from rubric_core.store._pg_url import is_url, mask_url
@@ -71,6 +72,9 @@ class RunTakenOver(StoreError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"Run {run_id[:8]} was taken over by another server or process (it "
                          "found this one silent and resumed it); this one stopped recording it.")
+
+LABEL_NOTE_CHAR_LIMIT = 2_000
+"""The most characters a label's note may hold (`Store.set_label` refuses a longer one)."""
 
 _CHUNK = 300  # ids per IN (...) query, well under either database's parameter limit
 _CLAIM_TRIES = 200
@@ -315,6 +319,15 @@ def _check_lease(lease_s: float) -> None:
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not lease_s > 0:
         msg = f"lease_s must be a positive number of seconds, got {lease_s!r}"
         raise ValueError(msg)
+
+
+def _labeller(name: object) -> str:
+    """A labeller's name as labels are keyed by it: stripped and scrubbed of secrets."""
+    name = redact(name.strip()) if isinstance(name, str) else ""
+    if not name:
+        msg = "a label needs the labeller's name: fill in 'Your name'"
+        raise ValueError(msg)
+    return name
 
 
 def _check_status(status: str) -> None:
@@ -990,26 +1003,28 @@ class Store:
             run_id: The run.
             seq: The evaluation's 0-based position in the run (`evaluations` order).
             criterion: The criterion's name as the evaluation records it.
-            labeller: The person's local name (surrounding whitespace is ignored).
+            labeller: The person's local name (surrounding whitespace is ignored; stored
+                scrubbed of secrets, like the note).
             agree: Whether the person agrees with the grader's verdict.
             correct: The verdict the person says is right (True: pass), or None.
-            note: Free text (scrubbed of known secrets).
+            note: Free text, at most `LABEL_NOTE_CHAR_LIMIT` characters (scrubbed of secrets).
 
         Returns:
             The stored label.
 
         Raises:
             KeyError: No such run, evaluation or criterion.
-            ValueError: An empty labeller, or ``agree`` with a ``correct`` verdict that
-                contradicts the grader's.
+            ValueError: An empty labeller, a note over `LABEL_NOTE_CHAR_LIMIT` characters, or
+                ``agree`` with a ``correct`` verdict that contradicts the grader's.
 
         """
-        from rubric_core.redact import redact
-
-        labeller = labeller.strip() if isinstance(labeller, str) else ""
-        if not labeller:
-            msg = "a label needs the labeller's name: fill in 'Your name'"
+        labeller = _labeller(labeller)
+        note = note or ""
+        if len(note) > LABEL_NOTE_CHAR_LIMIT:
+            msg = (f"a label's note holds at most {LABEL_NOTE_CHAR_LIMIT:,} characters, got "
+                   f"{len(note):,}: shorten it")
             raise ValueError(msg)
+        note = redact(note)
         now = self.now()
         with self._connect(write=True) as conn:
             row = conn.execute("SELECT criteria_json FROM evaluations WHERE run_id = ? AND "
@@ -1033,7 +1048,7 @@ class Store:
                 "agree = excluded.agree, correct = excluded.correct, note = excluded.note, "
                 "updated_at = excluded.updated_at",
                 (run_id, seq, criterion, labeller, int(bool(agree)),
-                 None if correct is None else int(bool(correct)), redact(note or ""), now, now),
+                 None if correct is None else int(bool(correct)), note, now, now),
             )
             stored = conn.execute(
                 "SELECT * FROM labels WHERE run_id = ? AND seq = ? AND criterion = ? AND "
@@ -1045,7 +1060,7 @@ class Store:
         with self._connect(write=True) as conn:
             cursor = conn.execute(
                 "DELETE FROM labels WHERE run_id = ? AND seq = ? AND criterion = ? AND "
-                "labeller = ?", (run_id, seq, criterion, labeller.strip()))
+                "labeller = ?", (run_id, seq, criterion, _labeller(labeller)))
             return bool(cursor.rowcount)
 
     def labels(self, run_ids: Iterable[str] | None = None) -> list[CriterionLabel]:
