@@ -24,6 +24,7 @@ from rubric_core.store._records import (
     PassVerdicts,
     cell_from_row,
     experiment_from_row,
+    named_rows,
     outcome_from_row,
 )
 from rubric_core.types import EXPERIMENT_STATUSES
@@ -104,10 +105,10 @@ class ExperimentStore(StoreCore):
     def list_experiments(self, *, limit: int | None = 100) -> list[ExperimentRecord]:
         """Experiments, most recent first."""
         with self._connect() as conn:
-            rows = conn.execute(
+            rows = named_rows(conn.execute(
                 "SELECT * FROM experiments ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (NO_LIMIT if limit is None else limit,),
-            ).fetchall()
+            ))
         return [experiment_from_row(row) for row in rows]
 
     def set_experiment_status(self, experiment_id: str, status: str) -> None:
@@ -164,12 +165,12 @@ class ExperimentStore(StoreCore):
         where, params = "c.experiment_id = ?", [experiment_id, *(key or ())]
         if key is not None:
             where += " AND c.row_id = ? AND c.config_index = ? AND c.repeat_index = ?"
-        rows = conn.execute(
+        rows = named_rows(conn.execute(
             f"SELECT {_SELECT_CELL} "
             f"FROM experiment_cells c LEFT JOIN runs r ON r.rowid = ({LATEST_RUN}) "
             f"WHERE {where} ORDER BY c.seq LIMIT ? OFFSET ?",
             [*params, NO_LIMIT if limit is None else limit, offset],
-        ).fetchall()
+        ))
         return [cell_from_row(row, experiment_id, now) for row in rows]
 
     def cell_outcomes(self, experiment_id: str, *, verdicts: bool = False) -> list[CellOutcome]:
@@ -194,8 +195,9 @@ class ExperimentStore(StoreCore):
             joins += " LEFT JOIN evaluations e ON e.run_id = r.run_id"
             order += ", e.seq"
         with self._connect() as conn:
-            rows = conn.execute(f"{select} {joins} WHERE c.experiment_id = ? ORDER BY {order}",
-                                (experiment_id,)).fetchall()
+            rows = named_rows(conn.execute(
+                f"{select} {joins} WHERE c.experiment_id = ? ORDER BY {order}",
+                (experiment_id,)))
         out: list[CellOutcome] = []
         last = len(rows) - 1
         first = 0  # the cell's first row with an evaluation of its last grading run

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from rubric_core.redact import redact
 from rubric_core.store._core import CHUNK, StoreCore
-from rubric_core.store._records import label_from_row
+from rubric_core.store._records import label_from_row, named_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -126,12 +126,13 @@ class LabelStore(StoreCore):
         order = " ORDER BY run_id, seq, criterion, labeller"
         with self._connect() as conn:
             if run_ids is None:
-                return [label_from_row(r) for r in conn.execute(sql + order)]
+                return [label_from_row(r) for r in named_rows(conn.execute(sql + order))]
             ids = list(dict.fromkeys(run_ids))
             out: list[CriterionLabel] = []
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 where = f" WHERE run_id IN ({', '.join('?' * len(chunk))})"
-                out += [label_from_row(r) for r in conn.execute(sql + where + order, chunk)]
+                rows = named_rows(conn.execute(sql + where + order, chunk))
+                out += [label_from_row(r) for r in rows]
         return sorted(out, key=lambda lb: (lb["run_id"], lb["seq"], lb["criterion"],
                                            lb["labeller"]))

@@ -34,6 +34,7 @@ __all__ = [
     "evaluation_from_row",
     "experiment_from_row",
     "label_from_row",
+    "named_rows",
     "outcome_from_row",
     "run_from_row",
     "run_to_row",
@@ -282,6 +283,16 @@ class CellOutcome(NamedTuple):
 
 
 # -- rows -> records ------------------------------------------------------------------------------
+
+
+def named_rows(cursor: Any) -> list[dict[str, Any]]:
+    """A cursor's remaining rows as dicts by column name, for reads of many rows.
+
+    A ``sqlite3.Row`` finds a name by scanning its columns: read by name, a result of thousands
+    of rows costs several times what one dict per row does.
+    """
+    names = [column[0] for column in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cursor]
 
 
 def run_from_row(row: Any, observed_at: str | None = None) -> RunRecord:

@@ -22,6 +22,7 @@ from rubric_core.store._records import (
     RUN_COLUMNS,
     RunRecord,
     evaluation_from_row,
+    named_rows,
     run_from_row,
     run_to_row,
 )
@@ -309,9 +310,10 @@ class RunStore(StoreCore):
             "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
         )
         with self._connect() as conn:
-            rows = conn.execute(sql, [*params, NO_LIMIT if limit is None else limit, offset])
-            now = self.now()
-            return [run_from_row(row, now) for row in rows]
+            rows = named_rows(conn.execute(
+                sql, [*params, NO_LIMIT if limit is None else limit, offset]))
+        now = self.now()
+        return [run_from_row(row, now) for row in rows]
 
     def count_runs(
         self,
@@ -345,11 +347,11 @@ class RunStore(StoreCore):
         with self._connect() as conn:
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
-                rows = conn.execute(
+                rows = named_rows(conn.execute(
                     f"SELECT * FROM evaluations WHERE run_id IN ({', '.join('?' * len(chunk))}) "
                     "ORDER BY run_id, seq",
                     chunk,
-                )
+                ))
                 for row in rows:
                     out[row["run_id"]].append(evaluation_from_row(row))
         return out
@@ -381,11 +383,11 @@ class RunStore(StoreCore):
         """
         blank = " \t\r\n"
         with self._connect() as conn:
-            rows = conn.execute(
+            rows = named_rows(conn.execute(
                 f"SELECT {_SELECT_RUN} FROM runs WHERE trim(rubric, ?) = ? "
-                "ORDER BY created_at DESC, rowid DESC", (blank, rubric.strip(blank)))
-            now = self.now()
-            return [run_from_row(row, now) for row in rows]
+                "ORDER BY created_at DESC, rowid DESC", (blank, rubric.strip(blank))))
+        now = self.now()
+        return [run_from_row(row, now) for row in rows]
 
     @staticmethod
     def _require_run(conn: Tx, run_id: str, *, lock: bool = False,
