@@ -5,30 +5,34 @@
 (through the saver :meth:`Store.saver` returns) and our own tables, under one versioned schema
 (`SCHEMA_VERSION`) that is upgraded in place; a database that is not ours is refused and left
 untouched. `copy_store` copies everything from one database to another, either way.
+
+`Store` is composed of one part per area (`rubric_core.store._store`); what it reads comes back
+as the records of `rubric_core.store._records`.
 """
 
 from rubric_core.store._copy import copy_store
-from rubric_core.store._core import (
+from rubric_core.store._core import default_db_path, shown_location
+from rubric_core.store._labels import LABEL_NOTE_CHAR_LIMIT
+from rubric_core.store._pg_url import is_url, mask_url
+from rubric_core.store._records import (
     CellOutcome,
     CellRecord,
     DatasetInfo,
     ExperimentRecord,
     PassVerdicts,
     RunRecord,
-    RunTakenOver,
-    Store,
-    default_db_path,
-    shown_location,
 )
-from rubric_core.store._pg_url import is_url, mask_url
+from rubric_core.store._runs import RunTakenOver
 from rubric_core.store._schema import APP_ID, DB_ENV_VAR, SCHEMA_VERSION, StoreError
 from rubric_core.store._sqlite import APPLICATION_ID
+from rubric_core.store._store import Store
 from rubric_core.types import RUN_STATUSES
 
 __all__ = [
     "APPLICATION_ID",
     "APP_ID",
     "DB_ENV_VAR",
+    "LABEL_NOTE_CHAR_LIMIT",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "CellOutcome",

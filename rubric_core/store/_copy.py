@@ -12,9 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.store._core import Store
 from rubric_core.store._pg_url import is_url
 from rubric_core.store._schema import TABLES, StoreError
+from rubric_core.store._store import Store
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver

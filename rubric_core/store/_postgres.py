@@ -17,7 +17,11 @@ only when it holds no tables (of any owner: they are read from ``pg_class``), or
 ``meta`` table at a schema this version reads; any other is refused with `StoreError` and left
 untouched (the check and the creation of our tables are one transaction, under an advisory lock
 that serialises concurrent first opens). A search_path whose first schema is missing or
-temporary is refused too.
+temporary is refused too. Once a schema is found to be ours, every connection the store opens
+(its pool, shared with the saver, and the saver's setup) has its search_path set to that schema
+alone, so that LangGraph's unqualified table names resolve beside our tables: another
+application's ``checkpoints`` in a later schema of the search_path (a LangGraph application in
+``public``, say) is never read or written.
 
 Credentials come only from the URL (or libpq's ``PGPASSWORD`` / ``~/.pgpass``) and are never
 stored; the URL is shown with its password masked (`mask_url`, `rubric_core.store._pg_url`) in
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -132,6 +137,16 @@ def _quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
+def _pinned_options(options: str, schema: str) -> str:
+    """The ``options`` of libpq, plus a search_path of ``schema`` alone (the last -c wins).
+
+    The schema is a quoted identifier (any spelling), with the whitespace and backslashes that
+    libpq's option splitting would act on escaped.
+    """
+    value = re.sub(r"([\s\\])", r"\\\1", _quoted(schema))
+    return f"{options} -c search_path={value}".strip()
+
+
 def _columns(tx: _PgTx, table: str) -> set[str]:
     """The columns of ``table`` in the schema in use (none when there is no such table)."""
     return {r[0] for r in tx.execute(
@@ -220,6 +235,7 @@ class PostgresBackend:
         self._clock: tuple[float, float] = (float("-inf"), 0.0)  # (measured at, offset)
         self._pool: ConnectionPool | None = None
         self._saver: PostgresSaver | None = None
+        self._schema: str | None = None  # ours, once `open` has checked it
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -227,6 +243,9 @@ class PostgresBackend:
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": self.prepare_threshold}
         if "connect_timeout" not in self.url:
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT_S
+        if self._schema is not None:
+            # The URL's own options are kept: libpq takes ``options`` from the keyword alone.
+            kwargs["options"] = _pinned_options(self._parsed.get("options", ""), self._schema)
         return kwargs
 
     def open(self) -> None:
@@ -241,23 +260,30 @@ class PostgresBackend:
             with conn.transaction():
                 tx = _PgTx(conn)
                 tx.lock(_SCHEMA_LOCK)  # two first opens at once: one creates, one checks
-                self._identify(tx)
-
+                schema = self._identify(tx)
+                tx.execute("SELECT pg_catalog.set_config('search_path', ?, true)",
+                           (_quoted(schema),))
                 apply_schema(tx, functools.partial(_columns, tx))
         except psycopg.Error as exc:
             raise self.error(exc) from exc
         finally:
             conn.close()
+        self._schema = schema
 
-    def _identify(self, tx: _PgTx) -> None:
-        """Raise unless the schema in use is empty, or ours at a schema version we read.
+    def _identify(self, tx: _PgTx) -> str:
+        """The schema in use, unless it is neither empty nor ours at a schema version we read.
 
         The catalogue is read from ``pg_class``, which lists every relation whatever its
         owner: ``information_schema`` shows only those this user holds a privilege on, so
         another role's tables would look like an empty schema.
+
+        Raises:
+            StoreError: The schema is missing or temporary, another application's, or newer.
+
         """
         schema, temporary = tx.execute(
-            "SELECT current_schema(), current_schema()::regnamespace = pg_my_temp_schema()"
+            "SELECT current_schema(), "
+            "quote_ident(current_schema())::regnamespace = pg_my_temp_schema()"
         ).fetchone()
         if schema is None:
             msg = ("its search_path names no schema that exists: create the schema, or fix "
@@ -272,12 +298,13 @@ class PostgresBackend:
             "AND relkind IN ('r', 'p', 'v', 'm', 'f', 'S', 'c') ORDER BY relname",
             (_quoted(schema),))]
         if not tables:
-            return
+            return str(schema)
         if "meta" not in tables:
             raise self._not_ours(foreign_tables(tables))
         meta = ({str(k): str(v) for k, v in tx.execute("SELECT key, value FROM meta")}
                 if {"key", "value"} <= _columns(tx, "meta") else {})
         check_meta(meta, Refusals(self._not_ours, self._damaged, self._newer))
+        return str(schema)
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:

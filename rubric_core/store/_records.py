@@ -1,0 +1,410 @@
+"""What the store's reads return, and the mappers between them and rows, by column name.
+
+One frozen record per thing the store keeps (`RunRecord`, `DatasetInfo`, `ExperimentRecord`,
+`CellRecord`, and `CellOutcome` for the lean result tables), and one mapper per row shape. Rows
+are read by column name (``sqlite3.Row`` and the PostgreSQL backend's rows both allow it), so a
+query may select its columns in any order, and a join names the columns it would otherwise
+share (``cell_thread_id``). Evaluations and labels travel as the TypedDicts of
+`rubric_core.types`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+from rubric_core.settings import ExperimentConfig, RunSettings
+from rubric_core.types import CELL_PENDING
+
+if TYPE_CHECKING:
+    from rubric_core.types import CriterionLabel, CriterionVerdict, RubricEvaluation
+
+__all__ = [
+    "EVALUATION_COLUMNS",
+    "RUN_COLUMNS",
+    "CellOutcome",
+    "CellRecord",
+    "DatasetInfo",
+    "ExperimentRecord",
+    "PassVerdicts",
+    "RunRecord",
+    "cell_from_row",
+    "dataset_info_from_row",
+    "evaluation_from_row",
+    "experiment_from_row",
+    "label_from_row",
+    "named_rows",
+    "outcome_from_row",
+    "run_from_row",
+    "run_to_row",
+]
+
+_PROMPT_COLUMNS = ("worker_system_prompt", "grader_system_prompt", "grader_tools")
+"""Run columns added in schema 2: NULL in rows stored before, which did not record them."""
+
+RUN_COLUMNS = ("run_id", "thread_id", "title", "prompt", "rubric", "worker_model",
+               "grader_model", "max_iterations", "status", "created_at", "updated_at",
+               "duration_s", "iterations", "input_tokens", "output_tokens", "error",
+               *_PROMPT_COLUMNS, "settings_json", "owner")
+"""The ``runs`` columns a `RunRecord` is read from and written to (not ``search_text``)."""
+
+EVALUATION_COLUMNS = frozenset({
+    "grading_run_id", "iteration", "result", "explanation", "criteria", "status", "unverified",
+    "duration_s", "input_tokens", "output_tokens", "answer"})
+"""Evaluation keys with a column of their own; every other key is kept in ``extra_json``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class RunRecord:
+    """One row of the run index: the run's lifecycle and its settings.
+
+    :attr:`settings` is the run's description; ``title``, ``prompt``, ``rubric``, the models,
+    ``max_iterations``, the system prompts and ``grader_tools`` are read from it (the index
+    keeps copies of them as columns, for Review's filters).
+
+    Built keyword-only, from ``settings`` or, instead, from those columns by name
+    (``title=..., prompt=..., ...``; `RunSettings.from_columns` derives the settings).
+    """
+
+    run_id: str
+    """Unique id of the run (uuid4 hex)."""
+    thread_id: str
+    """LangGraph thread whose checkpoints hold the run's state."""
+    settings: RunSettings
+    """The run's whole description; for rows stored before schema 3 (and records built from
+    columns), derived from the columns (`RunSettings.from_columns`)."""
+    status: str
+    """One of `rubric_core.types.RUN_STATUSES`."""
+    created_at: str
+    """ISO 8601 UTC timestamp of creation."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last change."""
+    duration_s: float | None
+    """Wall-clock seconds of the whole run, once finished."""
+    iterations: int
+    """Evaluations recorded so far."""
+    input_tokens: int | None
+    """Grader input tokens summed over evaluations (None when never reported)."""
+    output_tokens: int | None
+    """Grader output tokens summed over evaluations (None when never reported)."""
+    error: str | None
+    """Error message for runs that ended in ``error``."""
+    owner: str | None = None
+    """Who records the run now (``host:pid:id`` of a session); None for runs stored before
+    schema 7 or by scripts. Only the owner's heartbeat, evaluations and ending are written."""
+    prompts_recorded: bool = True
+    """False for runs stored before schema 2, which did not record their system prompts and
+    grader tools: `settings` holds defaults derived for them, and `worker_system_prompt`,
+    `grader_system_prompt` and `grader_tools` are None."""
+    observed_at: str | None = dataclasses.field(default=None, compare=False)
+    """When the store read this record, by the database's clock (`Store.now`); not a column.
+    With `updated_at` it tells how long ago the run's owner last beat."""
+
+    def __init__(self, *, run_id: str, thread_id: str, status: str, created_at: str,
+                 updated_at: str, duration_s: float | None, iterations: int,
+                 input_tokens: int | None, output_tokens: int | None, error: str | None,
+                 settings: RunSettings | None = None, owner: str | None = None,
+                 prompts_recorded: bool | None = None, observed_at: str | None = None,
+                 **columns: Any) -> None:
+        if settings is None:
+            recorded = any(columns.get(name) is not None for name in _PROMPT_COLUMNS)
+            settings = RunSettings.from_columns(**{**dict.fromkeys(_PROMPT_COLUMNS), **columns})
+        elif columns:
+            msg = f"give a run record settings or its columns, not both (got {sorted(columns)})"
+            raise TypeError(msg)
+        else:
+            recorded = True if prompts_recorded is None else prompts_recorded
+        values = {"run_id": run_id, "thread_id": thread_id, "settings": settings,
+                  "status": status, "created_at": created_at, "updated_at": updated_at,
+                  "duration_s": duration_s, "iterations": iterations,
+                  "input_tokens": input_tokens, "output_tokens": output_tokens, "error": error,
+                  "owner": owner, "prompts_recorded": recorded, "observed_at": observed_at}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def title(self) -> str:
+        """Short human label."""
+        return self.settings.title
+
+    @property
+    def prompt(self) -> str:
+        """What the worker was asked."""
+        return self.settings.prompt
+
+    @property
+    def rubric(self) -> str:
+        """The rubric text the run was graded against."""
+        return self.settings.rubric
+
+    @property
+    def worker_model(self) -> str:
+        """``provider:model`` of the worker agent."""
+        return self.settings.worker_model
+
+    @property
+    def grader_model(self) -> str:
+        """``provider:model`` of the grader."""
+        return self.settings.grader_model
+
+    @property
+    def max_iterations(self) -> int:
+        """Cap on grader passes."""
+        return self.settings.max_iterations
+
+    @property
+    def worker_system_prompt(self) -> str | None:
+        """The worker's system prompt (``""`` for none); None for runs stored before it was kept."""
+        return self.settings.worker_system_prompt if self.prompts_recorded else None
+
+    @property
+    def grader_system_prompt(self) -> str | None:
+        """A custom grader prompt (``""`` for the built-in one); None when not recorded."""
+        return self.settings.grader_system_prompt if self.prompts_recorded else None
+
+    @property
+    def grader_tools(self) -> tuple[str, ...] | None:
+        """Names of the evidence tools the grader was given; None when not recorded."""
+        return self.settings.grader_tools if self.prompts_recorded else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DatasetInfo:
+    """One stored version of a dataset (without its rows)."""
+
+    name: str
+    """The dataset's name."""
+    version: int
+    """1 for the first version stored under the name."""
+    row_count: int
+    """Rows in this version."""
+    columns: tuple[str, ...]
+    """The columns as read, in order."""
+    created_at: str
+    """ISO 8601 UTC timestamp of when the version was stored."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExperimentRecord:
+    """An experiment: a stored dataset version × configurations × repeats."""
+
+    experiment_id: str
+    """Unique id (uuid4 hex)."""
+    name: str
+    """Short human label."""
+    dataset_name: str
+    """The dataset's name."""
+    dataset_version: int
+    """The dataset version its cells run."""
+    configurations: tuple[ExperimentConfig, ...]
+    """The configurations, in order; a cell's ``config_index`` points here."""
+    repeats: int
+    """Runs of each row under each configuration."""
+    status: str
+    """One of `rubric_core.types.EXPERIMENT_STATUSES`."""
+    created_at: str
+    """ISO 8601 UTC timestamp of creation."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last status change."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CellRecord:
+    """One cell of an experiment: a dataset row under one configuration, one repeat."""
+
+    experiment_id: str
+    """The experiment."""
+    row_id: str
+    """The dataset row's id."""
+    config_index: int
+    """0-based index into `ExperimentRecord.configurations`."""
+    repeat_index: int
+    """0-based repeat."""
+    thread_id: str
+    """The LangGraph thread the cell's run uses (fixed when the experiment is created)."""
+    run: RunRecord | None
+    """The cell's run (the latest on its thread), or None before it started."""
+    lease_owner: str | None = None
+    """The worker holding the cell's lease (`Store.claim_cell`), or None; may have expired."""
+    lease_expires_at: float | None = None
+    """When that lease expires, in Unix seconds by the database's clock, or None."""
+
+    @property
+    def status(self) -> str:
+        """The run's stored status, or ``pending`` (`rubric_core.types.CELL_PENDING`)."""
+        return self.run.status if self.run is not None else CELL_PENDING
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """``(row_id, config_index, repeat_index)``: the cell's identity in its experiment."""
+        return self.row_id, self.config_index, self.repeat_index
+
+
+PassVerdicts = tuple[str, list["CriterionVerdict"]]
+"""One grader pass as the result tables read it: its result and its criterion verdicts."""
+
+
+class CellOutcome(NamedTuple):
+    """A cell as the result tables read it: its run's totals and its last grading run's passes.
+
+    What `Store.cell_outcomes` returns: unlike `CellRecord`, no `RunSettings` is decoded and
+    no answer or explanation is read (most of what a cell costs to read), so an experiment of
+    thousands of cells is read in one query. A named tuple, not a dataclass: a read builds
+    thousands, and a tuple is built in a third of the time.
+    """
+
+    row_id: str
+    """The dataset row's id."""
+    config_index: int
+    """0-based index into `ExperimentRecord.configurations`."""
+    repeat_index: int
+    """0-based repeat."""
+    run_id: str | None
+    """The cell's run (the latest on its thread), or None before it started."""
+    status: str
+    """The run's status, or ``pending`` (`rubric_core.types.CELL_PENDING`)."""
+    iterations: int
+    """Evaluations the run recorded, over all its grading runs (0 before it started)."""
+    input_tokens: int | None
+    """The run's grader input tokens (None when never reported)."""
+    output_tokens: int | None
+    """The run's grader output tokens (None when never reported)."""
+    duration_s: float | None
+    """Wall-clock seconds of the run, once finished."""
+    passes: tuple[PassVerdicts, ...] = ()
+    """With ``verdicts=True``: the passes of the run's last grading run, in order (empty before
+    it graded anything, and without ``verdicts``)."""
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """``(row_id, config_index, repeat_index)``: the cell's identity in its experiment."""
+        return self.row_id, self.config_index, self.repeat_index
+
+
+# -- rows -> records ------------------------------------------------------------------------------
+
+
+def named_rows(cursor: Any) -> list[dict[str, Any]]:
+    """A cursor's remaining rows as dicts by column name, for reads of many rows.
+
+    A ``sqlite3.Row`` finds a name by scanning its columns: read by name, a result of thousands
+    of rows costs several times what one dict per row does.
+    """
+    names = [column[0] for column in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cursor]
+
+
+def run_from_row(row: Any, observed_at: str | None = None) -> RunRecord:
+    """A ``runs`` row (at least the `RUN_COLUMNS`) as a record read at ``observed_at``."""
+    lifecycle = {
+        "run_id": row["run_id"], "thread_id": row["thread_id"], "status": row["status"],
+        "created_at": row["created_at"], "updated_at": row["updated_at"],
+        "duration_s": row["duration_s"], "iterations": row["iterations"],
+        "input_tokens": row["input_tokens"], "output_tokens": row["output_tokens"],
+        "error": row["error"], "owner": row["owner"], "observed_at": observed_at,
+    }
+    if row["settings_json"] is not None:
+        return RunRecord(**lifecycle, settings=RunSettings.from_json(row["settings_json"]))
+    tools = row["grader_tools"]
+    return RunRecord(  # a row stored before schema 3: settings from its columns
+        **lifecycle, title=row["title"], prompt=row["prompt"], rubric=row["rubric"],
+        worker_model=row["worker_model"], grader_model=row["grader_model"],
+        max_iterations=row["max_iterations"], worker_system_prompt=row["worker_system_prompt"],
+        grader_system_prompt=row["grader_system_prompt"],
+        grader_tools=None if tools is None else tuple(json.loads(tools)),
+    )
+
+
+def run_to_row(record: RunRecord) -> dict[str, Any]:
+    """A record as the values of its ``runs`` row, by column (the inverse of `run_from_row`)."""
+    settings = record.settings
+    tools = record.grader_tools
+    return {
+        "run_id": record.run_id, "thread_id": record.thread_id, "title": settings.title,
+        "prompt": settings.prompt, "rubric": settings.rubric,
+        "worker_model": settings.worker_model, "grader_model": settings.grader_model,
+        "max_iterations": settings.max_iterations, "status": record.status,
+        "created_at": record.created_at, "updated_at": record.updated_at,
+        "duration_s": record.duration_s, "iterations": record.iterations,
+        "input_tokens": record.input_tokens, "output_tokens": record.output_tokens,
+        "error": record.error, "worker_system_prompt": record.worker_system_prompt,
+        "grader_system_prompt": record.grader_system_prompt,
+        "grader_tools": None if tools is None else json.dumps(list(tools), ensure_ascii=False),
+        "settings_json": settings.to_json(), "owner": record.owner,
+    }
+
+
+def evaluation_from_row(row: Any) -> RubricEvaluation:
+    """An ``evaluations`` row as the evaluation the middleware recorded."""
+    extra = json.loads(row["extra_json"]) if row["extra_json"] else {}
+    return cast(
+        "RubricEvaluation",
+        {
+            **{k: v for k, v in extra.items() if k not in EVALUATION_COLUMNS},
+            "grading_run_id": row["grading_run_id"],
+            "iteration": row["iteration"],
+            "result": row["result"],
+            "explanation": row["explanation"],
+            "criteria": json.loads(row["criteria_json"]),
+            "status": row["status"],
+            "unverified": bool(row["unverified"]),
+            "duration_s": row["duration_s"],
+            "input_tokens": row["input_tokens"],
+            "output_tokens": row["output_tokens"],
+            "answer": row["answer"],
+        },
+    )
+
+
+def label_from_row(row: Any) -> CriterionLabel:
+    """A ``labels`` row as a label."""
+    return cast(
+        "CriterionLabel",
+        {
+            "run_id": row["run_id"], "seq": int(row["seq"]), "criterion": row["criterion"],
+            "labeller": row["labeller"], "agree": bool(row["agree"]),
+            "correct": None if row["correct"] is None else bool(row["correct"]),
+            "note": row["note"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
+        },
+    )
+
+
+def dataset_info_from_row(row: Any) -> DatasetInfo:
+    """A ``datasets`` row (without its ``jsonl``) as a version's description."""
+    return DatasetInfo(name=row["name"], version=int(row["version"]),
+                       row_count=int(row["row_count"]),
+                       columns=tuple(json.loads(row["columns_json"])),
+                       created_at=row["created_at"])
+
+
+def experiment_from_row(row: Any) -> ExperimentRecord:
+    """An ``experiments`` row as a record."""
+    configs = tuple(ExperimentConfig.from_dict(c) for c in json.loads(row["configs_json"]))
+    return ExperimentRecord(
+        experiment_id=row["experiment_id"], name=row["name"], dataset_name=row["dataset_name"],
+        dataset_version=int(row["dataset_version"]), configurations=configs,
+        repeats=int(row["repeats"]), status=row["status"], created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def cell_from_row(row: Any, experiment_id: str, observed_at: str | None = None) -> CellRecord:
+    """A cell joined with its run's `RUN_COLUMNS` (NULL before it started) as a record.
+
+    The cell's own thread is read as ``cell_thread_id``: the run's is ``thread_id``.
+    """
+    run = run_from_row(row, observed_at) if row["run_id"] is not None else None
+    return CellRecord(experiment_id=experiment_id, row_id=row["row_id"],
+                      config_index=row["config_index"], repeat_index=row["repeat_index"],
+                      thread_id=row["cell_thread_id"], run=run, lease_owner=row["lease_owner"],
+                      lease_expires_at=row["lease_expires_at"])
+
+
+def outcome_from_row(row: Any, passes: tuple[PassVerdicts, ...] = ()) -> CellOutcome:
+    """A cell joined with its run's totals (NULL before it started) as an outcome."""
+    started = row["run_id"] is not None
+    return CellOutcome(row["row_id"], row["config_index"], row["repeat_index"], row["run_id"],
+                       row["status"] if started else CELL_PENDING, row["iterations"] or 0,
+                       row["input_tokens"], row["output_tokens"], row["duration_s"], passes)
