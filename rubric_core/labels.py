@@ -20,6 +20,8 @@ import pandas as pd
 
 from rubric_core.analytics import cohen_kappa
 from rubric_core.rubric import normalize_name
+from rubric_core.types import LABEL_NOTE_CHAR_LIMIT as LABEL_NOTE_CHAR_LIMIT  # re-exported
+from rubric_core.types import LABELLER_CHAR_LIMIT as LABELLER_CHAR_LIMIT  # re-exported
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -32,11 +34,6 @@ OVERALL = "(all criteria)"
 AGREEMENT_COLUMNS: tuple[str, ...] = ("criterion", "n", "percent_agreement", "kappa")
 """Columns of `agreement_table`, in order."""
 
-LABEL_NOTE_CHAR_LIMIT = 2_000
-"""The most characters a label's note may hold (the store refuses a longer one too)."""
-
-LABELLER_CHAR_LIMIT = 100
-"""The most characters a labeller's name ("Your name") may hold."""
 
 
 def check_label_text(labeller: str, note: str) -> tuple[str, str]:

@@ -81,6 +81,13 @@ REVISION_SOURCE = "rubric_grader"
 MAX_ITERATIONS = 50
 """The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
+LABEL_NOTE_CHAR_LIMIT = 2_000
+"""The most characters a label's note may hold: the app refuses a longer one before the store,
+and the store refuses it too (Align also cuts what it sends of each note)."""
+
+LABELLER_CHAR_LIMIT = 100
+"""The most characters a labeller's name ("Your name") may hold."""
+
 Consensus = Literal["majority", "unanimous"]
 """How repeats' verdicts on one criterion are combined (`rubric_core.consensus`)."""
 

@@ -15,28 +15,31 @@ from typing import TYPE_CHECKING
 from rubric_core.redact import redact
 from rubric_core.store._core import CHUNK, StoreCore
 from rubric_core.store._records import label_from_row, named_rows
+from rubric_core.types import LABEL_NOTE_CHAR_LIMIT, LABELLER_CHAR_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from rubric_core.types import CriterionLabel
 
-LABEL_NOTE_CHAR_LIMIT = 2_000
-"""The most characters a label's note may hold (`LabelStore.set_label` refuses a longer one)."""
 
 
 def labeller_name(name: object) -> str:
     """A labeller's name as labels are keyed by it: stripped and scrubbed of secrets.
 
     Raises:
-        ValueError: An empty name (or not a string).
+        ValueError: An empty name (or not a string), or one over `LABELLER_CHAR_LIMIT`.
 
     """
-    name = redact(name.strip()) if isinstance(name, str) else ""
+    name = name.strip() if isinstance(name, str) else ""
     if not name:
         msg = "a label needs the labeller's name: fill in 'Your name'"
         raise ValueError(msg)
-    return name
+    if len(name) > LABELLER_CHAR_LIMIT:
+        msg = (f"a labeller's name holds at most {LABELLER_CHAR_LIMIT:,} characters, got "
+               f"{len(name):,}: shorten it")
+        raise ValueError(msg)
+    return redact(name)
 
 
 class LabelStore(StoreCore):
