@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from rubric_core.redact import redact
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -258,6 +260,12 @@ def _check_columns(columns: Sequence[str], row: int, *, by_name: bool) -> None:
             msg = (f"{where}: a column name of {len(name):,} characters; the limit is "
                    f"{MAX_COLUMN_NAME_CHARS:,}. Give it a short name.")
             raise DatasetError(msg)
+        if redact(name) != name:
+            # A name is stored, exported and shown as it is: scrubbing it could merge two
+            # columns, so a name holding a key (or what looks like one) is refused instead.
+            msg = (f"{where}: the column name holds an API key or a secret (or text shaped "
+                   "like one); rename the column")
+            raise DatasetError(msg)
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -482,6 +490,11 @@ def _row(
                "shorten its cell.")
         raise DatasetError(msg)
     row_id = (values.get("id") or "").strip() or str(number)
+    if redact(row_id) != row_id:
+        # An id names a row in cells, results and exports: scrubbed, two ids could become one.
+        msg_0 = (f"row {line}, column 'id': the id holds an API key or a secret (or text "
+                 "shaped like one); give the row another id")
+        raise DatasetError(msg_0)
     if row_id in seen:
         msg_0 = f"row {line}, column 'id': {row_id!r} is used by an earlier row"
         raise DatasetError(msg_0)

@@ -14,6 +14,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
+from rubric_core.redact import redact, redact_data, secret_values
 from rubric_core.store._core import NO_LIMIT, StoreCore
 from rubric_core.store._library import versioned_row
 from rubric_core.store._records import (
@@ -65,13 +66,20 @@ class ExperimentStore(StoreCore):
             msg = "repeats must be a whole number of at least 1"
             raise ValueError(msg)
         now = self.now()
+        # Stored scrubbed of secrets like every text the store keeps (a rubric or system prompt
+        # read from a file may hold a key); the record holds what was stored, so the cells run
+        # in this process are the ones a Resume elsewhere would run.
+        known = secret_values()
+        stored = tuple(type(c).from_dict(redact_data(c.to_dict(), secrets=known))
+                       for c in configurations)
         record = ExperimentRecord(
-            experiment_id=uuid.uuid4().hex, name=name.strip() or dataset_name,
+            experiment_id=uuid.uuid4().hex, name=redact(name.strip() or dataset_name,
+                                                         secrets=known),
             dataset_name=dataset_name, dataset_version=dataset_version,
-            configurations=tuple(configurations), repeats=repeats, status="running",
+            configurations=stored, repeats=repeats, status="running",
             created_at=now, updated_at=now,
         )
-        configs = json.dumps([c.to_dict() for c in configurations], ensure_ascii=False)
+        configs = json.dumps([c.to_dict() for c in stored], ensure_ascii=False)
         cells = [
             (record.experiment_id, seq, row_id, ci, ri, uuid.uuid4().hex)
             for seq, (ri, ci, row_id) in enumerate(
