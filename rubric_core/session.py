@@ -38,7 +38,7 @@ from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.registry import ActiveRegistry, new_owner
 from rubric_core.runner import RunSpec, arun_rubric, run_rubric
-from rubric_core.store import RunTakenOver, StoreError
+from rubric_core.store import RunTakenOver, StoreError, is_unavailable
 from rubric_core.types import RESUMABLE_STATUSES
 from rubric_core.types import ModelResolver as ModelResolver  # re-exported
 from rubric_core.types import Role as Role  # re-exported
@@ -539,10 +539,15 @@ class _Recording:
             self.seen.add(key)
 
     def failed(self, exc: BaseException) -> None:
-        """The run raised: record ``error`` (unless it ended, or another process has it)."""
+        """The run raised: record ``error`` (unless it ended, or another process has it).
+
+        A lost database is no failure of the run: it is recorded ``interrupted`` (with the
+        reason), so a plain Resume continues its thread, as after a killed process.
+        """
         if not self.finished and not self.taken and isinstance(exc, Exception):
             self.finished = True
-            _finish_quietly(self.store, self.run_id, "error",
+            status = "interrupted" if is_unavailable(exc) else "error"
+            _finish_quietly(self.store, self.run_id, status,
                             error_text(exc), self.elapsed(), self.owner)
 
     def stopped(self) -> None:

@@ -50,7 +50,7 @@ from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text
 from rubric_core.registry import new_owner
-from rubric_core.store import StoreError
+from rubric_core.store import StoreError, is_unavailable
 from rubric_core.types import (
     DEFAULT_CONCURRENCY,
     ENDED_STATUSES,
@@ -177,7 +177,9 @@ async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
             if event["type"] == "run_finished":
                 status, error = event["status"], event["error"]
     except Exception as exc:  # recorded as the run's error by the session layer
-        status, error = "error", error_text(exc)
+        # A lost database interrupts the cell (Resume continues it); anything else fails it.
+        status = "interrupted" if is_unavailable(exc) else "error"
+        error = error_text(exc)
     finally:
         await run.aclose()
     return status, error

@@ -12,7 +12,6 @@ as the records of `rubric_core.store._records`.
 
 from rubric_core.store._copy import copy_store
 from rubric_core.store._core import default_db_path, shown_location
-from rubric_core.store._labels import LABEL_NOTE_CHAR_LIMIT
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
     CellOutcome,
@@ -23,10 +22,17 @@ from rubric_core.store._records import (
     RunRecord,
 )
 from rubric_core.store._runs import RunTakenOver
-from rubric_core.store._schema import APP_ID, DB_ENV_VAR, SCHEMA_VERSION, StoreError
+from rubric_core.store._schema import (
+    APP_ID,
+    DB_ENV_VAR,
+    SCHEMA_VERSION,
+    StoreError,
+    StoreUnavailable,
+    is_unavailable,
+)
 from rubric_core.store._sqlite import APPLICATION_ID
 from rubric_core.store._store import Store
-from rubric_core.types import RUN_STATUSES
+from rubric_core.types import LABEL_NOTE_CHAR_LIMIT, RUN_STATUSES
 
 __all__ = [
     "APPLICATION_ID",
@@ -44,8 +50,10 @@ __all__ = [
     "RunTakenOver",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "copy_store",
     "default_db_path",
+    "is_unavailable",
     "is_url",
     "mask_url",
     "shown_location",

@@ -47,6 +47,7 @@ from rubric_core.store._schema import (
     SCHEMA_VERSION,
     Refusals,
     StoreError,
+    StoreUnavailable,
     apply_schema,
     check_meta,
     foreign_tables,
@@ -482,7 +483,7 @@ class PostgresBackend:
         sqlstate = getattr(exc, "sqlstate", None)
         if isinstance(exc, psycopg_pool.PoolTimeout):
             self._reachable(False)
-            return StoreError(
+            return StoreUnavailable(
                 f"No connection to the PostgreSQL database {self.location} ({text}): the "
                 f"server at {where} may be down or every pooled connection busy. Check the "
                 f"server and {DB_ENV_VAR}, or raise {POOL_SIZE_ENV} (now {self.pool_size})."
@@ -491,7 +492,7 @@ class PostgresBackend:
                 sqlstate in ("57P01", "57P02") or (sqlstate is None and any(
                     lost in text for lost in _LOST))):
             self._reachable(False)
-            return StoreError(
+            return StoreUnavailable(
                 f"Lost the connection to the PostgreSQL server at {where} for {self.location}: "
                 f"{text.rstrip('.')}. Each write is one transaction, so none was half-written: "
                 "check that the server is running; a run or experiment cut short is then "
@@ -504,7 +505,10 @@ class PostgresBackend:
                     if "does not exist" in text else "")
             reason = f"{text.rstrip('.')}{hint}"
             end = "" if reason.endswith(("?", "!")) else "."
-            return StoreError(
+            # Refused or starting up is a server away for now; a wrong password or database
+            # name is the configuration's to fix.
+            kind = StoreUnavailable if sqlstate in (None, "08001", "08006", "57P03") else StoreError
+            return kind(
                 f"Cannot connect to the PostgreSQL server at {where} for {self.location}: "
                 f"{reason}{end} Check that the server is running and that {DB_ENV_VAR} (or --db) "
                 "names the right host, port, user, password and database."

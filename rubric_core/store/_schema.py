@@ -49,6 +49,26 @@ class StoreError(Exception):
     """A database problem, with a message that says what is wrong and what to do."""
 
 
+class StoreUnavailable(StoreError):
+    """The database server could not be reached, or the connection to it was lost.
+
+    Nothing was half-written (each write is one transaction). Work cut short by it was
+    interrupted, not failed: a run that raised it is recorded ``interrupted`` (when the record
+    can be written at all) and continues on its own thread at the next Resume.
+    """
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised from, a `StoreUnavailable` (a lost database)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 16:  # a cause chain is short; a cycle is not followed
+        if isinstance(current, StoreUnavailable):
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return False
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Dialect:
     """What differs between the two databases' SQL."""
