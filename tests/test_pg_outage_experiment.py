@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
 from openai_server import DelayedServer, verdict
 from pg_support import create_database, postgres_cluster
 from test_experiments import runs_per_thread
@@ -24,6 +24,9 @@ from rubric_core.experiments import create_experiment, experiment_models, run_ex
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store, _postgres
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = str(Path(__file__).resolve().parents[1])
 ROWS = 8
