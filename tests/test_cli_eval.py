@@ -102,23 +102,30 @@ def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
 @pytest.mark.parametrize(("args", "message"), [
     pytest.param(["--model-limit", "demo"], "--model-limit 'demo': expected MODEL=N",
                  id="limit_without_number"),
-    pytest.param(["--model-limit", "demo=0"], "expected MODEL=N with N a whole number",
+    pytest.param(["--model-limit", "demo=0"], "model limit demo=0 must be from 1 to 64",
                  id="limit_zero"),
     pytest.param(["--min-pass-rate", "80"], "--min-pass-rate must be a share between 0 and 1",
                  id="percent_not_share"),
-    pytest.param(["--max-iterations", "0"], "--max-iterations must be at least 1", id="cap_0"),
+    pytest.param(["--max-iterations", "0"], "max_iterations must be between 1 and 50",
+                 id="cap_0"),
     pytest.param(["--max-iterations", "51"], "max_iterations must be between 1 and 50",
                  id="cap_51"),
-    pytest.param(["--model-limit", "demo=65"], "N a whole number from 1 to 64",
+    pytest.param(["--model-limit", "demo=65"], "model limit demo=65 must be from 1 to 64",
                  id="limit_over_max"),
-    pytest.param(["--concurrency", "1000"], "--concurrency must be from 1 to 64",
+    pytest.param(["--model-limit", "demo=x"], "expected MODEL=N with N a whole number from 1 to 64",
+                 id="limit_not_a_number"),
+    pytest.param(["--concurrency", "1000"], "concurrency must be from 1 to 64, got 1000",
                  id="concurrency_over_max"),
-    pytest.param(["--repeats", "21"], "--repeats must be from 1 to 20", id="repeats_over_max"),
-    pytest.param(["--repeats", "0"], "--repeats must be from 1 to 20", id="repeats_0"),
-    pytest.param(["--workers", "5"], "--workers must be from 1 to --concurrency (4)",
+    pytest.param(["--concurrency", "0"], "concurrency must be from 1 to 64, got 0",
+                 id="concurrency_0"),
+    pytest.param(["--repeats", "21"], "repeats must be a whole number from 1 to 20",
+                 id="repeats_over_max"),
+    pytest.param(["--repeats", "0"], "repeats must be a whole number from 1 to 20",
+                 id="repeats_0"),
+    pytest.param(["--workers", "5"], "workers must be from 1 to the concurrency (4), got 5",
                  id="more_workers_than_cells_at_once"),
     pytest.param(["--workers", "2", "--model-limit", "demo=1"],
-                 "--model-limit demo=1 is shared out between 2 workers", id="limit_too_small"),
+                 "model limit demo=1 is shared out between 2 workers", id="limit_too_small"),
 ])
 def test_bad_eval_flags_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
@@ -259,12 +266,12 @@ def _satisfied(db: Path | str) -> int:
 def test_progress_lines_are_throttled_but_starts_ends_and_errors_always_show(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rubric_core import cli
+    from rubric_core.cli import eval as eval_command
 
     clock = [100.0]
-    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(eval_command.time, "monotonic", lambda: clock[0])
     out = io.StringIO()
-    show = cli._ProgressPrinter(out)
+    show = eval_command.ProgressPrinter(out)
 
     def progress(done: int, errors: int = 0) -> dict[str, object]:
         return {"type": "experiment_progress", "config_index": 0, "label": "A", "done": done,
