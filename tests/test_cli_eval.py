@@ -18,6 +18,7 @@ import pytest
 from openai_server import DelayedServer, FakeOpenAI, error, verdict
 from pg_support import scalar
 from test_experiments import runs_per_thread
+from test_workers import HoldingServer, sigint
 
 from rubric_core import session
 from rubric_core.cli import main
@@ -358,16 +359,20 @@ def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) ->
 
 
 def test_ctrl_c_stops_every_worker_and_resume_finishes_each_cell_once(tmp_path: Path) -> None:
-    server = _answering_server(0.3)
+    # 8 calls are answered (some cells end satisfied), then every call is held, so no cell can
+    # end between "both workers are calling" and the Ctrl-C (the parent cannot finish first).
+    server = HoldingServer(free=8, delay_s=0.3)
     argv, env, db = _loopback_eval(tmp_path, server, "--concurrency", "4", "--workers", "2")
     with server.fake:
-        parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while server.peak < 4 and time.monotonic() < deadline:  # both workers are calling
-            time.sleep(0.05)
-        assert server.peak == 4
+        # Started with SIGINT's default action, as a terminal's foreground job is: a process
+        # that inherits SIGINT ignored (pytest run as a background job of a script) would
+        # rightly ignore the Ctrl-C and finish the experiment (exit 0).
+        with sigint(signal.default_int_handler):
+            parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        server.wait_held(4)  # both workers are calling (each runs 2 cells at once)
         parent.send_signal(signal.SIGINT)  # Ctrl-C, as a terminal sends it to the parent
+        server.release(after_s=0.3)  # a stopped run ends after its step in progress
         _, err = parent.communicate(timeout=60)
         assert parent.returncode == 130 and "interrupted" in err
         with Store(db) as store:
