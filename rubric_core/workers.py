@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import FrameType
 
-    from rubric_core.experiments import ExperimentEvent
+    from rubric_core.types import ExperimentEvent
 
 STOP_TIMEOUT_S = 30.0
 """How long a helper asked to stop may take to end its cells before it is killed."""
