@@ -23,7 +23,7 @@ import time
 
 from rubric_core.examples import FIND_DUPLICATES_TESTS
 from rubric_core.tools import isolation
-from rubric_core.tools.sandbox import run_tests
+from rubric_core.tools.python_tests import run_tests
 
 CORRECT = """
 def find_duplicates(lst):

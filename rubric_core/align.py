@@ -27,6 +27,7 @@ from rubric_core.grader import (
     build_grader_messages,
     drive_sync,
     grade_steps,
+    shorten,
 )
 from rubric_core.rubric import normalize_name, parse_criteria
 
@@ -39,7 +40,21 @@ MAX_EXAMPLES = 8
 """At most this many labelled examples go into one grader prompt."""
 
 MAX_EXAMPLE_CHARS = 1_500
-"""An example's answer is cut to this many characters in the prompt."""
+"""An example's answer is cut to about this many characters in the prompt (head and tail kept
+around a visible marker)."""
+
+MAX_EXAMPLE_NOTE_CHARS = 1_000
+"""An example's note (the person's reason) is cut the same way to about this many characters:
+notes are typed by people and, in a database written before notes were capped, unbounded."""
+
+MAX_EXAMPLE_CRITERION_CHARS = 300
+"""An example's criterion name is cut the same way to about this many characters."""
+
+MAX_EXAMPLES_CHARS = MAX_EXAMPLES * (
+    6 * (MAX_EXAMPLE_CHARS + MAX_EXAMPLE_NOTE_CHARS + MAX_EXAMPLE_CRITERION_CHARS) + 300) + 500
+"""A bound on what `aligned_prompt` adds to the grader prompt, however long the labels are:
+each cut text is at most six times longer once escaped as JSON (``\u003c`` for ``<``), plus
+each example's keys and markers, plus the block's framing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +117,20 @@ def examples_from(
 
 
 def aligned_prompt(examples: Sequence[Example], base: str | None = None) -> str:
-    """The grader prompt with up to `MAX_EXAMPLES` labelled examples appended as JSON data."""
+    """The grader prompt with up to `MAX_EXAMPLES` labelled examples appended as JSON data.
+
+    Each example's answer, note and criterion are cut to their limits, so the examples add at
+    most `MAX_EXAMPLES_CHARS` to ``base`` whatever the labels hold.
+    """
     chosen = list(examples)[:MAX_EXAMPLES]
     prompt = base or GRADER_SYSTEM_PROMPT
     if not chosen:
         return prompt
     data = [
-        {"criterion": e.criterion, "answer": e.answer[:MAX_EXAMPLE_CHARS],
-         "verdict": "pass" if e.passed else "fail", **({"reason": e.note} if e.note else {})}
+        {"criterion": shorten(e.criterion, MAX_EXAMPLE_CRITERION_CHARS),
+         "answer": shorten(e.answer, MAX_EXAMPLE_CHARS),
+         "verdict": "pass" if e.passed else "fail",
+         **({"reason": shorten(e.note, MAX_EXAMPLE_NOTE_CHARS)} if e.note else {})}
         for e in chosen
     ]
     block = json.dumps(data, ensure_ascii=False, indent=1).replace("<", "\\u003c")

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rubric_core.rubric import normalize_name
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -100,7 +101,7 @@ class _Tally:
 
 
 def _tokens(ev: Mapping[str, Any]) -> int:
-    return int(ev.get("input_tokens") or 0) + int(ev.get("output_tokens") or 0)
+    return int(token_sum(ev.get("input_tokens"), ev.get("output_tokens")) or 0)
 
 
 def loop_analytics(evaluations: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

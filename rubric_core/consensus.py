@@ -20,22 +20,27 @@ on the next. With ``RubricMiddleware(grader_repeats=k)`` each pass grades the an
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from rubric_core.grader import GradeOutcome
+from rubric_core.types import CONSENSUS_MODES as CONSENSUS_MODES  # re-exported
+from rubric_core.types import MAX_GRADER_REPEATS as MAX_GRADER_REPEATS  # re-exported
+from rubric_core.types import Consensus as Consensus  # re-exported
 from rubric_core.types import CriterionVerdict, GraderResponse
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-Consensus = Literal["majority", "unanimous"]
-"""How repeats' verdicts on one criterion are combined."""
 
-CONSENSUS_MODES: tuple[Consensus, ...] = ("majority", "unanimous")
-
-MAX_GRADER_REPEATS = 9
-"""The largest ``grader_repeats`` accepted."""
+REPEATS_IN_SEQUENCE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "rubric_repeats_in_sequence", default=False)
+"""Set where a task stands for one request in flight (an experiment's cell holds one of its
+``concurrency`` slots): the async middleware then makes a pass's k grader calls one after
+another instead of at once, so an experiment never has more than ``concurrency`` requests in
+flight (provider rate limits count requests, not cells). One run's repeats stay concurrent."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +53,6 @@ class Combined:
     """Per criterion: share of repeats agreeing with the consensus."""
     unstable: list[str]
     """Criteria whose repeats disagreed, in rubric order."""
-
-
-def _sum(values: Sequence[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
 
 
 def combine(
@@ -124,8 +124,8 @@ def combine(
         response=response,
         criteria=merged,
         missing=missing,
-        input_tokens=_sum([o.input_tokens for o in outcomes]),
-        output_tokens=_sum([o.output_tokens for o in outcomes]),
+        input_tokens=token_sum(*(o.input_tokens for o in outcomes)),
+        output_tokens=token_sum(*(o.output_tokens for o in outcomes)),
         model_calls=sum(o.model_calls for o in outcomes),
         tool_calls=[name for o in outcomes for name in o.tool_calls],
         unknown_criteria=unknown,

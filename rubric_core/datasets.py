@@ -3,18 +3,19 @@
 A dataset is a table of rows. Columns:
 
 - ``prompt``: the prompt for that row. It may use ``{column}`` variables, filled from the same
-  row's other columns (``{{`` and ``}}`` are literal braces). Instead of a ``prompt`` column, a
-  dataset may be read with a ``template`` (the experiment's prompt) whose variables name its
-  columns.
+  row's other columns, ``id`` and ``rubric`` included (``{{`` and ``}}`` are literal braces).
+  Instead of a ``prompt`` column, a dataset may be read with a ``template`` (the experiment's
+  prompt) whose variables name its columns.
 - ``rubric`` (optional): a per-row rubric; rows without one use the experiment's rubric.
 - ``id`` (optional): a unique row id; by default the row's 1-based number.
 - any other column is kept as a variable: it fills templates and is exported with the results.
 
 `parse_dataset` reads all of it or nothing: the first problem raises `DatasetError` naming the
 row and the column (bad encoding, a missing ``prompt``, an empty row, an unknown template
-variable, a duplicate id, a file or row count over the limits), so nothing is ever stored
-half-way. Rows are numbered as a spreadsheet shows them: the header is row 1 in a CSV, the first
-line is row 1 in JSONL.
+variable, a duplicate id, a quote left open, a file, row, column, cell or filled-prompt size
+over the limits), so nothing is ever stored half-way. `read_dataset_file` checks a file's size
+before reading it. Rows are numbered as a spreadsheet shows them: the header is row 1 in a CSV
+(a cell with line breaks is still one row), the first line is row 1 in JSONL.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import re
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 MAX_DATASET_BYTES = 20 * 1024 * 1024
 """The largest dataset file accepted."""
@@ -42,6 +45,20 @@ MAX_CELL_CHARS = 100_000
 MAX_DATASET_COLUMNS = 200
 """The most columns a dataset may have. Every row holds a cell for each (a short row is
 filled with empty ones), and every export row repeats them."""
+
+MAX_PROMPT_CHARS = 200_000
+"""The longest prompt a row may have once its ``{column}`` variables are filled in (twice a
+cell: a template around one long document fits; a variable used a thousand times does not)."""
+
+MAX_DATASET_PROMPT_CHARS = 50_000_000
+"""The most characters all the filled-in prompts of a dataset may hold together: a variable
+repeated in every row would otherwise turn a small file into gigabytes."""
+
+MAX_DATASET_NAME_CHARS = 200
+"""The longest dataset name accepted."""
+
+MAX_COLUMN_NAME_CHARS = 100
+"""The longest column name accepted: a stored row repeats every name beside its cell."""
 
 RESERVED_COLUMNS = ("id", "prompt", "rubric")
 """Columns with a meaning of their own; every other column is a variable."""
@@ -91,10 +108,15 @@ class Dataset:
 
 
 def _decode(data: bytes | str) -> str:
-    if isinstance(data, str):
-        return data
+    text = data if isinstance(data, str) else _decode_bytes(data)
+    # A byte order mark left as a character (pasted text, or a file saved twice by tools that
+    # each add one) would be part of the first column's name: "\ufeffprompt" is not "prompt".
+    return text.lstrip("\ufeff")
+
+
+def _decode_bytes(data: bytes) -> str:
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         msg = (f"row {line}: the file is not UTF-8 text (byte {exc.start}: "
@@ -104,58 +126,158 @@ def _decode(data: bytes | str) -> str:
     return text
 
 
+def read_dataset_file(
+    path: str | os.PathLike[str], *, name: str | None = None, template: str | None = None
+) -> Dataset:
+    """Read and check a dataset file, refusing one over the size limit before reading it.
+
+    At most `MAX_DATASET_BYTES` + 1 bytes are ever read, so a multi-gigabyte (or growing)
+    file costs no more memory than the largest file accepted.
+
+    Args:
+        path: A CSV file, or JSONL when its name ends in ``.jsonl`` or ``.ndjson``.
+        name: What to call the dataset; the file's name without its extension by default.
+        template: As for `parse_dataset`.
+
+    Raises:
+        DatasetError: The file is too large, or the first problem in it (`parse_dataset`).
+        OSError: The file cannot be opened.
+
+    """
+    file = Path(path)
+    with file.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_DATASET_BYTES:
+            raise _too_big(size)
+        data = handle.read(MAX_DATASET_BYTES + 1)  # a file that grew since fstat stops here
+    if len(data) > MAX_DATASET_BYTES:
+        raise _too_big(len(data), at_least=True)
+    fmt: DatasetFormat | None = "jsonl" if file.suffix.lower() in (".jsonl", ".ndjson") else None
+    return parse_dataset(data, name=name or file.stem, fmt=fmt, template=template)
+
+
 def sniff_format(text: str) -> DatasetFormat:
     """``jsonl`` when the first non-blank line is a JSON object, else ``csv``."""
     # Not splitlines(): a list of every line of a 20 MB file just to read the first one.
     return "jsonl" if text.lstrip().startswith("{") else "csv"
 
 
+_CSV_ERRORS = {
+    "unexpected end of data": ("a quoted cell starts here and is never closed: close it with "
+                               "'\"' (a quote inside a quoted cell is written twice: \"\")"),
+    "',' expected after '\"'": ("text follows a closing quote: write a quote inside a quoted "
+                                "cell twice (\"\"), or quote the whole cell"),
+}
+"""The csv module's strict errors, said so a person knows what to fix."""
+
+
+def _allow_long_cells() -> None:
+    # The csv module refuses a field over its own limit (128 KiB by default) as unreadable; a
+    # long cell must reach the cell check below, which names its row, column and our limit.
+    # The limit is process-wide and only ever raised here, to what a whole file can hold.
+    if csv.field_size_limit() <= MAX_DATASET_BYTES:
+        csv.field_size_limit(MAX_DATASET_BYTES + 1)
+
+
+def _csv_error(row: int, exc: csv.Error) -> DatasetError:
+    reason = _CSV_ERRORS.get(str(exc), f"not readable as CSV ({exc})")
+    return DatasetError(f"row {row}: {reason}")
+
+
 def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+    _allow_long_cells()
+    # strict: a quote left open would otherwise swallow every later row into one cell, silently.
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
     except StopIteration:
         msg = "the dataset is empty: give a header row (with a 'prompt' column) and rows"
         raise DatasetError(msg) from None
     except csv.Error as exc:
-        msg_0 = f"row 1: not readable as CSV ({exc})"
-        raise DatasetError(msg_0) from exc
+        raise _csv_error(1, exc) from exc
     columns = [name.strip() for name in header]
-    _check_column_count(len(columns))
-    for index, name in enumerate(columns, start=1):
-        if not name:
-            msg_0 = f"row 1, column {index}: the header is empty; name every column"
-            raise DatasetError(msg_0)
+    _check_columns(columns, 1, by_name=False)
     duplicates = sorted(name for name, count in Counter(columns).items() if count > 1)
     if duplicates:
         msg_0 = f"row 1: column {duplicates[0]!r} appears twice in the header"
         raise DatasetError(msg_0)
     records: list[tuple[int, dict[str, str]]] = []
+    # Rows are counted as records, not lines: a spreadsheet shows a cell with line breaks as
+    # one row, and so must every message that names a row.
+    row = 1
     try:
         for cells in reader:
-            line = reader.line_num
+            row += 1
             if len(cells) > len(columns) and any(c.strip() for c in cells[len(columns):]):
-                msg = (f"row {line}: {len(cells)} cells but the header has {len(columns)} "
+                msg = (f"row {row}: {len(cells)} cells but the header has {len(columns)} "
                        "columns; quote cells that contain commas")
                 raise DatasetError(msg)
             if len(records) >= MAX_DATASET_ROWS:
                 # Past the limit only count: a megabyte of blank lines would otherwise become
                 # a million rows of empty cells (gigabytes) before the limit is checked.
-                _too_many_rows(len(records) + 1 + sum(1 for _ in reader))
+                _too_many_rows(len(records) + 1 + _count_rest(reader))
             values = {name: (cells[i] if i < len(cells) else "") for i, name in
                       enumerate(columns)}
-            records.append((line, values))
+            records.append((row, values))
     except csv.Error as exc:
-        msg_0 = f"row {reader.line_num}: not readable as CSV ({exc})"
-        raise DatasetError(msg_0) from exc
+        raise _csv_error(row + 1, exc) from exc  # the record that failed was not counted yet
     return columns, records
 
 
-def _check_column_count(count: int) -> None:
-    if count > MAX_DATASET_COLUMNS:
-        msg = (f"the dataset has {count:,} columns; the limit is {MAX_DATASET_COLUMNS:,}. "
-               "Keep the columns the prompts use and the ones you want exported.")
+def _count_rest(rows: Iterator[Any]) -> int:
+    count = 0
+    try:
+        for _ in rows:
+            count += 1
+    except csv.Error:
+        pass  # the count is only for the message: "at least" is enough
+    return count
+
+
+def _check_columns(columns: Sequence[str], row: int, *, by_name: bool) -> None:
+    """Refuse too many columns, an unnamed one or one with a name too long to repeat.
+
+    Messages name the column by its name (JSONL keys) or by its position (a CSV header).
+    """
+    if len(columns) > MAX_DATASET_COLUMNS:
+        msg = (f"the dataset has {len(columns):,} columns; the limit is "
+               f"{MAX_DATASET_COLUMNS:,}. Keep the columns the prompts use and the ones you "
+               "want exported.")
         raise DatasetError(msg)
+    for index, name in enumerate(columns, start=1):
+        where = f"row {row}, column {_shown(name) if by_name else index}"
+        if not name.strip():
+            msg = f"{where}: the column has no name; give every column a name"
+            raise DatasetError(msg)
+        if _CONTROL.search(name):
+            msg = (f"{where}: the column name holds a control character (a line break, a tab "
+                   "or an escape); name it with plain text")
+            raise DatasetError(msg)
+        if len(name) > MAX_COLUMN_NAME_CHARS:
+            # A name is repeated in every stored row and every export row's header.
+            msg = (f"{where}: a column name of {len(name):,} characters; the limit is "
+                   f"{MAX_COLUMN_NAME_CHARS:,}. Give it a short name.")
+            raise DatasetError(msg)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Control characters: in a name printed to a terminal, an escape sequence can rewrite it."""
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_DATASET_NAME_CHARS:
+        msg = (f"a dataset name of {len(name):,} characters; the limit is "
+               f"{MAX_DATASET_NAME_CHARS:,}. Give it a short name.")
+        raise DatasetError(msg)
+    if _CONTROL.search(name):
+        msg = (f"the dataset name {_shown(name)} holds a control character (a line break, a "
+               "tab or an escape); name it with plain text")
+        raise DatasetError(msg)
+
+
+def _shown(name: str, limit: int = 40) -> str:
+    """A column name for a message: quoted, and cut when long."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
 
 
 def _too_many_rows(count: int) -> NoReturn:
@@ -174,7 +296,13 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
         if len(records) >= MAX_DATASET_ROWS:
             _too_many_rows(len(records) + 1 + sum(1 for rest in lines if rest.strip()))
         try:
-            value = json.loads(line)
+            # Numbers are kept as written: "1.10" stays "1.10", and a 5,000-digit id is text,
+            # not an int over Python's conversion limit.
+            value = json.loads(line, parse_int=str, parse_float=str)
+        except RecursionError:
+            msg = (f"row {line_no}: JSON nested too deep to read; a cell is text or a number, "
+                   "not nested JSON")
+            raise DatasetError(msg) from None
         except ValueError as exc:
             msg = f"row {line_no}: not a JSON object ({exc.args[0]})"
             raise DatasetError(msg) from exc
@@ -182,14 +310,16 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
             msg = f"row {line_no}: a JSON {type(value).__name__}, not an object of columns"
             raise DatasetError(msg)
         row: dict[str, str] = {}
+        known = len(columns)
         for key, cell in value.items():
             if isinstance(cell, dict | list):
-                msg = (f"row {line_no}, column {key!r}: nested JSON is not a cell; give text "
-                       "or a number")
+                msg = (f"row {line_no}, column {_shown(key)}: nested JSON is not a cell; give "
+                       "text or a number")
                 raise DatasetError(msg)
             row[str(key)] = "" if cell is None else str(cell)
             columns[str(key)] = None
-        _check_column_count(len(columns))
+        if len(columns) > known:  # only a line that adds columns can break their limits
+            _check_columns(list(columns), line_no, by_name=True)
         records.append((line_no, row))
     return list(columns), records
 
@@ -247,11 +377,14 @@ def parse_dataset(
         DatasetError: The first problem, naming its row and column.
 
     """
-    size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
+    _check_name(name)
+    size = len(data)
+    if isinstance(data, str) and MAX_DATASET_BYTES // 4 < size <= MAX_DATASET_BYTES:
+        # One to four UTF-8 bytes a character: encode only when that does not decide. A lone
+        # surrogate (the store scrubs it) is counted, not a UnicodeEncodeError.
+        size = len(data.encode("utf-8", "surrogatepass"))
     if size > MAX_DATASET_BYTES:
-        msg = (f"the dataset is {size / 1024 / 1024:.1f} MB; the limit is "
-               f"{MAX_DATASET_BYTES // 1024 // 1024} MB. Split it into smaller datasets.")
-        raise DatasetError(msg)
+        raise _too_big(size, at_least=isinstance(data, str) and size == len(data))
     text = _decode(data)
     fmt = fmt or sniff_format(text)
     if fmt not in ("csv", "jsonl"):
@@ -270,15 +403,51 @@ def parse_dataset(
         raise DatasetError(msg)
     if template is not None:
         for var in template_variables(template):
-            if var not in columns:
-                msg = (f"the prompt template uses {{{var}}}, but the dataset has no column "
-                       f"{var!r} (columns: {', '.join(columns)})")
-                raise DatasetError(msg)
+            _check_variable(var, columns, "the prompt template")
     rows: list[DatasetRow] = []
     seen: set[str] = set()
+    filled = 0
     for line, values in records:
-        rows.append(_row(line, values, template, seen, len(rows) + 1))
+        row = _row(line, values, template, seen, len(rows) + 1)
+        filled += len(row.prompt)
+        if filled > MAX_DATASET_PROMPT_CHARS:
+            msg = (f"row {line}: the prompts filled in so far come to {filled:,} characters; "
+                   f"the limit for a dataset is {MAX_DATASET_PROMPT_CHARS:,}. Use fewer or "
+                   "shorter variables in the prompt, or split the dataset.")
+            raise DatasetError(msg)
+        rows.append(row)
     return Dataset(name=name, columns=tuple(columns), rows=tuple(rows))
+
+
+def _too_big(size: int, *, at_least: bool = False) -> DatasetError:
+    shown = f"{size / 1024 / 1024:,.1f} MB" if size >= 1024 * 1024 else f"{size:,} bytes"
+    limit = MAX_DATASET_BYTES
+    limit_shown = (f"{limit // 1024 // 1024} MB" if limit % (1024 * 1024) == 0
+                   else f"{limit:,} bytes")
+    return DatasetError(f"the dataset is {'at least ' if at_least else ''}{shown}; the limit is "
+                        f"{limit_shown}. Split it into smaller datasets.")
+
+
+def _check_variable(var: str, columns: Iterable[str], where: str) -> None:
+    """Refuse a ``{var}`` that no column of the row can fill."""
+    if var == "prompt":
+        msg = (f"{where} uses {{prompt}}, but a prompt cannot fill itself: rename the column "
+               "that holds the text, or write {{prompt}} for literal braces")
+        raise DatasetError(msg)
+    names = [c for c in columns if c != "prompt"]
+    if var not in names:
+        msg = (f"{where} uses {{{var}}}, but there is no column {var!r} to fill it "
+               f"(columns that can: {', '.join(names) or 'none'})")
+        raise DatasetError(msg)
+
+
+def _filled_length(template: str, variables: Mapping[str, str]) -> int:
+    """``len(fill(template, variables))``, without building it (it may be gigabytes)."""
+    length = len(template)
+    for match in _VARIABLE.finditer(template):
+        name = match.group(1)
+        length += -1 if name is None else len(variables[name]) - len(match.group(0))
+    return length
 
 
 def _row(
@@ -289,10 +458,11 @@ def _row(
         raise DatasetError(msg)
     for column, cell in values.items():
         if len(cell) > MAX_CELL_CHARS:
-            msg = (f"row {line}, column {column!r}: {len(cell):,} characters; the limit is "
-                   f"{MAX_CELL_CHARS:,}")
+            msg = (f"row {line}, column {_shown(column)}: {len(cell):,} characters; the limit "
+                   f"for a cell is {MAX_CELL_CHARS:,}. Shorten it, or split it over rows.")
             raise DatasetError(msg)
-    variables = {k: v for k, v in values.items() if k not in RESERVED_COLUMNS}
+    # Every column but the prompt itself fills a {variable}: id and rubric too.
+    fillable = {k: v for k, v in values.items() if k != "prompt"}
     raw_prompt = (values.get("prompt") or "").strip()
     source = raw_prompt or (template or "").strip()
     if not source:
@@ -300,22 +470,26 @@ def _row(
         raise DatasetError(msg_0)
     where = f"row {line}, column 'prompt'" if raw_prompt else "the prompt template"
     for var in template_variables(source):
-        if var not in variables:
-            known = ", ".join(variables) or "none"
-            msg = (f"{where} uses {{{var}}}, but there is no column {var!r} to fill it "
-                   f"(variables: {known})")
-            raise DatasetError(msg)
-        if not variables[var].strip():
+        _check_variable(var, fillable, where)
+        if not fillable[var].strip():
             msg = f"row {line}, column {var!r}: empty, but the prompt uses {{{var}}}"
             raise DatasetError(msg)
+    length = _filled_length(source, fillable)
+    if length > MAX_PROMPT_CHARS:
+        what = f"row {line}, column 'prompt'" if raw_prompt else f"row {line}, the template"
+        msg = (f"{what}: the prompt comes to {length:,} characters once its variables are "
+               f"filled in; the limit is {MAX_PROMPT_CHARS:,}. Use a variable fewer times, or "
+               "shorten its cell.")
+        raise DatasetError(msg)
     row_id = (values.get("id") or "").strip() or str(number)
     if row_id in seen:
         msg_0 = f"row {line}, column 'id': {row_id!r} is used by an earlier row"
         raise DatasetError(msg_0)
     seen.add(row_id)
     rubric = (values.get("rubric") or "").strip() or None
-    return DatasetRow(id=row_id, prompt=fill(source, variables), rubric=rubric,
-                      variables=dict(variables))
+    variables = {k: v for k, v in values.items() if k not in RESERVED_COLUMNS}
+    return DatasetRow(id=row_id, prompt=fill(source, fillable), rubric=rubric,
+                      variables=variables)
 
 
 def rows_from_jsonl(text: str, *, name: str = "dataset") -> Dataset:
@@ -348,8 +522,8 @@ def preview(dataset: Dataset, limit: int = 20) -> list[dict[str, str]]:
 
 
 __all__: Sequence[str] = (
-    "MAX_CELL_CHARS", "MAX_DATASET_BYTES", "MAX_DATASET_COLUMNS", "MAX_DATASET_ROWS", "Dataset",
-    "DatasetError",
-    "DatasetRow", "fill", "parse_dataset", "preview", "rows_from_jsonl", "sniff_format",
-    "template_variables",
+    "MAX_CELL_CHARS", "MAX_COLUMN_NAME_CHARS", "MAX_DATASET_BYTES", "MAX_DATASET_COLUMNS",
+    "MAX_DATASET_NAME_CHARS", "MAX_DATASET_PROMPT_CHARS", "MAX_DATASET_ROWS", "MAX_PROMPT_CHARS",
+    "Dataset", "DatasetError", "DatasetRow", "fill", "parse_dataset", "preview",
+    "read_dataset_file", "rows_from_jsonl", "sniff_format", "template_variables",
 )

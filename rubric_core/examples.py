@@ -85,7 +85,7 @@ class Example:
 
 
 def _find_duplicates_tools() -> list[BaseTool]:
-    from rubric_core.tools.sandbox import python_tests_tool
+    from rubric_core.tools.python_tests import python_tests_tool
 
     return [
         python_tests_tool(

@@ -37,7 +37,8 @@ answer            str       The text that was graded, on the first row of its it
                             is written once per pass, not once per criterion).
 ================  ========  ==================================================================
 
-Every text cell is scrubbed of secrets first (`rubric_core.redact`). `write_csv` and
+Every text cell is scrubbed of secrets first (`rubric_core.redact`), and :func:`to_csv` and
+:func:`to_json` scrub any frame they are given again (:func:`scrub_frame`). `write_csv` and
 `write_json` stream rows to a file as they are produced (memory stays flat in the number of
 rows); the DataFrame functions are for display and analysis.
 
@@ -317,6 +318,40 @@ def _is_text(series: pd.Series) -> bool:
     return series.dtype == object or isinstance(series.dtype, pd.StringDtype)
 
 
+def scrub_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` whose text cells are scrubbed of secrets (`rubric_core.redact`).
+
+    :func:`to_csv` and :func:`to_json` call it, so a frame built from stored text the export
+    rows did not pass through (people's labels, a database written by an older version) is
+    scrubbed like them. Each distinct text is scrubbed once: a column repeats its run, model
+    and criterion names on every row.
+    """
+    secrets = secret_values()  # read once per frame, not once per cell
+    out = df
+    for col in df.columns:
+        series = df[col]
+        if not _is_text(series):
+            continue
+        distinct: Iterable[Any]
+        try:
+            distinct = pd.unique(series.dropna())  # hashed in C: far fewer texts than cells
+        except TypeError:  # an object column holding lists or dicts
+            distinct = list({v: None for v in series if isinstance(v, str)})
+        changed: dict[str, str] = {}
+        for value in distinct:
+            if isinstance(value, str):
+                clean = redact(value, secrets=secrets)
+                if clean != value:
+                    changed[value] = clean
+        if not changed:
+            continue
+        if out is df:
+            out = df.copy(deep=False)
+        out[col] = pd.Series([changed.get(v, v) if isinstance(v, str) else v for v in series],
+                             index=series.index, dtype=series.dtype, name=col)
+    return out
+
+
 def neutralize_frame(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``df`` whose risky text cells carry the ``'`` escape (see module docstring)."""
     out = df
@@ -381,7 +416,7 @@ def restore_frame(df: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    """CSV text with formula injection neutralised.
+    """CSV text with secrets scrubbed (:func:`scrub_frame`) and formula injection neutralised.
 
     Rows end with CRLF (RFC 4180) so that a carriage return inside a cell is always quoted;
     write the text to a file opened with ``newline=""``.
@@ -393,11 +428,11 @@ def to_csv(df: pd.DataFrame) -> str:
         The CSV, header included, index excluded.
 
     """
-    return neutralize_frame(df).to_csv(index=False, lineterminator="\r\n")
+    return neutralize_frame(scrub_frame(df)).to_csv(index=False, lineterminator="\r\n")
 
 
 def to_json(df: pd.DataFrame) -> str:
-    """JSON text, one object per row (``records``), values raw and unescaped.
+    """JSON text, one object per row (``records``), values unescaped (secrets scrubbed).
 
     Args:
         df: Any frame.
@@ -406,7 +441,7 @@ def to_json(df: pd.DataFrame) -> str:
         The JSON; missing values are ``null``, floats keep 15 significant digits.
 
     """
-    return df.to_json(orient="records", force_ascii=False, double_precision=15)
+    return scrub_frame(df).to_json(orient="records", force_ascii=False, double_precision=15)
 
 
 def iteration_diff(a: str, b: str) -> list[tuple[DiffOp, str]]:

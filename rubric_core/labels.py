@@ -6,6 +6,9 @@ grader's when they agree; when they disagree it is the correct verdict they gave
 opposite of the grader's (verdicts are pass/fail). Agreement is then percent agreement and
 Cohen's κ (`rubric_core.analytics.cohen_kappa`) over (grader, person) pairs, per criterion
 (matched across runs by `rubric_core.rubric.normalize_name`) and overall, with n.
+
+What a person types is bounded before it is stored (`check_label_text`): a note goes into
+every Align grader prompt and every labels export, and a name keys every label.
 """
 
 from __future__ import annotations
@@ -28,6 +31,43 @@ OVERALL = "(all criteria)"
 
 AGREEMENT_COLUMNS: tuple[str, ...] = ("criterion", "n", "percent_agreement", "kappa")
 """Columns of `agreement_table`, in order."""
+
+LABEL_NOTE_CHAR_LIMIT = 2_000
+"""The most characters a label's note may hold (the store refuses a longer one too)."""
+
+LABELLER_CHAR_LIMIT = 100
+"""The most characters a labeller's name ("Your name") may hold."""
+
+
+def check_label_text(labeller: str, note: str) -> tuple[str, str]:
+    """A label's name and note as typed, checked before they are stored.
+
+    Args:
+        labeller: "Your name"; surrounding whitespace is dropped.
+        note: The note (may be empty).
+
+    Returns:
+        ``(labeller, note)``, the name stripped.
+
+    Raises:
+        ValueError: An empty name, or a name or note over its limit; the message says which
+            and by how much.
+
+    """
+    name = labeller.strip() if isinstance(labeller, str) else ""
+    if not name:
+        msg = "a label needs the labeller's name: fill in 'Your name'"
+        raise ValueError(msg)
+    if len(name) > LABELLER_CHAR_LIMIT:
+        msg = (f"'Your name' is {len(name):,} characters; a name holds at most "
+               f"{LABELLER_CHAR_LIMIT:,}. Shorten it and save the label again.")
+        raise ValueError(msg)
+    text = note if isinstance(note, str) else ""
+    if len(text) > LABEL_NOTE_CHAR_LIMIT:
+        msg = (f"the note is {len(text):,} characters; a note holds at most "
+               f"{LABEL_NOTE_CHAR_LIMIT:,}. Shorten it and save the label again.")
+        raise ValueError(msg)
+    return name, text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing_extensions import override
 from rubric_core.consensus import (
     CONSENSUS_MODES,
     MAX_GRADER_REPEATS,
+    REPEATS_IN_SEQUENCE,
     Combined,
     Consensus,
     combine,
@@ -43,6 +44,7 @@ from rubric_core.grader import (
 )
 from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
 from rubric_core.types import (
     REVISION_SOURCE,
     TERMINAL_STATUSES,
@@ -65,9 +67,6 @@ logger = logging.getLogger(__name__)
 
 NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked again next pass."
 
-
-MAX_ITERATIONS = 50
-"""The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
 BEST_ATTEMPT_NAME = "rubric_best_attempt"
 """Name of the message ``return_best`` appends (the best attempt's answer)."""
@@ -370,6 +369,10 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
         if self.grader_repeats == 1:
             return await drive_async(self._steps(transcript, criteria), self._bound_grader())
+        if REPEATS_IN_SEQUENCE.get():
+            outcomes = [await drive_async(self._steps(transcript, criteria), self._bound_grader())
+                        for _ in range(self.grader_repeats)]
+            return combine(outcomes, criteria, self.consensus)
         outcomes = await asyncio.gather(*(
             drive_async(self._steps(transcript, criteria), self._bound_grader())
             for _ in range(self.grader_repeats)

@@ -9,19 +9,28 @@ Accepted model strings:
   ``base_url`` / ``RUBRIC_STUDIO_BASE_URL``; the key is optional.
 - ``<provider>:<model-id>``: any LangChain provider whose package is installed, resolved with
   ``init_chat_model`` (``openai:gpt-4.1-mini``, ``anthropic:claude-haiku-4-5``…).
+
+One parser reads these strings (`parse_model_spec`), one function builds a model from one
+(`resolve_model`), and one builder makes the `ModelResolver` that runs and experiments get
+(`model_resolver`: which key goes where, the shared backoff, one model per string, streaming):
+the app's single runs and experiments and the CLI all call it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from langchain_core.language_models import BaseChatModel
+
+    from rubric_core.http_retry import SharedBackoff
+    from rubric_core.types import ModelResolver, Role
 
 BASE_URL_ENV = "RUBRIC_STUDIO_BASE_URL"
 """Environment variable with the base URL of an OpenAI-compatible server."""
@@ -29,6 +38,54 @@ BASE_URL_ENV = "RUBRIC_STUDIO_BASE_URL"
 
 class ModelConfigError(ValueError):
     """A model string that cannot be turned into a model, with what to do about it."""
+
+
+HYBRID_PREFIX = "hybrid:"
+"""Prefix of a hybrid grader's model string: ``hybrid:<model>``."""
+
+OPENAI_CLIENT_PROVIDERS = frozenset({"openai", "openai-compatible"})
+"""Providers whose models talk through the openai SDK's HTTP clients."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model string, read: which provider, which model, and whether rules grade first."""
+
+    provider: str
+    """``demo``, ``rules``, ``openai-compatible`` or a LangChain provider name; for a string
+    without a colon, the whole string (``""`` when empty)."""
+    model_id: str
+    """What follows ``provider:`` (``""`` for the offline models and malformed strings)."""
+    hybrid: bool
+    """Whether the string was ``hybrid:<model>``: the other fields describe ``<model>``."""
+    inner: str
+    """The model string, stripped, without its ``hybrid:`` prefix."""
+
+    @property
+    def uses_openai_client(self) -> bool:
+        """Whether the model (also inside ``hybrid:``) sends through the openai SDK's clients."""
+        return self.provider in OPENAI_CLIENT_PROVIDERS
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    """Read a model string (see the module docstring); never raises.
+
+    Whitespace around the string, and after ``hybrid:``, is ignored. Whether the string names
+    a model that can be built is `resolve_model`'s to say.
+
+    Examples:
+        >>> parse_model_spec("hybrid:openai:gpt-4.1")
+        ModelSpec(provider='openai', model_id='gpt-4.1', hybrid=True, inner='openai:gpt-4.1')
+        >>> parse_model_spec(" demo ")
+        ModelSpec(provider='demo', model_id='', hybrid=False, inner='demo')
+
+    """
+    text = (spec or "").strip()
+    hybrid = text.startswith(HYBRID_PREFIX)
+    if hybrid:
+        text = text.removeprefix(HYBRID_PREFIX).strip()
+    provider, _, model_id = text.partition(":")
+    return ModelSpec(provider, model_id, hybrid, text)
 
 
 @dataclass(frozen=True)
@@ -98,31 +155,31 @@ def resolve_model(
         ModelConfigError: Unknown provider, missing package or key, malformed string.
 
     """
-    spec = (spec or "").strip()
-    if not spec:
-        msg = "No model given. Use 'demo', 'rules' or 'provider:model-id'."
-        raise ModelConfigError(msg)
-    if spec == "demo":
-        from rubric_core.offline.demo import DemoWorker
-
-        return DemoWorker(token_delay_s=token_delay_s)
-    if spec == "rules":
-        from rubric_core.offline.graders import RulesGrader
-
-        return RulesGrader()
-    if spec.startswith("hybrid:"):
+    parsed = parse_model_spec(spec)
+    if parsed.hybrid:
         from rubric_core.offline.graders import HybridGrader
 
         inner = resolve_model(
-            spec.removeprefix("hybrid:"), base_url=base_url, api_key=api_key,
-            timeout_s=timeout_s, env_keys=env_keys, **kwargs,
+            parsed.inner, base_url=base_url, api_key=api_key, timeout_s=timeout_s,
+            env_keys=env_keys, **kwargs,
         )
         return HybridGrader(llm=inner)
-    provider, sep, model_id = spec.partition(":")
-    if not sep or not model_id:
+    provider, model_id = parsed.provider, parsed.model_id
+    if not parsed.inner:
+        msg = "No model given. Use 'demo', 'rules' or 'provider:model-id'."
+        raise ModelConfigError(msg)
+    if parsed.inner == "demo":
+        from rubric_core.offline.demo import DemoWorker
+
+        return DemoWorker(token_delay_s=token_delay_s)
+    if parsed.inner == "rules":
+        from rubric_core.offline.graders import RulesGrader
+
+        return RulesGrader()
+    if not model_id:
         msg = (
-            f"Model {spec!r} is not 'provider:model-id' (e.g. 'openai:gpt-4.1-mini'), nor one "
-            "of the offline models 'demo' and 'rules'."
+            f"Model {spec.strip()!r} is not 'provider:model-id' (e.g. 'openai:gpt-4.1-mini'), "
+            "nor one of the offline models 'demo' and 'rules'."
         )
         raise ModelConfigError(msg)
     base_url = base_url or os.environ.get(BASE_URL_ENV) or None
@@ -131,6 +188,65 @@ def resolve_model(
             api_key = os.environ.get("OPENAI_API_KEY") or None
         return _openai_compatible(model_id, base_url, api_key, timeout_s, **kwargs)
     return _init_provider(provider, model_id, api_key, timeout_s, **kwargs)
+
+
+def model_resolver(
+    *,
+    api_key: str | None = None,
+    env_keys: bool = True,
+    keys: Callable[[str, str | None], tuple[str | None, bool]] | None = None,
+    backoff: SharedBackoff | None = None,
+    share: bool = False,
+    streaming: bool = True,
+    token_delay_s: float = 0.0,
+) -> ModelResolver:
+    """The `ModelResolver` runs and experiments are given: every caller's models are built here.
+
+    The app's single runs (its key rule, streaming), its experiments and the CLI's (the shared
+    backoff, one model per string, no streaming) differ only in these arguments.
+
+    Args:
+        api_key: The key for every model's endpoint (never stored); the environment's when
+            None. Ignored when ``keys`` is given.
+        env_keys: Whether a base URL may receive ``OPENAI_API_KEY`` from the environment (see
+            `resolve_model`). Ignored when ``keys`` is given.
+        keys: The key rule: ``(model string, base URL) -> (api_key, env_keys)`` for each model
+            (the app's: a stored key goes only to the endpoint it was configured for).
+        backoff: OpenAI and OpenAI-compatible models (also inside ``hybrid:``) send through
+            its HTTP clients, sync and async, so a 429 or 5xx slows every request down instead
+            of failing one (`rubric_core.http_retry.SharedBackoff`).
+        share: Build one model per model string and endpoint for the resolver's life, whatever
+            the role (chat models are safe to share between threads and tasks): every run with
+            the same models then reuses one compiled agent (`rubric_core.runner.build_agent`
+            keeps them by their models' identity). Thread-safe.
+        streaming: False for runs nobody watches: one response per call costs a fraction of
+            the CPU of a stream of chunks, and under the GIL CPU limits concurrent runs.
+        token_delay_s: Seconds between the offline demo worker's chunks (its worker role only).
+
+    """
+    built: dict[tuple[str, str | None, float], BaseChatModel] = {}
+    lock = threading.Lock()
+
+    def build(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+        key, env = keys(model, base_url) if keys is not None else (api_key, env_keys)
+        extra: dict[str, Any] = {} if streaming else {"disable_streaming": True}
+        if backoff is not None and parse_model_spec(model).uses_openai_client:
+            extra["http_client"] = backoff.http_client()
+            extra["http_async_client"] = backoff.http_async_client()
+        return resolve_model(model, base_url=base_url, api_key=key, env_keys=env,
+                             token_delay_s=token_delay_s if role == "worker" else 0.0, **extra)
+
+    if not share:
+        return build
+
+    def shared(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+        delay = token_delay_s if role == "worker" else 0.0
+        with lock:
+            if (model, base_url, delay) not in built:
+                built[model, base_url, delay] = build(model, role, base_url)
+            return built[model, base_url, delay]
+
+    return shared
 
 
 def _openai_compatible(

@@ -25,11 +25,11 @@ from langgraph.stream import CustomTransformer
 from typing_extensions import TypedDict
 
 from rubric_core.grader import message_text
-from rubric_core.middleware import MAX_ITERATIONS, RubricMiddleware
+from rubric_core.middleware import RubricMiddleware
 from rubric_core.models import resolve_model
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.settings import validate_judging, validate_run_text
-from rubric_core.types import TERMINAL_STATUSES, RubricEvaluation
+from rubric_core.types import MAX_ITERATIONS, TERMINAL_STATUSES, RubricEvaluation
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence

@@ -29,30 +29,31 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import socket
 import threading
 import time
-import uuid
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Callable,
-    Generator,
-    Iterable,
-    Iterator,
-    Mapping,
-)
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from rubric_core.models import resolve_model
+from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
+from rubric_core.registry import ActiveRegistry, new_owner
 from rubric_core.runner import RunSpec, arun_rubric, run_rubric
 from rubric_core.store import RunTakenOver, StoreError
 from rubric_core.types import RESUMABLE_STATUSES
+from rubric_core.types import ModelResolver as ModelResolver  # re-exported
+from rubric_core.types import Role as Role  # re-exported
 
 if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
+    from collections.abc import (
+        AsyncGenerator,
+        AsyncIterator,
+        Callable,
+        Generator,
+        Iterable,
+        Iterator,
+        Mapping,
+    )
+
     from langchain_core.tools import BaseTool
 
     from rubric_core.consensus import Consensus
@@ -60,12 +61,6 @@ if TYPE_CHECKING:
     from rubric_core.settings import RunSettings
     from rubric_core.store import RunRecord, Store
     from rubric_core.types import RubricEvaluation
-
-Role = Literal["worker", "grader"]
-"""Which model of a run is being built."""
-
-ModelResolver = Callable[[str, Role, str | None], "BaseChatModel"]
-"""Builds a chat model from ``(model string, role, base URL)``, with whatever key it holds."""
 
 STALE_AFTER_ENV = "RUBRIC_STUDIO_STALE_AFTER_S"
 """Environment variable that overrides `STALE_AFTER_S` (seconds, 3 to 3600)."""
@@ -95,18 +90,13 @@ HEARTBEAT_S = min(5.0, STALE_AFTER_S / 3)
 
 
 def default_models(*, token_delay_s: float = 0.0) -> ModelResolver:
-    """Models resolved from the environment's keys (`rubric_core.models.resolve_model`).
+    """Models resolved from the environment's keys (`rubric_core.models.model_resolver`).
 
     Args:
         token_delay_s: Seconds between the offline demo worker's chunks.
 
     """
-
-    def resolve(model: str, role: Role, base_url: str | None) -> BaseChatModel:
-        delay = token_delay_s if role == "worker" else 0.0
-        return resolve_model(model, base_url=base_url, token_delay_s=delay)
-
-    return resolve
+    return model_resolver(token_delay_s=token_delay_s)
 
 
 def build_grader_tools(names: Iterable[str], example_name: str | None = None) -> list[BaseTool]:
@@ -161,22 +151,18 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
 
 # -- the active-run registry ----------------------------------------------------------------------
 
-_ACTIVE_RUNS: set[str] = set()
-_ACTIVE_CHANGED = threading.Condition()
-# Streamlit starts a rerun on a new thread while the stopped one still unwinds (fast reruns),
-# so pages ask here whether a run is still being recorded by this process.
+ACTIVE_RUNS: ActiveRegistry[None] = ActiveRegistry("Run")
+"""The runs this process is recording right now (running or stopping)."""
 
 
 def is_active(run_id: str) -> bool:
     """Whether this process is recording the run right now (running or stopping)."""
-    with _ACTIVE_CHANGED:
-        return run_id in _ACTIVE_RUNS
+    return run_id in ACTIVE_RUNS
 
 
 def wait_until_inactive(run_id: str, timeout_s: float) -> bool:
     """Wait for a stopping run to finish unwinding; True when it is no longer active."""
-    with _ACTIVE_CHANGED:
-        return _ACTIVE_CHANGED.wait_for(lambda: run_id not in _ACTIVE_RUNS, timeout=timeout_s)
+    return ACTIVE_RUNS.wait_until_inactive(run_id, timeout_s)
 
 
 # -- lifecycle ------------------------------------------------------------------------------------
@@ -215,8 +201,7 @@ def is_resumable(record: RunRecord) -> bool:
 
 def reconcile(store: Store) -> int:
     """Mark ``interrupted`` the running runs whose owner died; returns how many."""
-    with _ACTIVE_CHANGED:
-        keep = set(_ACTIVE_RUNS)
+    keep = ACTIVE_RUNS.keys()
     return store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
 
 
@@ -228,11 +213,6 @@ def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
 
 
 # -- start and resume -----------------------------------------------------------------------------
-
-
-def _new_owner() -> str:
-    """A name for one session's hold on a run: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class _SessionBase:
@@ -312,7 +292,7 @@ def _new_run(settings: RunSettings, models: ModelResolver | None, *, watch: bool
     """A new run's titled settings, spec (models built) and owner name; nothing stored yet."""
     settings = settings.titled()
     spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
-    return settings, spec, _new_owner()
+    return settings, spec, new_owner()
 
 
 def start(
@@ -415,7 +395,7 @@ def resume(
     """
     record = _resumable(store, run_id, store.get_run(run_id))
     spec = _resumed_spec(record, models, base_url, watch=watch)
-    return Session(store, record, spec, resume=True, owner=_new_owner())
+    return Session(store, record, spec, resume=True, owner=new_owner())
 
 
 async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None,
@@ -426,7 +406,7 @@ async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = N
     """
     record = _resumable(store, run_id, await store.acall(store.get_run, run_id))
     spec = _resumed_spec(record, models, None, watch=False)  # models built on the loop
-    return AsyncSession(store, record, spec, resume=True, owner=_new_owner(), stop=stop)
+    return AsyncSession(store, record, spec, resume=True, owner=new_owner(), stop=stop)
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -511,13 +491,8 @@ class _Recording:
 
         """
         run_id = self.run_id
-        with _ACTIVE_CHANGED:
-            if run_id in _ACTIVE_RUNS:
-                msg = (f"Run {run_id[:8]} is already running or stopping in this server; wait "
-                       "a moment and try again.")
-                raise RuntimeError(msg)
-            _ACTIVE_RUNS.add(run_id)
-            self.registered = True
+        ACTIVE_RUNS.add(run_id, None)
+        self.registered = True
         try:
             if self.resume and not self.store.claim_run(
                     run_id, stale_before=_stale_before(self.store.now()), owner=self.owner):
@@ -582,9 +557,7 @@ class _Recording:
         self.heartbeat.stop()
         if self.registered:
             self.registered = False
-            with _ACTIVE_CHANGED:
-                _ACTIVE_RUNS.discard(self.run_id)
-                _ACTIVE_CHANGED.notify_all()
+            ACTIVE_RUNS.discard(self.run_id)
 
 
 def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str

@@ -16,10 +16,9 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
-from rubric_core.middleware import MAX_ITERATIONS
 from rubric_core.redact import redact, redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.types import CONSENSUS_MODES, MAX_GRADER_REPEATS, MAX_ITERATIONS
 
 if TYPE_CHECKING:
     from rubric_core.datasets import DatasetRow

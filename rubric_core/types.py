@@ -6,15 +6,17 @@ app is defined here, so that one import tells a reader the whole contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, get_args
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, get_args
 
-from langchain.agents.middleware.types import AgentState, PrivateStateAttr
 from pydantic import BaseModel, Field, model_serializer, model_validator
 from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
     from pydantic import SerializerFunctionWrapHandler
+
+    from rubric_core.state import RubricState as RubricState
 
 GraderVerdict = Literal["satisfied", "needs_revision", "failed"]
 """What a grader may answer for one pass."""
@@ -64,8 +66,51 @@ EXPERIMENT_STATUSES: frozenset[str] = frozenset(get_args(ExperimentStatus))
 CELL_PENDING = "pending"
 """The status of an experiment cell whose run has not started."""
 
+ENDED_STATUSES: frozenset[str] = TERMINAL_STATUSES | {"error"}
+"""Experiment cell statuses that count as done: a cell in one of them is not run again by
+itself."""
+
+ERROR_STATUSES: frozenset[str] = frozenset({"error", "grader_error"})
+"""Experiment cell statuses that are recorded as ended but can be retried alone."""
+
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
+
+# -- limits: the bounds every entry point (middleware, settings, app, CLI) checks against --------
+
+MAX_ITERATIONS = 50
+"""The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
+
+Consensus = Literal["majority", "unanimous"]
+"""How repeats' verdicts on one criterion are combined (`rubric_core.consensus`)."""
+
+CONSENSUS_MODES: tuple[Consensus, ...] = ("majority", "unanimous")
+"""Every `Consensus` mode, in the order the app offers them."""
+
+MAX_GRADER_REPEATS = 9
+"""The largest ``grader_repeats`` accepted."""
+
+DEFAULT_CONCURRENCY = 4
+"""Experiment cells run at once unless the caller says otherwise."""
+
+MAX_CONCURRENCY = 64
+"""Most experiment cells at once: each running cell holds an HTTP connection and a database
+row."""
+
+MAX_REPEATS = 20
+"""Most runs of one dataset row under one experiment configuration."""
+
+MAX_CELLS = 100_000
+"""Most cells (rows × configurations × repeats) in one experiment."""
+
+# -- models ---------------------------------------------------------------------------------------
+
+Role = Literal["worker", "grader"]
+"""Which model of a run is being built."""
+
+ModelResolver = Callable[[str, Role, str | None], "BaseChatModel"]
+"""Builds a chat model from ``(model string, role, base URL)``, with whatever key it holds
+(`rubric_core.models.model_resolver` builds every one the app and the CLI use)."""
 
 
 class CriterionVerdict(TypedDict):
@@ -149,30 +194,6 @@ class EvaluationEndEvent(TypedDict):
     """The run's status after this pass."""
     evaluation: RubricEvaluation
     """The full evaluation record (timings, tokens, graded answer)."""
-
-
-class RubricState(AgentState):
-    """Agent state extended with the rubric and the middleware's bookkeeping.
-
-    Only `rubric` is part of the input/output schema; the rest is private but readable with
-    `agent.get_state(config).values` on a checkpointed thread.
-    """
-
-    rubric: NotRequired[str | None]
-    """The caller's rubric: one criterion per line or bullet."""
-    _rubric_status: NotRequired[Annotated[RubricStatus | None, PrivateStateAttr]]
-    """Status of the current grading run; `None` until its first pass ends."""
-    _rubric_iterations: NotRequired[Annotated[int, PrivateStateAttr]]
-    """Grader passes completed in the current grading run."""
-    _rubric_evaluations: NotRequired[Annotated[list[RubricEvaluation], PrivateStateAttr]]
-    """Every evaluation on this thread, in order."""
-    _current_grading_run_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
-    """The grading run in force."""
-    _active_rubric: NotRequired[Annotated[str | None, PrivateStateAttr]]
-    """The rubric text that started the current grading run."""
-    _rubric_best_iteration: NotRequired[Annotated[int | None, PrivateStateAttr]]
-    """0-based pass of the current grading run whose answer passed the most criteria (ties go
-    to the later pass); updated every pass, `None` until the run's first pass ends."""
 
 
 class GradedCriterion(BaseModel):
@@ -339,3 +360,17 @@ class ExperimentFinished(TypedDict):
 
 ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished
 """What `rubric_core.experiments.run_experiment` yields."""
+
+
+def __getattr__(name: str) -> Any:
+    """`RubricState`, imported on first use (`rubric_core.state`).
+
+    It extends LangChain's ``AgentState``, and importing that loads LangChain's whole agents
+    package, which the store, the settings and the vocabulary above do not need.
+    """
+    if name == "RubricState":
+        from rubric_core.state import RubricState
+
+        return RubricState
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

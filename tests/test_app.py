@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_server import FakeOpenAI, slow, text, verdict
+from openai_server import DelayedServer, FakeOpenAI, error, slow, text, verdict
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
@@ -761,6 +761,29 @@ def test_labels_agreement_and_export(
     assert "it scans fine" in set(csv["note"])
 
 
+def test_a_key_typed_as_labeller_name_is_never_stored_or_shown(
+    app: AppTest, db_path: Path
+) -> None:
+    # Attack (#23, hole 11): a key pasted into "Your name" was stored and exported as typed.
+    key = "sk-proj-" + "Zq7Xw2Lm" * 5
+    load_example(app, "haiku")
+    store = run_loop(app)
+    first = store.evaluations(app.session_state["last_run_id"])[0]["criteria"]
+    goto(app, "review")
+    app.text_input(key="labeller").input(key).run()
+    _label(app, (0, first[0]["name"]), "agree")
+    assert not any(key in t for t in _texts(app.success)), _texts(app.success)
+    assert [lb["labeller"] for lb in store.labels()] == ["[redacted]"]
+    store.close()
+    for path in db_path.parent.glob(db_path.name + "*"):  # the file, its WAL and shm
+        assert key.encode() not in path.read_bytes(), path.name
+    # An over-long note is refused with its limit, and nothing is stored (#23, hole 10).
+    app.text_input(key="labeller").input("ana").run()
+    _label(app, (0, first[1]["name"]), "disagree", note="x" * 5_000)
+    assert any("2,000" in t for t in _texts(app.error)), _texts(app.error)
+    assert len(Store(db_path).labels()) == 1
+
+
 def test_a_disagreement_opens_its_run(app: AppTest, db_path: Path) -> None:
     load_example(app, "haiku")
     store = run_loop(app)
@@ -934,6 +957,48 @@ def test_bundled_dataset_experiment_finishes_satisfied(app: AppTest, db_path: Pa
     app.run()
     assert not app.exception, app.exception
     assert app.selectbox(key="review_run").value == cells[2].run.run_id
+
+
+def test_an_experiment_on_a_server_shares_its_backoff_and_builds_one_model_per_string(
+    app: AppTest, db_path: Path
+) -> None:
+    # The page built its models with only the sync HTTP client going through the shared
+    # backoff, streaming, and afresh per cell; cells call models on the experiments' event
+    # loop (the async client), so a 429 failed a cell. Now it builds them as the CLI does.
+    from rubric_core import runner
+
+    server = DelayedServer(delay_s=0.0, grader_reply=verdict(
+        "satisfied", "fine", ["answers the question"]))
+    with server.fake:
+        server.fake.enqueue(error(429, "slow down"))  # the first call of the experiment
+        goto(app, "experiments")
+        app.text_area(key="dataset_paste").input(
+            "prompt\n" + "".join(f"question {i}\n" for i in range(4))).run()
+        app.text_input(key="dataset_name").input("q").run()
+        app.button(key="store_dataset").click().run()
+        app.text_input(key="base_url").input(server.fake.base_url).run()
+        for field in ("worker", "grader"):  # the one OpenAI-compatible model the form offers
+            app.selectbox(key=sup.config_key(0, field)).set_value(
+                "openai-compatible:llama3.1").run()
+        app.text_area(key="exp_rubric").input("- answers the question").run()
+        app.number_input(key="exp_concurrency").set_value(2).run()
+        agents_before = set(runner._agents)
+        button = app.button(key="exp_start")
+        assert not button.disabled, _messages(app)
+        button.click().run()
+        assert not app.exception, app.exception
+    assert "Experiment finished" in _texts(app.success), _messages(app)
+    with Store(db_path) as store:
+        [exp] = store.list_experiments()
+        assert {c.status for c in store.experiment_cells(exp.experiment_id)} == {"satisfied"}
+    requests, times = server.fake.requests, server.fake.request_times
+    assert len(requests) == 1 + 4 * 2  # the 429, then a worker and a grader call per cell
+    # The backoff counted the 429 and sent the same request again after its wait (0.5 s).
+    [again] = [i for i, body in enumerate(requests) if i and body == requests[0]]
+    assert times[again] - times[0] >= 0.45
+    assert not any(body.get("stream") for body in server.fake.requests)
+    # One worker and one grader model for the configuration: its four cells shared one agent.
+    assert len(set(runner._agents) - agents_before) == 1
 
 
 def test_a_bad_dataset_names_row_and_column_and_stores_nothing(

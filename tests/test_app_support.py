@@ -552,6 +552,11 @@ def test_experiment_models_share_the_backoff_client_and_keep_the_key_rule(
                             token_delay_s=0.0, backoff=backoff)
     model = models("openai-compatible:m", "worker", "http://127.0.0.1:9/v1")
     assert model.http_client is backoff.http_client()  # type: ignore[attr-defined]
+    # Cells run on the experiments' event loop: their calls go through the async client.
+    assert model.http_async_client is backoff.http_async_client()  # type: ignore[attr-defined]
+    assert model.disable_streaming is True  # type: ignore[attr-defined]  # nobody watches
+    # As the CLI's: one model per model string and endpoint, so one compiled agent.
+    assert models("openai-compatible:m", "grader", "http://127.0.0.1:9/v1") is model
     # A typed base URL never gets the stored key.
     key = model.openai_api_key  # type: ignore[attr-defined]
     assert key is None or "sk-env" not in key.get_secret_value()

@@ -162,7 +162,7 @@ def test_a_hybrid_llm_cannot_pass_a_criterion_the_rules_fail(reply: AIMessage) -
 def test_rule_evidence_cannot_be_closed_or_extended_by_graded_code() -> None:
     # A test failure's message is the candidate's own text, and the rules quote it in a gap
     # that HybridGrader puts inside <rule_evidence> for the LLM.
-    from rubric_core.tools.sandbox import python_tests_tool
+    from rubric_core.tools.python_tests import python_tests_tool
 
     tool = python_tests_tool("tests_f", [{"name": "t", "call": "f()", "expected": 1}])
     rubric = ("- All tests pass in tests_f\n- The tone is friendly")

@@ -18,10 +18,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_tools_isolation import _probe
+from test_tools_isolation import run_probe
 
 from rubric_core.tools import isolation, sandbox
-from rubric_core.tools.sandbox import FD_LIMIT, WORK_DIR_FILE_LIMIT, run_tests
+from rubric_core.tools.python_tests import run_tests
+from rubric_core.tools.sandbox import FD_LIMIT, WORK_DIR_FILE_LIMIT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,7 +41,7 @@ def test_sysv_shared_memory_cannot_hold_memory_outside_the_address_space_limit()
     # A segment is counted by RLIMIT_AS only while attached: attach 128 MB, fill it, detach,
     # repeat. Without a guard this held 1.2 GB against a 512 MB limit; the IPC namespace keeps
     # the segments until the run ends.
-    result = _probe("""
+    result = run_probe("""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.shmat.restype = ctypes.c_void_p
@@ -65,7 +66,7 @@ def test_sysv_shared_memory_cannot_hold_memory_outside_the_address_space_limit()
 def test_memfds_hold_at_most_the_file_limit_per_descriptor() -> None:
     # memfd pages are not mapped, so RLIMIT_AS never sees them; only the descriptor count and
     # the file size limit bound them. Without a descriptor limit this held 20,000 MB.
-    result = _probe("""
+    result = run_probe("""
     import os, resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
@@ -96,7 +97,7 @@ def test_memfds_hold_at_most_the_file_limit_per_descriptor() -> None:
 
 def test_extended_attributes_cannot_store_kernel_memory_in_the_work_dir() -> None:
     # tmpfs keeps user xattrs outside its size limit; 2,000 x 60 KB went through unbounded.
-    result = _probe("""
+    result = run_probe("""
     import os
     open('x', 'w').close()
     stored = 0
@@ -117,7 +118,7 @@ def test_an_inode_flood_is_stopped_early(where: str) -> None:
     # in 5 s, millions within the tool's 30 s cap. Progress goes to stderr, whose tail the
     # result keeps, to show how far it got before the sandbox was killed.
     started = time.monotonic()
-    result = _probe(f"""
+    result = run_probe(f"""
     import os, sys
     n = 0
     while True:
@@ -136,7 +137,7 @@ def test_an_inode_flood_is_stopped_early(where: str) -> None:
 
 
 def test_files_under_the_file_limit_are_fine() -> None:
-    result = _probe("""
+    result = run_probe("""
     import os
     for i in range(2000):
         open(f'f{i}', 'w').close()
@@ -150,7 +151,7 @@ def test_files_under_the_file_limit_are_fine() -> None:
 
 def test_only_the_standard_streams_and_the_result_pipe_are_open() -> None:
     # No descriptor onto a host directory (an openat escape), the status or seccomp pipes.
-    result = _probe("""
+    result = run_probe("""
     import os
     fds = {}
     for fd in range(3, 1024):
@@ -170,7 +171,7 @@ def test_only_the_standard_streams_and_the_result_pipe_are_open() -> None:
 
 def test_the_output_files_cannot_grow_past_the_file_limit() -> None:
     # stdout and stderr are files on the host: allocate, extend or write far past the limit.
-    result = _probe("""
+    result = run_probe("""
     import os
     out = []
     for attempt in (lambda: os.posix_fallocate(1, 0, 100 << 20),
@@ -198,7 +199,7 @@ def test_no_open_database_is_reachable_through_proc_fd(tmp_path: Path) -> None:
     conn.execute("INSERT INTO runs VALUES ('needs_revision')")
     conn.commit()
     try:
-        result = _probe(f"""
+        result = run_probe(f"""
         import os
         found = []
         pids = [p for p in os.listdir('/proc') if p.isdigit()]
@@ -244,7 +245,7 @@ def test_no_protocol_reaches_a_host_loopback_listener(tmp_path: Path) -> None:
         for sock in listeners:
             sock.setblocking(False)
         ports = [tcp4.getsockname()[1], tcp6.getsockname()[1], udp.getsockname()[1]]
-        result = _probe(f"""
+        result = run_probe(f"""
         import socket
         out = []
         for family, kind, address in (
@@ -387,7 +388,7 @@ def test_unsafe_mode_cleanup_leaves_a_linked_host_directory_alone(
     victim.mkdir()
     victim.chmod(0o750)
     (victim / "keep.txt").write_text("keep")
-    result = _probe(f"""
+    result = run_probe(f"""
     import os
     os.symlink({str(victim)!r}, 'link')
     os.makedirs('locked/inner')

@@ -83,9 +83,8 @@ def test_the_column_limit_is_the_documented_one() -> None:
     ("data", "match"),
     [
         pytest.param("prompt\nhi\n".encode("utf-16"), "not UTF-8", id="utf16_with_bom"),
-        pytest.param(b"\xef\xbb\xbf\xef\xbb\xbfprompt\nhi\n", "no 'prompt' column",
-                     id="two_boms"),
-        pytest.param(b"prompt,x\n" + b"a," + b"y" * 200_000 + b"\n", "field limit",
+        pytest.param(b"prompt,x\n" + b"a," + b"y" * 200_000 + b"\n",
+                     "row 2, column 'x': 200,000 characters; the limit for a cell is 100,000",
                      id="enormous_field"),
         pytest.param(b'{"prompt": {"nested": "x"}}\n', "nested JSON", id="nested_json"),
     ],

@@ -56,7 +56,7 @@ def test_stored_rows_round_trip_exactly() -> None:
                      "row 2, column 'prompt' uses {topc}, but there is no column 'topc'",
                      id="unknown_variable"),
         pytest.param("topic\nrain\n", {"template": "About {season}"},
-                     "the prompt template uses {season}, but the dataset has no column",
+                     "the prompt template uses {season}, but there is no column 'season'",
                      id="unknown_template_variable"),
         pytest.param("prompt,topic\n\"About {topic}\",\n", {},
                      "row 2, column 'topic': empty, but the prompt uses {topic}",
@@ -65,7 +65,7 @@ def test_stored_rows_round_trip_exactly() -> None:
                      id="duplicate_id"),
         pytest.param("prompt,prompt\nx,y\n", {}, "column 'prompt' appears twice",
                      id="duplicate_column"),
-        pytest.param("prompt,\nx,y\n", {}, "row 1, column 2: the header is empty",
+        pytest.param("prompt,\nx,y\n", {}, "row 1, column 2: the column has no name",
                      id="unnamed_column"),
         pytest.param("prompt\n", {}, "the dataset has no rows", id="header_only"),
         pytest.param("", {}, "the dataset is empty", id="empty_file"),
@@ -93,7 +93,7 @@ def test_size_and_row_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DatasetError, match="4 rows; the limit is 3"):
         parse_dataset("prompt\na\nb\nc\nd\n")
     monkeypatch.setattr(datasets, "MAX_DATASET_BYTES", 10)
-    with pytest.raises(DatasetError, match="the limit is 0 MB"):
+    with pytest.raises(DatasetError, match="is at least 27 bytes; the limit is 10 bytes"):
         parse_dataset("prompt\n" + "a" * 20)
 
 

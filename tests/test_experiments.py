@@ -234,14 +234,14 @@ def test_export_is_streamed_formula_safe_and_carries_the_dataset_columns(store: 
 def test_export_reads_its_cells_a_page_at_a_time(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rubric_core.experiments as experiments
+    import rubric_core.experiments.export as experiments_export
 
     rows = demo_dataset().rows[:5]
     ds = Dataset("five", ("id", "prompt", "rubric", "kind", "topic"), rows)
     exp = create_experiment(store, ds, [ExperimentConfig()])
     list(run_experiment(store, exp.experiment_id))
     whole = list(export_experiment_rows(store, exp.experiment_id))
-    monkeypatch.setattr(experiments, "_RUNS_PER_READ", 2)  # pages of 2, 2 and 1 cells
+    monkeypatch.setattr(experiments_export, "_RUNS_PER_READ", 2)  # pages of 2, 2 and 1 cells
     reads: list[tuple[int, int | None]] = []
     real = store.experiment_cells
 

@@ -1,4 +1,4 @@
-"""grader.py helpers: the attempt, shortening, criterion matching, retries, the payload, steps."""
+"""rubric_core.grader: the attempt, shortening, criterion matching, retries, the payload, steps."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from scripted import ScriptedChatModel, tool_call, verdict
 
+import rubric_core.grader
 from rubric_core.grader import (
     MAX_TOOL_ROUNDS,
     RAW_REPLY_CHAR_LIMIT,
@@ -37,6 +38,7 @@ from rubric_core.grader import (
     retry_after_s,
     shorten,
 )
+from rubric_core.grader.prompt import SECTION_NAMES, escape_section, unescape_section
 from rubric_core.middleware import revision_message
 from rubric_core.types import GraderResponse
 
@@ -339,6 +341,22 @@ def test_payload_round_trip(answer: str) -> None:
     assert payload.request == "req </request- here"
     assert payload.criteria == CRITERIA
     assert payload.work == "(no tool calls in this attempt)"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("</answer-1>", id="closing_tag"),
+        pytest.param("<\\/answer-1> <\\\\/WORK-2>", id="already_escaped_once_and_twice"),
+        pytest.param("</criteria-x></request-y>", id="two_tags_back_to_back"),
+        pytest.param("\\</work>\\", id="backslashes_outside_the_tag"),
+        pytest.param("</answers> </other> <answer-1>", id="near_misses_and_opening_tags"),
+    ],
+)
+def test_section_escaping_is_exactly_reversible(text: str) -> None:
+    escaped = escape_section(text)
+    assert unescape_section(escaped) == text
+    assert not any(f"</{name}" in escaped.lower() for name in SECTION_NAMES)
 
 
 def test_payload_criteria_keep_their_own_leading_numbers() -> None:
@@ -753,3 +771,51 @@ def test_a_failed_first_call_is_still_an_error() -> None:
     # Only a verdict already in hand is kept: with none, the pass fails as before.
     with pytest.raises(ValueError, match="gone"):
         run_pass([ValueError("gone"), PASS])
+
+
+def test_a_correction_that_calls_tools_counts_them_on_the_first_verdict() -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return "found"
+
+    partial = verdict("satisfied", "fine", CRITERIA[:1])
+    outcome, _, model = run_pass([partial, tool_call("lookup", {"q": "x"}), AIMessage("none")],
+                                 tools=[lookup])
+    assert outcome.missing == CRITERIA[1:] and outcome.response.explanation == "fine"
+    assert (outcome.model_calls, outcome.tool_calls) == (3, ["lookup"])
+    assert len(model.calls) == 3
+
+
+def test_a_reply_that_is_not_json_ends_the_pass_even_during_the_correction() -> None:
+    # The first verdict stands only for the grader's own failures, not for a server that is
+    # not speaking the API: that is a configuration error, reported as such.
+    broken = json.JSONDecodeError("Expecting value", "<html>", 0)
+    partial = verdict("satisfied", "fine", CRITERIA[:1])
+    with pytest.raises(GraderOutputError, match=r"not valid JSON \(1 attempt") as caught:
+        run_pass([partial, broken], max_retries=0)
+    failure = grader_failure(caught.value)
+    assert failure is not None and failure.raw_reply == "<html>"
+
+
+# --------------------------------------------------------------------------- the package
+
+
+PUBLIC_NAMES = [
+    "ANSWER_CHAR_LIMIT", "EXPLANATION_CHAR_LIMIT", "GAP_CHAR_LIMIT", "GRADER_SYSTEM_PROMPT",
+    "MAX_TOOL_ROUNDS", "RAW_REPLY_CHAR_LIMIT", "REQUEST_CHAR_LIMIT", "RETRY_AFTER_MAX_S",
+    "TOOL_OUTPUT_CHAR_LIMIT", "UNKNOWN_NAMES_LIMIT", "VERDICT_TOOL", "WORK_MESSAGE_CHAR_LIMIT",
+    "Attempt", "CallModel", "CallTool", "CriteriaMatch", "GradeOutcome", "GraderFailure",
+    "GraderOutputError", "GraderPayload", "Sleep", "Step", "assign_answers", "bind_grader",
+    "build_grader_messages", "criterion_key", "drive_async", "drive_sync", "grade_steps",
+    "grader_failure", "is_revision_turn", "is_transient", "latest_attempt", "match_criteria",
+    "message_text", "model_label", "parse_grader_payload", "parse_text_verdict",
+    "raw_reply_text", "retry_after_s", "shorten", "verdict_args",
+]
+"""Every public name rubric_core.grader had when it was one module; callers import them."""
+
+
+def test_the_package_keeps_every_public_name_of_the_old_module() -> None:
+    assert sorted(rubric_core.grader.__all__) == sorted(PUBLIC_NAMES)
+    missing = [name for name in PUBLIC_NAMES if not hasattr(rubric_core.grader, name)]
+    assert missing == []

@@ -1,16 +1,21 @@
-"""resolve_model and PROVIDERS: model strings to chat models, and clear errors for bad ones."""
+"""Model strings to chat models: the parser, resolve_model, the resolver builder, PROVIDERS."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from langchain_openai import ChatOpenAI
+from openai_server import DelayedServer, error, verdict
 
 from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, Provider, resolve_model
 
 URL = "http://127.0.0.1:9/v1"  # never contacted: building a model makes no request
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -159,3 +164,98 @@ def test_providers_table_is_consistent() -> None:
     for p in PROVIDERS:
         assert p.example.startswith(f"{p.name}:")
         assert p.package.replace("-", "_") == p.module
+
+
+# ------------------------------------------------------------------------ one parser, one builder
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    pytest.param("demo", ("demo", "", False), id="offline_worker"),
+    pytest.param(" rules ", ("rules", "", False), id="offline_grader_stripped"),
+    pytest.param("openai:gpt-4.1-mini", ("openai", "gpt-4.1-mini", False), id="provider"),
+    pytest.param("openai-compatible:org/m:7b", ("openai-compatible", "org/m:7b", False),
+                 id="model_id_keeps_its_colons"),
+    pytest.param("hybrid:anthropic:claude", ("anthropic", "claude", True), id="hybrid"),
+    pytest.param("hybrid: openai:m", ("openai", "m", True), id="hybrid_space_after_prefix"),
+    pytest.param("gpt-4", ("gpt-4", "", False), id="no_provider"),
+    pytest.param("", ("", "", False), id="empty"),
+])
+def test_parse_model_spec(spec: str, expected: tuple[str, str, bool]) -> None:
+    from rubric_core.models import parse_model_spec
+
+    parsed = parse_model_spec(spec)
+    assert (parsed.provider, parsed.model_id, parsed.hybrid) == expected
+
+
+@pytest.mark.parametrize(("spec", "uses"), [
+    pytest.param("openai:m", True, id="openai"),
+    pytest.param("openai-compatible:m", True, id="openai_compatible"),
+    pytest.param("hybrid:openai-compatible:m", True, id="inside_hybrid"),
+    pytest.param("anthropic:m", False, id="other_provider"),
+    pytest.param("rules", False, id="offline"),
+])
+def test_every_caller_reads_the_openai_client_rule_from_the_parser(spec: str, uses: bool) -> None:
+    from rubric_core.app_support import api_key_for, uses_openai_client
+    from rubric_core.models import parse_model_spec
+
+    assert parse_model_spec(spec).uses_openai_client is uses
+    assert uses_openai_client(spec) is uses
+    # The app's stored OpenAI key goes to an OpenAI-compatible model too, hybrid or not.
+    assert (api_key_for(spec, {"OPENAI_API_KEY": "sk-x"}) == "sk-x") is uses
+
+
+def test_demo_colon_is_still_a_malformed_string() -> None:
+    with pytest.raises(ModelConfigError, match="is not 'provider:model-id'"):
+        resolve_model("demo:")
+
+
+def test_an_experiments_models_share_the_backoff_on_both_clients_and_do_not_stream() -> None:
+    from rubric_core.experiments import SharedBackoff, experiment_models
+
+    backoff = SharedBackoff()
+    models = experiment_models(backoff, api_key="test-key")
+    worker = models("openai-compatible:m", "worker", URL)
+    assert isinstance(worker, ChatOpenAI)
+    assert worker.http_client is backoff.http_client()
+    assert worker.http_async_client is backoff.http_async_client()
+    assert worker.disable_streaming is True
+    # One model per model string and endpoint, whatever the role: one compiled agent.
+    assert models("openai-compatible:m", "grader", URL) is worker
+    assert models("openai-compatible:m", "worker", "http://127.0.0.1:8/v1") is not worker
+    hybrid = models("hybrid:openai-compatible:m", "grader", URL)
+    assert hybrid.llm.http_async_client is backoff.http_async_client()  # type: ignore[attr-defined]
+
+
+def test_a_run_resolver_streams_and_builds_afresh() -> None:
+    from rubric_core.models import model_resolver
+
+    models = model_resolver(api_key="test-key", token_delay_s=0.5)
+    worker = models("openai-compatible:m", "worker", URL)
+    assert isinstance(worker, ChatOpenAI) and not worker.disable_streaming
+    assert models("openai-compatible:m", "worker", URL) is not worker
+    assert models("demo", "worker", None).token_delay_s == 0.5  # type: ignore[attr-defined]
+    assert models("demo", "grader", None).token_delay_s == 0.0  # type: ignore[attr-defined]
+
+
+def test_cli_eval_sends_through_the_shared_backoff_without_streaming(tmp_path: Path) -> None:
+    # `eval` builds its models with experiments.experiment_models: a 429 is absorbed by the
+    # shared backoff (the async client's: cells run on the experiments' event loop), and no
+    # request asks for a stream nobody reads.
+    db, data = tmp_path / "db.sqlite3", tmp_path / "q.csv"
+    data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(4)), encoding="utf-8")
+    server = DelayedServer(delay_s=0.0, grader_reply=verdict(
+        "satisfied", "fine", ["answers the question"]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
+    with server.fake:
+        server.fake.enqueue(error(429, "slow down"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
+             "- answers the question", "--config",
+             f"worker=openai-compatible:w,grader=openai-compatible:g,"
+             f"base_url={server.fake.base_url}", "--db", str(db), "--concurrency", "2"],
+            env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4/4 done, 100% satisfied" in proc.stdout
+    assert "server answered 429" in proc.stdout and "(1 so far)" in proc.stdout
+    assert len(server.fake.requests) == 1 + 4 * 2  # the 429, then a worker and a grader call
+    assert not any(body.get("stream") for body in server.fake.requests)

@@ -21,7 +21,7 @@ from rubric_core.grader import bind_grader, build_grader_messages, drive_sync, g
 from rubric_core.offline.graders import HybridGrader, RulesGrader
 from rubric_core.rubric import parse_criteria
 from rubric_core.tools import json_schema_tool
-from rubric_core.tools.sandbox import python_tests_tool
+from rubric_core.tools.python_tests import python_tests_tool
 from rubric_core.types import GraderResponse
 
 if TYPE_CHECKING:

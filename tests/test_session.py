@@ -6,6 +6,7 @@ another process is doing is read from the rows alone, on either database.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -279,3 +280,28 @@ def test_heartbeats_are_timed_by_the_database_servers_clock(
         fresh = store.get_run(run.run_id)
         assert fresh is not None and not session.is_stale(fresh)
         assert session.reconcile(store) == 0
+
+
+def test_active_registry_refuses_a_second_hold_and_wakes_its_waiters() -> None:
+    import threading
+
+    from rubric_core.registry import ActiveRegistry, new_owner
+
+    registry: ActiveRegistry[threading.Event] = ActiveRegistry("Experiment")
+    stop = threading.Event()
+    with registry.hold("abcdefgh-1234", stop) as held:
+        assert held is stop and "abcdefgh-1234" in registry
+        assert registry.get("abcdefgh-1234") is stop and registry.keys() == {"abcdefgh-1234"}
+        with pytest.raises(RuntimeError, match=r"^Experiment abcdefgh is already running or "
+                                               r"stopping in this server"):
+            registry.add("abcdefgh-1234", threading.Event())
+        assert not registry.wait_until_inactive("abcdefgh-1234", timeout_s=0.01)
+        waited: list[bool] = []
+        waiter = threading.Thread(target=lambda: waited.append(
+            registry.wait_until_inactive("abcdefgh-1234", timeout_s=10)))
+        waiter.start()
+    waiter.join(timeout=10)
+    assert waited == [True] and "abcdefgh-1234" not in registry
+    assert registry.get("abcdefgh-1234") is None
+    host, pid, tag = new_owner().split(":")
+    assert host and pid == str(os.getpid()) and len(tag) == 8 and new_owner() != new_owner()

@@ -130,3 +130,16 @@ def test_settings_of_old_rows_are_derived_from_their_columns() -> None:
     recorded = RunSettings.from_columns(prompt="p", rubric="- r", **{
         **columns, "worker_system_prompt": "sys", "grader_tools": ("text_stats",)})
     assert (recorded.worker_system_prompt, recorded.grader_tools) == ("sys", ("text_stats",))
+
+
+@pytest.mark.parametrize("module", ["rubric_core.settings", "rubric_core.store"])
+def test_light_modules_do_not_import_langchain_agents(module):
+    # The store and the settings are read by tools that never run an agent (db copy, exports):
+    # they must not pay for, or depend on, LangChain's agents through a shared limit.
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print('langchain.agents' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

@@ -28,12 +28,12 @@ import pytest
 import rubric_core
 from rubric_core.examples import FIND_DUPLICATES_TESTS
 from rubric_core.tools import isolation, sandbox
-from rubric_core.tools.sandbox import run_tests
+from rubric_core.tools.python_tests import run_tests
 
 PROBE = [{"name": "probe", "call": "probe()", "expected": "contained"}]
 
 
-def _probe(body: str, **kwargs: Any) -> dict[str, Any]:
+def run_probe(body: str, **kwargs: Any) -> dict[str, Any]:
     """Run ``def probe(): <body>`` in the sandbox; returns the whole result."""
     code = "def probe():\n" + textwrap.indent(textwrap.dedent(body), "    ")
     kwargs.setdefault("timeout_s", 10)
@@ -82,7 +82,7 @@ def test_shell_commands_run_only_inside_the_sandbox(spawn: str, tmp_path: Path) 
     keep.write_text("precious")
     command = (f"id > {marker}; echo gone > {keep}; rm -f {keep}; "
                f"cat /proc/{os.getpid()}/environ > {marker}.env; id -u > /work/uid")
-    result = _probe(f"COMMAND = {command!r}\n{spawn}\nreturn open('/work/uid').read().strip()")
+    result = run_probe(f"COMMAND = {command!r}\n{spawn}\nreturn open('/work/uid').read().strip()")
     # The shell ran, as the sandbox's unprivileged user, and touched nothing on the host.
     assert _failure(result) == f'expected "contained", got "{isolation.SANDBOX_UID}"', result
     assert not marker.exists() and not Path(f"{marker}.env").exists()
@@ -101,11 +101,12 @@ def test_no_process_the_candidate_starts_outlives_the_run() -> None:
     os.wait()
     return 'contained'
     """
-    result = _probe(body)
+    result = run_probe(body)
     assert result["ok"] is True, result  # the grandchild was started and detached
     assert _processes_with(tag) == []
     # and when the run ends by timeout, with the grandchild still starting more
-    result = _probe(body.replace("return 'contained'", "while True:\n        pass"), timeout_s=1.5)
+    looping = body.replace("return 'contained'", "while True:\n        pass")
+    result = run_probe(looping, timeout_s=1.5)
     assert result["error"] == "timed out after 1.5 s"
     assert _processes_with(tag) == []
 
@@ -124,7 +125,7 @@ def _processes_with(tag: str) -> list[int]:
 
 
 def test_the_host_processes_are_invisible_and_unsignallable() -> None:
-    result = _probe(f"""
+    result = run_probe(f"""
     import os, signal
     try:
         os.kill({os.getpid()}, signal.SIGKILL)
@@ -145,7 +146,7 @@ def test_a_ctypes_socket_cannot_reach_a_loopback_listener() -> None:
         listener.listen(5)
         listener.setblocking(False)
         port = listener.getsockname()[1]
-        result = _probe(f"""
+        result = run_probe(f"""
         import ctypes, socket, struct
         libc = ctypes.CDLL(None, use_errno=True)
         fd = libc.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
@@ -184,7 +185,7 @@ def test_the_parent_environment_is_unreadable_through_proc(
     print(seen)
     return seen
     """
-    result = _probe(body)
+    result = run_probe(body)
     assert result["ok"] is False and "OPENAI_API_KEY" not in _said(result)
     assert secret not in _said(result)
     env = run_tests("import os", [{"name": "env", "call": "sorted(os.environ)", "expected": 0}])
@@ -233,7 +234,7 @@ def test_fd_relative_writes_chmods_and_deletes_outside_change_nothing(tmp_path: 
     victim.chmod(0o644)
     before = (victim.read_bytes(), stat.S_IMODE(victim.stat().st_mode), victim.stat().st_mtime_ns)
     rel_dir, name = str(tmp_path).lstrip("/"), victim.name
-    result = _probe(f"""
+    result = run_probe(f"""
     import os
     outcomes = []
     root = os.open('/', os.O_RDONLY | os.O_DIRECTORY)
@@ -267,7 +268,7 @@ def test_the_app_database_cannot_be_opened(tmp_path: Path) -> None:
         conn.execute("INSERT INTO runs VALUES ('r1', 'needs_revision')")
     conn.close()
     before = db.read_bytes()
-    result = _probe(f"""
+    result = run_probe(f"""
     import sqlite3
     conn = sqlite3.connect({str(db)!r})
     conn.execute("UPDATE runs SET status = 'satisfied'")
@@ -280,7 +281,7 @@ def test_the_app_database_cannot_be_opened(tmp_path: Path) -> None:
 
 def test_work_dir_is_fresh_per_run_and_nothing_is_left_on_the_host() -> None:
     tmp_before = set(os.listdir("/tmp"))
-    first = _probe("""
+    first = run_probe("""
     import os
     open('note.txt', 'w').write('hi')
     os.makedirs('locked/inner')
@@ -288,13 +289,13 @@ def test_work_dir_is_fresh_per_run_and_nothing_is_left_on_the_host() -> None:
     return [os.getcwd(), sorted(os.listdir('.'))]
     """)
     assert _failure(first) == 'expected "contained", got ["/work", ["locked", "note.txt"]]'
-    second = _probe("import os\nreturn os.listdir('.')")
+    second = run_probe("import os\nreturn os.listdir('.')")
     assert _failure(second) == 'expected "contained", got []'
     assert not {n for n in set(os.listdir("/tmp")) - tmp_before if "rubric_sandbox" in n}
 
 
 def test_the_visible_filesystem_is_the_system_and_python_only() -> None:
-    result = _probe("""
+    result = run_probe("""
     import os, sys
     return [sorted(os.listdir('/')), os.path.exists(sys.prefix + '/lib'), os.getuid()]
     """)
@@ -309,7 +310,7 @@ def test_the_visible_filesystem_is_the_system_and_python_only() -> None:
 def test_installed_packages_are_hidden() -> None:
     # Nothing pip installed (the project itself included, once installed) is importable or
     # readable: only the standard library is there.
-    result = _probe("""
+    result = run_probe("""
     import importlib.util, site, sys, os
     hidden = [p for p in site.getsitepackages() if os.path.isdir(p) and os.listdir(p)]
     names = ('pip', 'langchain', 'rubric_core')
@@ -323,7 +324,7 @@ def test_installed_packages_are_hidden() -> None:
 
 def test_cpu_limit_is_enforced_and_reported() -> None:
     started = time.monotonic()
-    result = _probe("while True:\n    pass", timeout_s=20, cpu_s=1)
+    result = run_probe("while True:\n    pass", timeout_s=20, cpu_s=1)
     assert time.monotonic() - started < 10
     assert result["error"] == "CPU time limit exceeded (killed by signal SIGXCPU)", result
 
@@ -362,7 +363,7 @@ def test_seccomp_refuses_kernel_attack_surface() -> None:
         out[name] = ctypes.get_errno() if rc == -1 else 'ok'
     print(json.dumps(out))
     """)
-    result = _probe(probe.replace("print(json.dumps(out))", "return out"))
+    result = run_probe(probe.replace("print(json.dumps(out))", "return out"))
     assert _failure(result) == "expected \"contained\", got " + json.dumps(
         dict.fromkeys(calls, 1)), result
     # Without the filter (a plain child of this test), the same calls are not EPERM'd alike:
@@ -374,7 +375,7 @@ def test_seccomp_refuses_kernel_attack_surface() -> None:
 
 
 def test_clone_into_a_new_user_namespace_is_refused() -> None:
-    result = _probe("""
+    result = run_probe("""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     clone = 56 if __import__('os').uname().machine == 'x86_64' else 220
@@ -426,7 +427,7 @@ def test_missing_bubblewrap_refuses_with_what_to_install(
 ) -> None:
     marker = tmp_path / "ran"
     monkeypatch.setenv(isolation.BWRAP_ENV, str(tmp_path / "no-such-bwrap"))
-    result = _probe(f"open({str(marker)!r}, 'w')\nreturn 'contained'")
+    result = run_probe(f"open({str(marker)!r}, 'w')\nreturn 'contained'")
     assert result["ok"] is False and result["sandbox"] is None
     assert "Graded code is not run" in result["error"]
     assert "apt-get install bubblewrap" in result["error"]
@@ -445,7 +446,7 @@ def test_blocked_user_namespaces_refuse_with_what_to_enable(
                     "exit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv(isolation.BWRAP_ENV, str(fake))
-    result = _probe("return 'contained'")
+    result = run_probe("return 'contained'")
     assert result["ok"] is False and result["sandbox"] is None
     assert "could not create the sandbox" in result["error"]
     assert "kernel.unprivileged_userns_clone=1" in result["error"]
@@ -454,7 +455,7 @@ def test_blocked_user_namespaces_refuse_with_what_to_enable(
 
 def test_an_unknown_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(isolation.SANDBOX_ENV, "none")
-    result = _probe("return 'contained'")
+    result = run_probe("return 'contained'")
     assert result["sandbox"] is None
     assert "'none' is not a sandbox mode" in result["error"]
 
@@ -466,7 +467,7 @@ def test_unsafe_process_mode_is_never_silent(
     sandbox._warned_unsafe = False
     try:
         with caplog.at_level("WARNING", logger="rubric_core.tools.sandbox"):
-            result = _probe("return 'contained'")
+            result = run_probe("return 'contained'")
     finally:
         sandbox._warned_unsafe = monkey_flag or sandbox._warned_unsafe
     assert result["ok"] is True and result["sandbox"] == "unsafe-process"
@@ -494,13 +495,13 @@ def test_unsafe_process_mode_is_never_silent(
     ],
 )
 def test_unsafe_process_mode_keeps_its_audit_hook(unsafe: None, body: str, reason: str) -> None:
-    result = _probe(body)
+    result = run_probe(body)
     assert result["sandbox"] == "unsafe-process"
     assert reason in _failure(result), result
 
 
 def test_unsafe_process_mode_kills_its_process_group_on_timeout(unsafe: None) -> None:
-    result = _probe("import os\nGROUP = os.getpgid(0)\nwhile True:\n    pass", timeout_s=1.5)
+    result = run_probe("import os\nGROUP = os.getpgid(0)\nwhile True:\n    pass", timeout_s=1.5)
     assert result["error"] == "timed out after 1.5 s"
 
 
@@ -525,7 +526,9 @@ def test_app_directories_inside_mounted_trees_are_hidden(
     assert any(project.iterdir())
     monkeypatch.chdir(project)
     monkeypatch.setenv("RUBRIC_STUDIO_DB", str(project / "rubric_studio.sqlite3"))
-    result = _probe(f"import os\nreturn [os.listdir({str(project)!r}), os.listdir('/usr/bin')[:1]]")
+    result = run_probe(
+        f"import os\nreturn [os.listdir({str(project)!r}), os.listdir('/usr/bin')[:1]]"
+    )
     listing = json.loads(_failure(result).split("got ", 1)[1])
     assert listing[0] == [] and listing[1], result
 
@@ -537,7 +540,7 @@ def test_abstract_unix_sockets_of_the_host_are_out_of_reach() -> None:
         listener.bind(name)
         listener.listen(1)
         listener.setblocking(False)
-        result = _probe(f"""
+        result = run_probe(f"""
         import socket
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -555,7 +558,7 @@ def test_abstract_unix_sockets_of_the_host_are_out_of_reach() -> None:
 def test_signalling_every_process_reaches_only_the_sandbox(tmp_path: Path) -> None:
     victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        result = _probe("import os, signal\nos.kill(-1, signal.SIGKILL)\nreturn 'alive'")
+        result = run_probe("import os, signal\nos.kill(-1, signal.SIGKILL)\nreturn 'alive'")
         assert result["ok"] is False  # the harness killed itself, nothing else
         assert victim.poll() is None
     finally:

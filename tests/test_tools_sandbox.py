@@ -1,8 +1,9 @@
-"""The Python test sandbox: case and source tests, argument checks, hostile candidate code and the
-LangChain tools built on it."""
+"""The Python test sandbox: case and source tests, argument checks, hostile candidate code, the
+LangChain tools built on it, and the names the sandbox module keeps exporting."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -11,13 +12,9 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 import rubric_core.tools as tools_pkg
-from rubric_core.tools import sandbox
-from rubric_core.tools.sandbox import (
-    extract_python_code,
-    python_tests_tool,
-    run_python_tests,
-    run_tests,
-)
+from rubric_core.tools import fences, python_tests, sandbox, testspec
+from rubric_core.tools.fences import extract_python_code
+from rubric_core.tools.python_tests import python_tests_tool, run_python_tests, run_tests
 
 HOSTILE_TIMEOUT_S = 1.5
 # A run that must be stopped by the timeout may take this much longer than the timeout itself.
@@ -484,11 +481,11 @@ def test_run_python_tests_tool_clamps_the_timeout(monkeypatch: pytest.MonkeyPatc
 
     def fake_run_tests(code: str, tests: Any, **kwargs: Any) -> dict[str, Any]:
         seen.update(kwargs)
-        return sandbox._result(ok=True)
+        return testspec.run_result(ok=True)
 
-    monkeypatch.setattr(sandbox, "run_tests", fake_run_tests)
+    monkeypatch.setattr(python_tests, "run_tests", fake_run_tests)
     run_python_tests.invoke({"code": "x=1", "tests": "def test_a(): pass", "timeout_s": 999})
-    assert seen["timeout_s"] == sandbox.TOOL_MAX_TIMEOUT_S
+    assert seen["timeout_s"] == python_tests.TOOL_MAX_TIMEOUT_S
 
 
 @pytest.mark.parametrize(
@@ -566,3 +563,55 @@ def test_package_exports() -> None:
         assert tool.name == name
     for name in tools_pkg.__all__:
         assert getattr(tools_pkg, name) is not None
+
+
+# Every name `rubric_core.tools.sandbox` exported before the test-spec code, the tools and the
+# fence reading moved out of it, with the module that holds it now.
+MOVED_FROM_SANDBOX = {
+    "extract_python_code": fences,
+    "DEFAULT_TIMEOUT_S": python_tests,
+    "MAX_MEMORY_MB": python_tests,
+    "MIN_MEMORY_MB": python_tests,
+    "RUNS_CODE": python_tests,
+    "TOOL_MAX_TIMEOUT_S": python_tests,
+    "python_tests_tool": python_tests,
+    "run_python_tests": python_tests,
+    "run_tests": python_tests,
+    "MAX_CASES": testspec,
+    "MAX_SOURCE_CHARS": testspec,
+    "MAX_TIMEOUT_S": testspec,
+    "TestRunResult": testspec,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_FROM_SANDBOX))
+def test_the_sandbox_module_still_exports_what_moved(name: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(f"from rubric_core.tools.sandbox import {name}", namespace)
+    assert namespace[name] is getattr(MOVED_FROM_SANDBOX[name], name)
+
+
+def test_the_sandbox_module_has_no_other_names() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        _ = sandbox.not_a_name
+
+
+def test_the_boundary_never_hands_the_child_the_answers() -> None:
+    # The candidate walks up into the harness's frames and reads the cases it was given.
+    code = (
+        "import sys\n"
+        "def keys():\n"
+        "    frame = sys._getframe()\n"
+        "    while frame is not None:\n"
+        "        if isinstance(frame.f_locals.get('cases'), list):\n"
+        "            return [sorted(case) for case in frame.f_locals['cases']]\n"
+        "        frame = frame.f_back\n"
+    )
+    cases = [{"name": "peek", "call": "keys()", "expected": "SECRET"},
+             {"name": "other", "call": "keys()", "raises": "builtins.ValueError"}]
+    run = sandbox.run_child(
+        code, cases=cases, source=None, function=None, seconds=10, memory_mb=256, cpu=11
+    )
+    values = [e["value"] for e in run.events if e.get("event") == "result"]
+    assert values == [[["call", "name"], ["call", "name"]]] * 2, run
+    assert "SECRET" not in json.dumps(run.events) + run.stdout + run.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from rubric_core.runner import MAX_ITERATIONS_CAP
+from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -22,8 +22,6 @@ DEFAULT_TOKEN_DELAY_S = 0.01
 MIN_ITERATIONS = 1
 """Lowest iteration cap the sidebar accepts."""
 
-MAX_ITERATIONS = MAX_ITERATIONS_CAP
-"""Highest iteration cap the sidebar accepts (the runner's own limit)."""
 
 LLM_GRADER_HINT = "hybrid:openai:gpt-4.1-mini"
 """Grader to suggest when the rules grader cannot check a criterion."""

@@ -150,7 +150,7 @@ def sandbox_messages(names: Iterable[str], example_name: str | None = None) -> l
     would only ever report that), a warning in the unsafe-process mode, else nothing.
     """
     from rubric_core.tools.isolation import sandbox_status
-    from rubric_core.tools.sandbox import RUNS_CODE
+    from rubric_core.tools.python_tests import RUNS_CODE
 
     try:
         tools = build_tools(names, example_name)

@@ -28,10 +28,6 @@ from rubric_core.app_support.settings import (
 )
 from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
-    DEFAULT_CONCURRENCY,
-    ERROR_STATUSES,
-    MAX_CONCURRENCY,
-    MAX_REPEATS,
     SUMMARY_COLUMNS,
     create_experiment,
     experiment_results,
@@ -43,15 +39,18 @@ from rubric_core.experiments import (
 from rubric_core.export import write_csv, write_json
 from rubric_core.models import ModelConfigError
 from rubric_core.offline.demo_dataset import demo_dataset
+from rubric_core.registry import ActiveRegistry
 from rubric_core.settings import ExperimentConfig
+from rubric_core.types import DEFAULT_CONCURRENCY, ERROR_STATUSES, MAX_CONCURRENCY, MAX_REPEATS
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
-    from rubric_core.experiments import ExperimentResults, SharedBackoff
-    from rubric_core.session import ModelResolver
+    from rubric_core.experiments import ExperimentResults
+    from rubric_core.http_retry import SharedBackoff
     from rubric_core.store import CellOutcome, DatasetInfo, ExperimentRecord, Store
-    from rubric_core.types import ExperimentEvent, ExperimentProgress
+    from rubric_core.types import ExperimentEvent, ExperimentProgress, ModelResolver
 
 MAX_CONFIGS = 6
 """Configuration blocks the form offers."""
@@ -294,22 +293,20 @@ def new_experiment(
 
 # -- running: the registry of this process's experiments ------------------------------------------
 
-_ACTIVE: dict[str, threading.Event] = {}
-_CHANGED = threading.Condition()
-# Streamlit reruns a page on a click while the old script thread still runs the experiment:
-# the new run finds its stop event here.
+ACTIVE_EXPERIMENTS: ActiveRegistry[threading.Event] = ActiveRegistry("Experiment")
+"""The experiments this process runs right now, each with its stop event: Streamlit reruns a
+page on a click while the old script thread still runs the experiment, and the new run finds
+the stop event here."""
 
 
 def experiment_active(experiment_id: str) -> bool:
     """Whether this process is running the experiment right now (running or stopping)."""
-    with _CHANGED:
-        return experiment_id in _ACTIVE
+    return experiment_id in ACTIVE_EXPERIMENTS
 
 
 def stop_experiment(experiment_id: str) -> bool:
     """Ask this process's run of the experiment to stop; False when none is running."""
-    with _CHANGED:
-        stop = _ACTIVE.get(experiment_id)
+    stop = ACTIVE_EXPERIMENTS.get(experiment_id)
     if stop is None:
         return False
     stop.set()
@@ -318,8 +315,7 @@ def stop_experiment(experiment_id: str) -> bool:
 
 def wait_experiment_inactive(experiment_id: str, timeout_s: float) -> bool:
     """Wait for a stopping experiment to unwind; True when it is no longer active."""
-    with _CHANGED:
-        return _CHANGED.wait_for(lambda: experiment_id not in _ACTIVE, timeout=timeout_s)
+    return ACTIVE_EXPERIMENTS.wait_until_inactive(experiment_id, timeout_s)
 
 
 def live_experiment(
@@ -334,20 +330,9 @@ def live_experiment(
         RuntimeError: This process is already running (or stopping) the experiment.
 
     """
-    stop = threading.Event()
-    with _CHANGED:
-        if experiment_id in _ACTIVE:
-            msg = (f"Experiment {experiment_id[:8]} is already running or stopping in this "
-                   "server; wait a moment and try again.")
-            raise RuntimeError(msg)
-        _ACTIVE[experiment_id] = stop
-    try:
+    with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
         yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
                                   backoff=backoff, retry_errors=retry_errors, stop=stop)
-    finally:
-        with _CHANGED:
-            _ACTIVE.pop(experiment_id, None)
-            _CHANGED.notify_all()
 
 
 def progress_text(event: ExperimentProgress) -> tuple[float, str]:
@@ -421,8 +406,8 @@ def _cell_text(cell: CellOutcome) -> str:
     parts = [cell.status]
     if cell.run_id is not None:
         parts.append(f"{cell.iterations} pass{'es' if cell.iterations != 1 else ''}")
-        if cell.input_tokens is not None:
-            parts.append(f"{cell.input_tokens + (cell.output_tokens or 0)} tok")
+        if (tokens := token_sum(cell.input_tokens, cell.output_tokens)) is not None:
+            parts.append(f"{tokens} tok")
         if cell.duration_s is not None:
             parts.append(f"{cell.duration_s:.1f} s")
     return " · ".join(parts)

@@ -25,8 +25,15 @@ from rubric_core.align import (
 from rubric_core.analytics import scoped_analytics
 from rubric_core.app_support._common import UiMessage
 from rubric_core.attempts import ShownAnswer, final_answers
-from rubric_core.export import to_csv
-from rubric_core.labels import OVERALL, agreement_table, disagreements, labelled_verdicts
+from rubric_core.export import scrub_frame, to_csv
+from rubric_core.labels import (
+    OVERALL,
+    agreement_table,
+    check_label_text,
+    disagreements,
+    labelled_verdicts,
+)
+from rubric_core.redact import redact
 from rubric_core.rubric import normalize_name
 from rubric_core.store import StoreError
 
@@ -101,8 +108,9 @@ def run_labels_frame(
         "person": "pass" if v.person else "fail", "note": v.note,
         "updated": by_key[(v.seq, v.criterion, v.labeller)]["updated_at"][:19].replace("T", " "),
     } for v in verdicts]
-    return pd.DataFrame(rows, columns=["pass", "criterion", "grader", "labeller", "label",
-                                       "person", "note", "updated"])
+    # Scrubbed here too: a database written by an older version may hold a key in a name.
+    return scrub_frame(pd.DataFrame(rows, columns=["pass", "criterion", "grader", "labeller",
+                                                   "label", "person", "note", "updated"]))
 
 
 @dataclass(frozen=True)
@@ -129,13 +137,14 @@ def save_label(store: Store, form: LabelInput) -> UiMessage:
     correct = None if agree or form.correct == "not given" else form.correct == "pass"
     seq, criterion = form.target
     try:
-        store.set_label(form.run_id, seq, criterion, form.labeller, agree=agree,
-                        correct=correct, note=form.note)
+        labeller, note = check_label_text(form.labeller, form.note)
+        store.set_label(form.run_id, seq, criterion, labeller, agree=agree,
+                        correct=correct, note=note)
     except (KeyError, ValueError, StoreError) as exc:
         return UiMessage("error", f"Label not saved: {exc}")
     verb = "agrees" if agree else "disagrees"
     return UiMessage("success",
-                     f"Saved: {form.labeller.strip()} {verb} with the grader on “{criterion}”.")
+                     f"Saved: {redact(labeller)} {verb} with the grader on “{criterion}”.")
 
 
 def _all_verdicts(
@@ -170,8 +179,8 @@ def agreement_view(store: Store) -> AgreementView:
         "grader": "pass" if v.grader else "fail", "person": "pass" if v.person else "fail",
         "labeller": v.labeller, "note": v.note,
     } for v in differ]
-    frame = pd.DataFrame(rows, columns=["run", "pass", "criterion", "grader", "person",
-                                        "labeller", "note"])
+    frame = scrub_frame(pd.DataFrame(rows, columns=["run", "pass", "criterion", "grader",
+                                                    "person", "labeller", "note"]))
     return AgreementView(agreement_table(verdicts), frame, [v.run_id for v in differ])
 
 

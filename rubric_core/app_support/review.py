@@ -28,6 +28,7 @@ from rubric_core.export import (
 )
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.types import RUN_STATUSES
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -88,9 +89,7 @@ def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
     """One row per iteration × criterion: the Review page's iteration table."""
     rows: list[dict[str, Any]] = []
     for ev in evaluations:
-        tokens = None
-        if ev.get("input_tokens") is not None or ev.get("output_tokens") is not None:
-            tokens = (ev.get("input_tokens") or 0) + (ev.get("output_tokens") or 0)
+        tokens = token_sum(ev.get("input_tokens"), ev.get("output_tokens"))
         explanation = ev.get("explanation", "")
         if notes := pass_notes(ev):
             explanation = f"{explanation} ({notes})" if explanation else notes

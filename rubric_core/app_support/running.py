@@ -20,15 +20,15 @@ from rubric_core.app_support._common import (
 )
 from rubric_core.app_support.authoring import lint_for_ui
 from rubric_core.app_support.settings import (
-    build_model,
     check_judging,
     check_max_iterations,
     judging_from_widgets,
+    model_key,
     model_problem,
     same_url,
-    uses_openai_client,
 )
 from rubric_core.export import criterion_rows
+from rubric_core.models import model_resolver
 from rubric_core.redact import redact, redact_stream
 from rubric_core.session import build_grader_tools
 from rubric_core.settings import RunSettings
@@ -36,11 +36,9 @@ from rubric_core.settings import RunSettings
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from langchain_core.language_models import BaseChatModel
-
     from rubric_core.app_support._common import Level
-    from rubric_core.experiments import SharedBackoff
-    from rubric_core.session import ModelResolver, Role
+    from rubric_core.http_retry import SharedBackoff
+    from rubric_core.types import ModelResolver
 
 
 def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
@@ -83,9 +81,10 @@ def app_models(
     token_delay_s: float,
     backoff: SharedBackoff | None = None,
 ) -> ModelResolver:
-    """The app's model builder for `rubric_core.session.start`/`resume` (`build_model`).
+    """The app's model builder for `rubric_core.session.start`/`resume` and experiments.
 
-    A key from the environment or secrets goes only to the endpoint it was configured for
+    Built by `rubric_core.models.model_resolver` with the app's key rule (`model_key`): a key
+    from the environment or secrets goes only to the endpoint it was configured for
     (`base_url_trusted`). The session key was typed for the sidebar's base URL, so it goes to a
     run's base URL only when that is the same server.
 
@@ -94,21 +93,22 @@ def app_models(
         session_key: The key typed in the sidebar (`session_key`).
         sidebar_base_url: The base URL typed in the sidebar.
         token_delay_s: Seconds between the demo worker's chunks.
-        backoff: An experiment's shared backoff: OpenAI-compatible models then send through
-            its HTTP client, so a 429 or 5xx slows the whole experiment down.
+        backoff: For an experiment's cells: its shared backoff. The models are then built as
+            the CLI's are (`rubric_core.experiments.experiment_models`): OpenAI-compatible
+            models send through both of its HTTP clients (so a 429 or 5xx slows the whole
+            experiment down), nothing streams (nobody watches a cell), and a model string
+            gets one model for the experiment (so its cells share one compiled agent).
 
     """
 
-    def resolve(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+    def keys(model: str, base_url: str | None) -> tuple[str | None, bool]:
         key = session_key if sidebar_base_url and base_url and same_url(
             base_url, sidebar_base_url) else None
-        client = (backoff.http_client() if backoff is not None and uses_openai_client(model)
-                  else None)
-        return build_model(model, base_url=base_url, secrets=secrets,
-                           token_delay_s=token_delay_s if role == "worker" else 0.0,
-                           session_key=key, http_client=client)
+        return model_key(model, base_url=base_url, secrets=secrets, session_key=key)
 
-    return resolve
+    experiment = backoff is not None
+    return model_resolver(keys=keys, backoff=backoff, share=experiment, streaming=not experiment,
+                          token_delay_s=token_delay_s)
 
 
 def check_form(

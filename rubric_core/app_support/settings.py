@@ -14,7 +14,13 @@ from rubric_core.app_support._common import (
     MIN_ITERATIONS,
     TOKEN_DELAY_ENV,
 )
-from rubric_core.models import BASE_URL_ENV, PROVIDERS, ModelConfigError, resolve_model
+from rubric_core.models import (
+    BASE_URL_ENV,
+    PROVIDERS,
+    ModelConfigError,
+    parse_model_spec,
+    resolve_model,
+)
 from rubric_core.settings import validate_judging
 from rubric_core.store import default_db_path
 from rubric_core.store import is_url as is_db_url
@@ -219,8 +225,7 @@ def model_options(
 
 def api_key_for(model: str, secrets: Mapping[str, Any]) -> str | None:
     """The API key for a model string from secrets, or None (the environment is used then)."""
-    spec = model.removeprefix("hybrid:")
-    provider = spec.partition(":")[0]
+    provider = parse_model_spec(model).provider
     if provider == "openai-compatible":
         provider = "openai"
     for p in PROVIDERS:
@@ -237,8 +242,7 @@ def same_url(a: str, b: str) -> bool:
 
 def uses_openai_client(model: str) -> bool:
     """Whether a model string talks to the OpenAI SDK (``openai``, ``openai-compatible``)."""
-    return model.strip().removeprefix("hybrid:").partition(":")[0] in (
-        "openai", "openai-compatible")
+    return parse_model_spec(model).uses_openai_client
 
 
 def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
@@ -253,6 +257,28 @@ def base_url_trusted(base_url: str | None, secrets: Mapping[str, Any]) -> bool:
     return bool(configured) and same_url(base_url, configured)
 
 
+def model_key(
+    model: str, *, base_url: str | None, secrets: Mapping[str, Any],
+    session_key: str | None = None,
+) -> tuple[str | None, bool]:
+    """The app's key rule: the key a model gets, and whether the environment's may go too.
+
+    A key from the environment or secrets goes only to the endpoint it was configured for:
+    the provider's default, or the operator's base URL (`base_url_trusted`). A base URL typed
+    into the app gets ``session_key`` (typed into the app for this session) or no key at all.
+
+    Returns:
+        ``(api_key, env_keys)`` for `rubric_core.models.resolve_model` (or the ``keys`` rule
+        of `rubric_core.models.model_resolver`).
+
+    """
+    openai_client = uses_openai_client(model)
+    if not openai_client or base_url_trusted(base_url, secrets):
+        return (session_key if session_key and openai_client
+                else api_key_for(model, secrets)), True
+    return session_key or None, False
+
+
 def build_model(
     model: str,
     *,
@@ -262,11 +288,7 @@ def build_model(
     session_key: str | None = None,
     http_client: Any = None,
 ) -> BaseChatModel:
-    """Resolve a model string with its key (never stored).
-
-    A key from the environment or secrets goes only to the endpoint it was configured for:
-    the provider's default, or the operator's base URL. A base URL typed into the app gets
-    ``session_key`` (typed into the app for this session) or no key at all.
+    """Resolve a model string with its key (never stored), by the app's key rule (`model_key`).
 
     Args:
         model: The model string.
@@ -282,14 +304,11 @@ def build_model(
         ModelConfigError: Unknown provider, missing package or key, malformed string.
 
     """
-    openai_client = uses_openai_client(model)
-    extra = {"http_client": http_client} if openai_client and http_client is not None else {}
-    if not openai_client or base_url_trusted(base_url, secrets):
-        key = session_key if session_key and openai_client else api_key_for(model, secrets)
-        return resolve_model(model, base_url=base_url or None, api_key=key,
-                             token_delay_s=token_delay_s, **extra)
-    return resolve_model(model, base_url=base_url, api_key=session_key or None,
-                         token_delay_s=token_delay_s, env_keys=False, **extra)
+    key, env_keys = model_key(model, base_url=base_url, secrets=secrets, session_key=session_key)
+    extra = ({"http_client": http_client}
+             if http_client is not None and uses_openai_client(model) else {})
+    return resolve_model(model, base_url=base_url or None, api_key=key, env_keys=env_keys,
+                         token_delay_s=token_delay_s, **extra)
 
 
 def model_problem(

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.tools import BaseTool
 
 from rubric_core.tools.checks import embedded_json, run_check
-from rubric_core.tools.sandbox import extract_python_code
+from rubric_core.tools.fences import extract_python_code
 from rubric_core.tools.text import text_stats_data
 
 if TYPE_CHECKING:

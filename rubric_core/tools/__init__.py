@@ -1,7 +1,9 @@
 """Evidence tools a grader model may call instead of guessing.
 
 - `run_python_tests` runs candidate code against tests in a sandboxed child process
-  (`python_tests_tool` binds a fixed test spec into a one-argument tool);
+  (`python_tests_tool` binds a fixed test spec into a one-argument tool); the kernel boundary
+  itself is `rubric_core.tools.sandbox`, and the verdicts are made outside it
+  (`rubric_core.tools.testspec`);
 - `text_stats` counts lines, words, sentences, characters and syllables per line;
 - `check_text` runs one exact check (substring, regex, length, JSON, JSON Schema);
 - `json_schema_tool` builds a one-argument tool that validates JSON against a fixed schema.
@@ -17,12 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rubric_core.tools.checks import check_text, json_schema_tool, run_check
-from rubric_core.tools.sandbox import (
-    extract_python_code,
-    python_tests_tool,
-    run_python_tests,
-    run_tests,
-)
+from rubric_core.tools.fences import extract_python_code
+from rubric_core.tools.python_tests import python_tests_tool, run_python_tests, run_tests
 from rubric_core.tools.text import count_syllables, text_stats, text_stats_data
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
 from rubric_core.tools import fences
-from rubric_core.tools.sandbox import _validation_handler
+from rubric_core.tools._common import validation_handler
 from rubric_core.tools.text import count_words
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ check_text: StructuredTool = StructuredTool.from_function(
         "checked mechanically instead of judging by eye."
     ),
     args_schema=_CheckTextArgs,
-    handle_validation_error=_validation_handler("check_text"),
+    handle_validation_error=validation_handler("check_text"),
 )
 """Tool: run one check on a text (args: text, check, value)."""
 

@@ -1,4 +1,8 @@
-"""Markdown fenced code blocks, read one way for every tool (``` or ~~~ fences, any info)."""
+"""Markdown fenced code blocks, read one way for every tool (``` or ~~~ fences, any info).
+
+The block readers (`blocks`, `whole_block`, `unclosed_tail`) and `extract_python_code`, which
+picks the candidate's code out of a markdown answer with them.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ _WHOLE = re.compile(
     re.DOTALL,
 )
 _OPEN = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n", re.MULTILINE)
+_PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
 
 
 class Block(NamedTuple):
@@ -42,3 +47,25 @@ def unclosed_tail(text: str) -> str | None:
     """The body after the first opening fence that is never closed, else None."""
     opening = _OPEN.search(text)
     return text[opening.end():] if opening else None
+
+
+def extract_python_code(text: str) -> str:
+    """Pull Python source out of a markdown answer.
+
+    Args:
+        text: An answer that may hold fenced code blocks.
+
+    Returns:
+        The largest ```` ```python ```` block (the last of equally large ones), else the largest
+        fenced block of any language, else the body of an unclosed final fence, else ``text``.
+
+    """
+    if not isinstance(text, str) or ("```" not in text and "~~~" not in text):
+        return text
+    found = blocks(text)
+    python = [block.body for block in found if block.lang in _PYTHON_INFO]
+    pool = python or [block.body for block in found]
+    if pool:
+        return max(reversed(pool), key=len)  # the last of equally large blocks
+    tail = unclosed_tail(text)
+    return text if tail is None else tail

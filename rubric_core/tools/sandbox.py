@@ -1,37 +1,51 @@
-"""Run untrusted candidate Python against tests, in a kernel-enforced sandbox.
+"""The kernel boundary around graded code: the one module to audit for what the child can reach.
 
-The candidate code is model output, so it is never executed in the calling process. Each run
-starts the base interpreter as ``python -I -S -B -c <harness>`` (the harness is the source text
-of `rubric_core.tools._sandbox_harness`, stdlib-only) through `rubric_core.tools.isolation`:
-by default under bubblewrap, in its own user, PID, network, IPC, UTS and mount namespaces, with
-a seccomp filter, a read-only system, no project files and a size-limited work dir. Where that
-is not possible the run is refused with a message saying what to install or enable, unless the
-operator opted into the weaker ``RUBRIC_STUDIO_SANDBOX=unsafe-process``; every result names
-the mode it ran in (``sandbox``).
+Candidate code is model output, so it never runs in this process. `run_child` starts the base
+interpreter as ``python -I -S -B -c <harness>`` (the harness is the source text of
+`rubric_core.tools._sandbox_harness`, stdlib-only), with the command line and the seccomp filter
+`rubric_core.tools.isolation` builds, and watches it until it is gone. Nothing here checks a
+test spec or judges an outcome: that is `rubric_core.tools.testspec`, and
+`rubric_core.tools.python_tests.run_tests` puts the steps together.
 
-Limits, each enforced by the kernel and each reported as a failure with its reason: wall clock
-(the whole sandbox is killed), CPU seconds (``RLIMIT_CPU``), memory (``RLIMIT_AS`` per
+What the child can reach, by default (``bwrap``): it runs in its own user, PID, network, IPC,
+UTS, cgroup and mount namespaces, as uid 65534 with every capability dropped, behind a seccomp
+filter, and sees a read-only system (``/usr`` and the Python installation, its site-packages
+hidden), its own ``/proc``, a small ``/dev/shm``, one writable work dir ``/work`` (a tmpfs of
+`WORK_DIR_LIMIT_BYTES`, gone with the run), a loopback of its own, an environment of ``PATH``,
+``LANG``, ``HOME``, ``TMPDIR`` and ``PWD`` only, and the pipes it was given: the spec on stdin,
+the event pipe, and files for its stdout and stderr. What it cannot reach: the network, the
+host's loopback, the home directory, ``/etc``, ``/tmp``, the project, the database, any example
+file, the answer key (named cases are sent with their calls only: `_call_only` strips
+``expected`` and ``raises`` here, whatever the caller passes), or this process's memory.
+Where bubblewrap cannot run, nothing runs and the reason says what to install or enable, unless
+the operator opted into the weaker ``RUBRIC_STUDIO_SANDBOX=unsafe-process`` (a separate process
+with rlimits, in the app's own filesystem, network and user); every run names its mode.
+
+Limits, each enforced by the kernel and each reported as the run's error: wall clock (the whole
+sandbox is killed, and `run_child` waits for its PID namespace's init to exit, so nothing the
+candidate started outlives the call), CPU seconds (``RLIMIT_CPU``), memory (``RLIMIT_AS`` per
 process), file size and output size (``RLIMIT_FSIZE``, which also caps stdout/stderr, as they go
-to files), total bytes in the work dir (the tmpfs size), processes and threads
-(``RLIMIT_NPROC``, counted inside the sandbox's own user namespace) and no core dumps.
+to files), bytes in the work dir (the tmpfs size), files in the work dir and ``/dev/shm``
+(counted from outside by `_FileCountWatch`: a tmpfs bounds bytes, not inodes), open files
+(``RLIMIT_NOFILE``), processes and threads (``RLIMIT_NPROC``, counted inside the sandbox's own
+user namespace) and no core dumps.
 
-Verdicts: results come back only on a dedicated pipe, one line per event, each prefixed with a
-random nonce, so text the candidate prints cannot forge a pass. For named cases the child gets
-only the calls, never the expected values or exceptions; it reports what each call returned or
-raised (an exception as the dotted paths that resolve to its class and bases) and this process
-judges it, so code that tampers with the harness cannot report a pass without knowing the
-answers, and an exception class that only borrows a builtin's name matches nothing. A
-pytest-style test source runs its assertions in the child, so its verdicts are only as
-trustworthy as the candidate is cooperative; prefer named cases to grade hostile code.
+Events come back only on the dedicated pipe, one line each, prefixed with a random nonce, so
+text the candidate prints cannot forge one (`_parse_events`). A pytest-style test source runs
+its assertions in the child, so its verdicts are only as trustworthy as the candidate is
+cooperative; named cases are judged outside.
+
+The test-running names that lived here before (`run_tests`, the tools, `extract_python_code`,
+`TestRunResult` and their limits) stay importable from this module; they are read from their
+own modules on first use, since those import this one.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
+import importlib
 import json
 import logging
-import math
 import os
 import re
 import resource
@@ -44,39 +58,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from langchain_core.tools import StructuredTool
-from pydantic import BaseModel, Field
-
-from rubric_core.tools import fences, isolation
+from rubric_core.tools import isolation
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from langchain_core.tools import BaseTool
-    from pydantic import ValidationError
-
-DEFAULT_TIMEOUT_S = 10.0
-"""Wall-clock seconds a run may take by default."""
-
-MAX_TIMEOUT_S = 300.0
-"""The largest timeout `run_tests` accepts."""
-
-TOOL_MAX_TIMEOUT_S = 30.0
-"""Timeouts asked for through the `run_python_tests` tool are clamped to this."""
-
-MIN_MEMORY_MB = 64
-"""Below this the interpreter itself cannot start."""
-
-MAX_MEMORY_MB = 16_384
-"""The largest address-space limit `run_tests` accepts."""
-
-MAX_SOURCE_CHARS = 200_000
-"""Longest candidate code or test source accepted."""
-
-MAX_CASES = 200
-"""Most test cases one run accepts."""
+    from rubric_core.tools.fences import extract_python_code as extract_python_code
+    from rubric_core.tools.python_tests import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+    from rubric_core.tools.python_tests import MAX_MEMORY_MB as MAX_MEMORY_MB
+    from rubric_core.tools.python_tests import MIN_MEMORY_MB as MIN_MEMORY_MB
+    from rubric_core.tools.python_tests import RUNS_CODE as RUNS_CODE
+    from rubric_core.tools.python_tests import TOOL_MAX_TIMEOUT_S as TOOL_MAX_TIMEOUT_S
+    from rubric_core.tools.python_tests import python_tests_tool as python_tests_tool
+    from rubric_core.tools.python_tests import run_python_tests as run_python_tests
+    from rubric_core.tools.python_tests import run_tests as run_tests
+    from rubric_core.tools.testspec import MAX_CASES as MAX_CASES
+    from rubric_core.tools.testspec import MAX_SOURCE_CHARS as MAX_SOURCE_CHARS
+    from rubric_core.tools.testspec import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+    from rubric_core.tools.testspec import TestRunResult as TestRunResult
 
 OUTPUT_READ_BYTES = 64 * 1024
 """At most this much of the child's stdout (head) and stderr (tail) is read back."""
@@ -108,28 +107,9 @@ _WATCH_INTERVAL_S = 0.02
 _WATCHED_MOUNTS = ((isolation.WORK_DIR, WORK_DIR_LIMIT_BYTES),
                    ("/dev/shm", isolation.SHM_LIMIT_BYTES))
 
-RUNS_CODE = "rubric_studio_runs_code"
-"""Tool metadata key: true on tools that execute candidate code in the sandbox."""
-
 _log = logging.getLogger(__name__)
 _RESULT_READ_BYTES = 1024 * 1024
-_REASON_CHARS = 500
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
-_CASE_KEYS = ("name", "call", "args", "kwargs", "expected", "raises")
-_PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
-
-
-TestRunResult = dict[str, Any]
-"""``{"ok", "passed", "failures", "error", "stdout", "stderr", "sandbox"}``: ``ok`` is true only
-when every test ran and passed; ``passed`` lists test names in run order; ``failures`` holds
-``{"name", "reason"}`` for tests that failed or never ran; ``error`` describes a problem with the
-run as a whole (bad arguments, no sandbox, timeout, crash, code that does not load) or is None;
-``stdout`` and ``stderr`` hold the head and tail of the candidate's output (capped);
-``sandbox`` is the mode the code ran in (``bwrap`` or ``unsafe-process``), or None when nothing
-ran."""
-
 
 # The child-side program, read once at import. It goes to the child as `-c` source, not as a
 # path, so no file path shows in the child's `__main__` or tracebacks (harness frames read
@@ -137,139 +117,30 @@ ran."""
 _HARNESS = Path(__file__).with_name("_sandbox_harness.py").read_text(encoding="utf-8")
 
 
+class ChildRun(NamedTuple):
+    """What one sandboxed run reported, before anything is judged."""
+
+    started: bool
+    """False when no child ran (no sandbox here, or it could not start); ``error`` says why."""
+    events: list[dict[str, Any]]
+    """The events the child reported on its pipe, in order (nonce checked, then dropped)."""
+    error: str | None
+    """Why the run as a whole failed (timeout, a broken limit, a crash), or None."""
+    stdout: str
+    """The head of the child's standard output, capped."""
+    stderr: str
+    """The tail of the child's standard error, capped."""
+    mode: str | None
+    """The mode the child ran in (``bwrap`` or ``unsafe-process``), None when nothing ran."""
+
+
+def _not_started(error: str, mode: str | None) -> ChildRun:
+    return ChildRun(started=False, events=[], error=error, stdout="", stderr="", mode=mode)
+
+
 def _fmt_seconds(seconds: float) -> str:
     text = f"{seconds:.2f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
-
-
-def _result(
-    *,
-    ok: bool = False,
-    passed: list[str] | None = None,
-    failures: list[dict[str, str]] | None = None,
-    error: str | None = None,
-    stdout: str = "",
-    stderr: str = "",
-    sandbox: str | None = None,
-) -> TestRunResult:
-    return {
-        "ok": ok,
-        "passed": passed or [],
-        "failures": failures or [],
-        "error": error,
-        "stdout": stdout,
-        "stderr": stderr,
-        "sandbox": sandbox,
-    }
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_cases(cases: list[Any], function: str | None) -> tuple[list[dict[str, Any]], str]:
-    """Normalise test cases, or explain the first problem (empty string when none)."""
-    if not cases:
-        return [], "tests is an empty list: give at least one case"
-    if len(cases) > MAX_CASES:
-        return [], f"too many test cases ({len(cases)}; at most {MAX_CASES})"
-    normal: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for index, case in enumerate(cases, start=1):
-        where = f"test case {index}"
-        if not isinstance(case, dict):
-            return [], f"{where} is a {type(case).__name__}, not an object"
-        name = case.get("name", f"case_{index}")
-        if not isinstance(name, str) or not name.strip():
-            return [], f"{where}: 'name' must be a non-empty string"
-        name = name.strip()
-        if name in seen:
-            return [], f"{where}: duplicate test name {name!r}"
-        seen.add(name)
-        where = f"test case {name!r}"
-        item: dict[str, Any] = {"name": name}
-        if ("call" in case) == ("args" in case):
-            return [], f"{where}: give exactly one of 'call' (an expression) or 'args' (a list)"
-        if "call" in case:
-            if not isinstance(case["call"], str) or not case["call"].strip():
-                return [], f"{where}: 'call' must be a non-empty expression string"
-            item["call"] = case["call"].strip()
-        else:
-            if not isinstance(case["args"], list):
-                return [], f"{where}: 'args' must be a list of positional arguments"
-            if function is None:
-                return [], f"{where} uses 'args', so 'function' must name the function to call"
-            item["args"] = case["args"]
-            kwargs = case.get("kwargs", {})
-            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-                return [], f"{where}: 'kwargs' must be an object of keyword arguments"
-            item["kwargs"] = kwargs
-        if "raises" in case:
-            wanted, problem = _exception_path(case["raises"])
-            if problem:
-                return [], f"{where}: {problem}"
-            item["raises"] = wanted
-        elif "expected" in case:
-            item["expected"] = case["expected"]
-        else:
-            return [], f"{where}: give 'expected' (the JSON value the call should return)"
-        try:
-            json.dumps(item, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            return [], f"{where} is not plain JSON data: {exc}"
-        normal.append(item)
-    return normal, ""
-
-
-def _exception_path(raises: object) -> tuple[str, str]:
-    """The dotted path an expected exception is matched by: (path, problem)."""
-    if not isinstance(raises, str) or not _DOTTED_NAME.match(raises.strip()):
-        return "", ("'raises' must be an exception class: a builtin name like 'ValueError' or a "
-                    "module path like 'json.JSONDecodeError'")
-    path = raises.strip().removeprefix("builtins.")
-    if "." in path:
-        return path, ""
-    builtin = getattr(builtins, path, None)
-    if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
-        return "", (f"'raises': {path!r} is not a built-in exception; name another class by its "
-                    "module path, like 'json.JSONDecodeError' or 'solution.MyError'")
-    return "builtins." + path, ""
-
-
-def _check_spec(
-    tests: object, function: object, timeout_s: object
-) -> tuple[list[dict[str, Any]] | None, str | None, str]:
-    """Validate a test spec: (cases, source, problem); exactly one of cases/source is set."""
-    if function is not None and (not isinstance(function, str) or not _DOTTED_NAME.match(function)):
-        return None, None, f"function must be a Python name like 'solve', not {function!r}"
-    if (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, int | float)
-        or not 0 < timeout_s <= MAX_TIMEOUT_S  # also false for NaN
-    ):
-        return None, None, f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]"
-    if isinstance(tests, str):
-        text = tests.strip()
-        if not text:
-            return None, None, "tests is empty: give test cases or pytest-style test source"
-        if len(text) > MAX_SOURCE_CHARS:
-            return None, None, f"the test source is too long (over {MAX_SOURCE_CHARS} characters)"
-        if text.startswith("["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, list):
-                tests = parsed
-        if isinstance(tests, str):
-            return None, tests, ""
-    if not isinstance(tests, list):
-        return None, None, (
-            "tests must be a list of cases ({'name', 'call' or 'args', 'expected'}) or a string "
-            f"of pytest-style test functions, not {type(tests).__name__}"
-        )
-    cases, problem = _check_cases(tests, function if isinstance(function, str) else None)
-    return (cases or None), None, problem
 
 
 def _limits(cpu: int, memory_mb: int, mode: str) -> list[tuple[int, int, int]]:
@@ -469,119 +340,6 @@ def _call_only(case: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in case.items() if key not in ("expected", "raises")}
 
 
-def _clip(text: object, limit: int) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + "... [truncated]"
-
-
-def _shown(path: str) -> str:
-    return path.removeprefix("builtins.")
-
-
-def _same_json(actual: object, expected: object) -> bool:
-    """JSON equality where ``true``/``false`` are not the numbers 1 and 0 (as Python's are).
-
-    Otherwise a candidate returning ``True`` would pass a case expecting ``1``, and ``[1, 0]``
-    one expecting ``[true, false]``. Integers and floats of equal value stay equal.
-    """
-    if isinstance(actual, bool) or isinstance(expected, bool):
-        return type(actual) is type(expected) and actual == expected
-    if isinstance(actual, list) and isinstance(expected, list):
-        return len(actual) == len(expected) and all(
-            _same_json(a, e) for a, e in zip(actual, expected, strict=True))
-    if isinstance(actual, dict) and isinstance(expected, dict):
-        return actual.keys() == expected.keys() and all(
-            _same_json(actual[key], expected[key]) for key in expected)
-    return actual == expected
-
-
-def _judge(case: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
-    """Compare what the child says one case did with what the case expects."""
-    raised = report.get("raised")
-    if isinstance(raised, list):
-        wanted = case.get("raises")
-        error = str(report.get("error") or "raised an exception")
-        if wanted and wanted in raised:
-            return True, ""
-        if wanted:
-            reason = f"expected {_shown(wanted)} to be raised, got {error}"
-            first = raised[0] if raised and isinstance(raised[0], str) else None
-            if first is None or first.rpartition(".")[2] == wanted.rpartition(".")[2]:
-                where = f"it is {first}" if first else "it has no importable path"
-                reason += f" (a different class that only shares the name: {where})"
-            return False, reason
-        return False, error
-    if "error" in report:
-        return False, str(report["error"])
-    if "raises" in case:
-        return False, f"expected {_shown(case['raises'])} to be raised, but it returned normally"
-    expected = json.dumps(case["expected"])
-    if "unjsonable" in report:
-        return False, (f"expected {_clip(expected, 200)}, got a value that is not "
-                       f"JSON-comparable ({report['unjsonable']})")
-    if "value" not in report:
-        return False, "the sandbox reported no outcome for this case"
-    if _same_json(report["value"], json.loads(expected)):
-        return True, ""
-    return False, f"expected {_clip(expected, 200)}, got {_clip(json.dumps(report['value']), 200)}"
-
-
-def _assemble(
-    events: list[dict[str, Any]],
-    run_error: str | None,
-    stdout: str,
-    stderr: str,
-    cases: list[dict[str, Any]] | None = None,
-) -> TestRunResult:
-    """Turn child events (and a run-level error, if the child never finished) into a result.
-
-    With named ``cases`` the case list and every verdict come from this process; the child
-    only says what each call returned or raised. For a test source, its verdicts are taken.
-    """
-    by_name = {case["name"]: case for case in cases or []}
-    names: list[str] = list(by_name)
-    outcomes: dict[str, tuple[bool, str]] = {}
-    running: str | None = None
-    error = run_error
-    done = False
-    for event in events:
-        kind = event.get("event")
-        if kind == "collected" and cases is None and isinstance(event.get("names"), list):
-            names = [str(name) for name in event["names"]]
-        elif kind == "start":
-            running = str(event.get("name"))
-        elif kind == "result":
-            name = str(event.get("name"))
-            if cases is None:
-                outcomes[name] = (event.get("ok") is True, str(event.get("reason") or "failed"))
-            elif name in by_name and name not in outcomes:
-                outcomes[name] = _judge(by_name[name], event)
-            running = None
-        elif kind == "fatal":
-            error = str(event.get("error"))
-        elif kind == "done":
-            done = True
-    if not done and error is None:
-        error = "the sandbox stopped without reporting results"
-    passed = [name for name, (ok, _) in outcomes.items() if ok]
-    failures = [
-        {"name": name, "reason": reason} for name, (ok, reason) in outcomes.items() if not ok
-    ]
-    if running is not None and running not in outcomes and (cases is None or running in by_name):
-        failures.append({"name": running, "reason": error or "did not finish"})
-    for name in names:
-        if name not in outcomes and name != running:
-            failures.append({"name": name, "reason": "not run (see error)"})
-    return _result(
-        ok=error is None and not failures and bool(passed),
-        passed=passed,
-        failures=failures,
-        error=error,
-        stdout=stdout,
-        stderr=stderr,
-    )
-
-
 def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
     if os.path.exists(path):
@@ -597,70 +355,40 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run_tests(
+
+def run_child(
     code: str,
-    tests: list[dict[str, Any]] | str,
     *,
-    function: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    memory_mb: int = 512,
-    cpu_s: float | None = None,
-) -> TestRunResult:
-    """Run candidate code against tests in a sandboxed child process.
-
-    Args:
-        code: The candidate's Python source (untrusted).
-        tests: Either a list of cases or pytest-style test source. A case is
-            ``{"name", "call": "<expression using the candidate's names>", "expected"}`` or
-            ``{"name", "args": [...], "kwargs": {...}, "expected"}`` (then ``function`` names
-            what to call); ``"raises": "ValueError"`` may replace ``expected``. The actual value
-            is compared with ``expected`` after both are normalised through JSON (tuples become
-            lists). A string is test source whose ``test_*`` functions (and ``Test*`` classes'
-            ``test_*`` methods) use plain ``assert``; it sees the candidate's names and may also
-            ``from solution import ...``. A string holding a JSON list is read as cases.
-        function: The function the ``args`` cases call (a dotted name is allowed).
-        timeout_s: Wall-clock limit for the whole run, in seconds.
-        memory_mb: Address-space limit for each process of the child, in MB.
-        cpu_s: CPU seconds each process may use (``RLIMIT_CPU``); by default one second more
-            than ``timeout_s``, rounded up.
-
-    Returns:
-        A `TestRunResult` dict: ``{"ok", "passed", "failures", "error", "stdout",
-        "stderr"}``. Bad arguments, a timeout,
-        a crash or code that does not load come back as ``ok=False`` with ``error`` explaining
-        it; this function does not raise for anything the candidate or the caller got wrong.
-
-    """
-    if not isinstance(code, str) or not code.strip():
-        return _result(error="code must be a non-empty string of Python source")
-    if len(code) > MAX_SOURCE_CHARS:
-        return _result(error=f"code is too long (over {MAX_SOURCE_CHARS} characters)")
-    if not isinstance(memory_mb, int) or isinstance(memory_mb, bool) or not (
-        MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB
-    ):
-        return _result(error=f"memory_mb must be an integer in [{MIN_MEMORY_MB}, {MAX_MEMORY_MB}]")
-    cases, source, problem = _check_spec(tests, function, timeout_s)
-    if problem:
-        return _result(error=f"bad test specification: {problem}")
-    if cpu_s is not None and (not _is_number(cpu_s) or not 0 < cpu_s <= MAX_TIMEOUT_S):
-        return _result(error=f"cpu_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
-    status = isolation.sandbox_status()
-    if not status.ready:
-        return _result(error=status.detail)
-    seconds = float(timeout_s)
-    cpu = math.ceil(cpu_s) if cpu_s is not None else math.ceil(seconds) + 1
-    return _run_child(code, cases, source, function, seconds, memory_mb, cpu)
-
-
-def _run_child(
-    code: str,
     cases: list[dict[str, Any]] | None,
     source: str | None,
     function: str | None,
     seconds: float,
     memory_mb: int,
     cpu: int,
-) -> TestRunResult:
+) -> ChildRun:
+    """Run candidate code and its tests in a fresh sandbox, and collect what the child reports.
+
+    Arguments are taken as already checked (`rubric_core.tools.testspec.check_spec`); this
+    function only refuses to run when no sandbox is available in the requested mode.
+
+    Args:
+        code: The candidate's Python source (untrusted).
+        cases: Named cases, or None for a test source. Only their calls reach the child: the
+            ``expected`` and ``raises`` keys are dropped here.
+        source: Pytest-style test source, or None for named cases.
+        function: The function ``args`` cases call.
+        seconds: Wall-clock limit for the whole sandbox.
+        memory_mb: Address-space limit for each process, in MB.
+        cpu: CPU seconds each process may use.
+
+    Returns:
+        A `ChildRun`: the child's events and output, and the run-level error if it never
+        finished (a timeout, a broken limit, its exit status), for the caller to judge.
+
+    """
+    status = isolation.sandbox_status()
+    if not status.ready:
+        return _not_started(status.detail, None)
     mode = isolation.requested_mode()
     nonce = secrets.token_hex(16)
     read_fd, write_fd = os.pipe()
@@ -708,7 +436,7 @@ def _run_child(
                     preexec_fn=lambda: _apply_limits(limits),
                 )
             except OSError as exc:
-                return _result(error=f"could not start the sandbox: {exc}", sandbox=mode)
+                return _not_started(f"could not start the sandbox: {exc}", mode)
             finally:
                 for fd in (write_fd, status_write, seccomp_fd):
                     if fd is not None:
@@ -737,9 +465,9 @@ def _run_child(
                 run_error = f"timed out after {_fmt_seconds(seconds)} s"
             else:
                 run_error = _exit_reason(returncode, stderr, memory_mb, mode)
-        result = _assemble(events, run_error, stdout, stderr, cases)
-        result["sandbox"] = mode
-        return result
+        return ChildRun(
+            started=True, events=events, error=run_error, stdout=stdout, stderr=stderr, mode=mode
+        )
     finally:
         os.close(read_fd)
         os.close(status_read)
@@ -780,157 +508,29 @@ def _wait_sandbox_gone(
         time.sleep(0.002)
 
 
-def extract_python_code(text: str) -> str:
-    """Pull Python source out of a markdown answer.
 
-    Args:
-        text: An answer that may hold fenced code blocks.
-
-    Returns:
-        The largest ```` ```python ```` block (the last of equally large ones), else the largest
-        fenced block of any language, else the body of an unclosed final fence, else ``text``.
-
-    """
-    if not isinstance(text, str) or ("```" not in text and "~~~" not in text):
-        return text
-    found = fences.blocks(text)
-    python = [block.body for block in found if block.lang in _PYTHON_INFO]
-    pool = python or [block.body for block in found]
-    if pool:
-        return max(reversed(pool), key=len)  # the last of equally large blocks
-    tail = fences.unclosed_tail(text)
-    return text if tail is None else tail
+# Where the names that moved out of this module live now (see the module docstring).
+_MOVED = {
+    "extract_python_code": "rubric_core.tools.fences",
+    "DEFAULT_TIMEOUT_S": "rubric_core.tools.python_tests",
+    "MAX_MEMORY_MB": "rubric_core.tools.python_tests",
+    "MIN_MEMORY_MB": "rubric_core.tools.python_tests",
+    "RUNS_CODE": "rubric_core.tools.python_tests",
+    "TOOL_MAX_TIMEOUT_S": "rubric_core.tools.python_tests",
+    "python_tests_tool": "rubric_core.tools.python_tests",
+    "run_python_tests": "rubric_core.tools.python_tests",
+    "run_tests": "rubric_core.tools.python_tests",
+    "MAX_CASES": "rubric_core.tools.testspec",
+    "MAX_SOURCE_CHARS": "rubric_core.tools.testspec",
+    "MAX_TIMEOUT_S": "rubric_core.tools.testspec",
+    "TestRunResult": "rubric_core.tools.testspec",
+}
 
 
-def _validation_handler(tool_name: str) -> Callable[[ValidationError], str]:
-    def handle(error: ValidationError) -> str:
-        # One entry per argument; a union type reports each alternative, so join those.
-        by_field: dict[str, list[str]] = {}
-        for item in error.errors():
-            field = str(item["loc"][0]) if item["loc"] else "arguments"
-            by_field.setdefault(field, []).append(item["msg"])
-        problems = "; ".join(f"{field}: {' or '.join(msgs)}" for field, msgs in by_field.items())
-        return f"Invalid arguments for {tool_name}: {problems}"
-
-    return handle
-
-
-class _RunPythonTestsArgs(BaseModel):
-    code: str = Field(
-        description="The candidate's Python source. A markdown answer is fine: the largest "
-        "```python block is extracted."
-    )
-    tests: list[dict[str, Any]] | str = Field(
-        description='Either a list of cases like {"name": "basic", "call": "f([1, 2])", '
-        '"expected": [2]} or {"name": "basic", "args": [[1, 2]], "expected": [2]} (then give '
-        '`function`); "raises": "ValueError" may replace "expected". Or a string of '
-        "pytest-style test functions (def test_x(): assert ...) that use the candidate's names."
-    )
-    function: str | None = Field(
-        default=None, description="The function that cases with 'args' call."
-    )
-    timeout_s: float = Field(
-        default=DEFAULT_TIMEOUT_S,
-        description=f"Wall-clock limit in seconds (at most {TOOL_MAX_TIMEOUT_S:g}).",
-    )
-
-
-class _CodeArgs(BaseModel):
-    code: str = Field(
-        description="The candidate's full Python source. A markdown answer is fine: the "
-        "largest ```python block is extracted."
-    )
-
-
-def _run_python_tests(
-    code: str,
-    tests: list[dict[str, Any]] | str,
-    function: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> TestRunResult:
-    if _is_number(timeout_s) and float(timeout_s) > TOOL_MAX_TIMEOUT_S:
-        timeout_s = TOOL_MAX_TIMEOUT_S
-    try:
-        return run_tests(extract_python_code(code), tests, function=function, timeout_s=timeout_s)
-    except Exception as exc:  # the grader must get an answer, not a dead run
-        return _result(error=f"the test run failed: {type(exc).__name__}: {exc}")
-
-
-run_python_tests: StructuredTool = StructuredTool.from_function(
-    func=_run_python_tests,
-    name="run_python_tests",
-    description=(
-        "Run the candidate's Python code against test cases in a sandbox (standard library "
-        "only, no network, no files but its own, time and memory limits) and report which tests "
-        "pass. Use it to verify "
-        "claims about code behaviour instead of guessing."
-    ),
-    args_schema=_RunPythonTestsArgs,
-    handle_validation_error=_validation_handler("run_python_tests"),
-    metadata={RUNS_CODE: True},
-)
-"""Tool: run candidate code against tests the grader writes (args: code, tests, function,
-timeout_s)."""
-
-
-def python_tests_tool(
-    name: str,
-    tests: list[dict[str, Any]] | str,
-    *,
-    function: str | None = None,
-    description: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> BaseTool:
-    """Build a tool that runs a fixed test spec against whatever code the grader passes.
-
-    Args:
-        name: The tool name the grader sees (letters, digits, ``_`` and ``-``; at most 64).
-        tests: The test spec, as for `run_tests`.
-        function: The function that ``args`` cases call.
-        description: What the grader is told; a summary of the tests by default.
-        timeout_s: Wall-clock limit per run, in seconds.
-
-    Returns:
-        A tool whose only argument is ``code`` and whose result is a `TestRunResult` dict.
-
-    Raises:
-        ValueError: If the name or the test spec is invalid. This is checked once, here, so a
-            misconfigured tool never reaches a grader.
-
-    """
-    if not isinstance(name, str) or not _TOOL_NAME.match(name):
-        msg = f"tool name must match {_TOOL_NAME.pattern}, got {name!r}"
-        raise ValueError(msg)
-    cases, source, problem = _check_spec(tests, function, timeout_s)
-    if problem:
-        msg = f"bad test specification for tool {name!r}: {problem}"
-        raise ValueError(msg)
-    bound: list[dict[str, Any]] | str = json.loads(json.dumps(cases)) if cases else str(source)
-    if description is None:
-        if cases:
-            listed = ", ".join(case["name"] for case in cases[:10])
-            more = f" and {len(cases) - 10} more" if len(cases) > 10 else ""
-            summary = f"{len(cases)} fixed test case(s) ({listed}{more})"
-        else:
-            summary = "a fixed pytest-style test suite"
-        description = (
-            f"Run the candidate's Python code against {summary} in a sandbox and report which "
-            "pass. Pass the complete code as `code`."
-        )
-
-    def run(code: str) -> TestRunResult:
-        try:
-            return run_tests(
-                extract_python_code(code), bound, function=function, timeout_s=float(timeout_s)
-            )
-        except Exception as exc:  # the grader must get an answer, not a dead run
-            return _result(error=f"the test run failed: {type(exc).__name__}: {exc}")
-
-    return StructuredTool.from_function(
-        func=run,
-        name=name,
-        description=description,
-        args_schema=_CodeArgs,
-        handle_validation_error=_validation_handler(name),
-        metadata={RUNS_CODE: True},
-    )
+def __getattr__(name: str) -> Any:
+    """Read a name that moved out of this module from its new home."""
+    home = _MOVED.get(name)
+    if home is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(home), name)

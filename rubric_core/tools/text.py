@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
-from rubric_core.tools.sandbox import _validation_handler
+from rubric_core.tools._common import validation_handler
 
 _WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 _TERMINATORS = re.compile(r"[.!?]+")
@@ -298,6 +298,6 @@ text_stats: StructuredTool = StructuredTool.from_function(
         "haiku (5-7-5) instead of counting yourself."
     ),
     args_schema=_TextStatsArgs,
-    handle_validation_error=_validation_handler("text_stats"),
+    handle_validation_error=validation_handler("text_stats"),
 )
 """Tool: measure a text (arg: text)."""

@@ -1,0 +1,101 @@
+"""What this process holds: the registry of what it is running, and its name on what it holds.
+
+Streamlit starts a rerun on a new script thread while the one it replaces still unwinds, so a
+page asks here whether a run or an experiment is still being driven by this process, finds the
+stop event of one another rerun started, or waits for one to let go. `ActiveRegistry` is that
+registry (one for runs in `rubric_core.session`, one for experiments in
+`rubric_core.app_support.experimenting`). It answers for this process only: what other
+processes hold is read from the database's rows, where each hold carries an owner name
+(`new_owner`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import uuid
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+V = TypeVar("V")
+
+
+def new_owner() -> str:
+    """A name for one hold on a row (a run, an experiment cell's lease): ``host:pid:random``.
+
+    The host and process say who holds it (a reader can tell processes apart); the random
+    part tells two holds of one process apart.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ActiveRegistry(Generic[V]):
+    """Ids this process is working on right now, each with a value (e.g. its stop event).
+
+    Thread-safe. An id is added when the work starts and discarded when it has unwound, so a
+    page's next rerun can tell "still running or stopping here" from "free".
+
+    Args:
+        noun: What an id names, capitalised, for the error of a second `add` (``"Run"``).
+
+    """
+
+    def __init__(self, noun: str) -> None:
+        self.noun = noun
+        self._values: dict[str, V] = {}
+        self._changed = threading.Condition()
+
+    def __contains__(self, key: object) -> bool:
+        with self._changed:
+            return key in self._values
+
+    def get(self, key: str) -> V | None:
+        """The value registered with ``key``, or None when it is not active."""
+        with self._changed:
+            return self._values.get(key)
+
+    def keys(self) -> set[str]:
+        """A snapshot of the active ids."""
+        with self._changed:
+            return set(self._values)
+
+    def add(self, key: str, value: V) -> None:
+        """Register ``key`` as active.
+
+        Raises:
+            RuntimeError: It is active already (running, or still stopping).
+
+        """
+        with self._changed:
+            if key in self._values:
+                msg = (f"{self.noun} {key[:8]} is already running or stopping in this server; "
+                       "wait a moment and try again.")
+                raise RuntimeError(msg)
+            self._values[key] = value
+
+    def discard(self, key: str) -> None:
+        """Unregister ``key`` (if registered) and wake whoever waits for it."""
+        with self._changed:
+            self._values.pop(key, None)
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def hold(self, key: str, value: V) -> Iterator[V]:
+        """`add` for the length of a ``with`` block, then `discard`; yields ``value``."""
+        self.add(key, value)
+        try:
+            yield value
+        finally:
+            self.discard(key)
+
+    def wait_until_inactive(self, key: str, timeout_s: float) -> bool:
+        """Wait for ``key`` to be discarded; True when it is no longer active."""
+        with self._changed:
+            return self._changed.wait_for(lambda: key not in self._values, timeout=timeout_s)
+
+
+__all__ = ["ActiveRegistry", "new_owner"]
