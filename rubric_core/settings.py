@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data
@@ -278,6 +278,25 @@ class RunSettings:
         )
 
 
+ASSIGNMENT_KEYS = {
+    "worker": "worker_model", "grader": "grader_model", "rubric": "rubric",
+    "system": "worker_system_prompt", "tools": "grader_tools", "cap": "max_iterations",
+    "max_iterations": "max_iterations", "label": "label", "base_url": "base_url",
+    "grader_repeats": "grader_repeats", "consensus": "consensus", "return_best": "return_best",
+}
+"""The keys `ExperimentConfig.from_assignments` reads, by the field each one sets."""
+
+_YES = frozenset({"yes", "true", "1", "on"})
+_NO = frozenset({"no", "false", "0", "off"})
+
+
+class ConfigSyntaxError(ValueError):
+    """A configuration written as ``KEY=VALUE,...`` that cannot be read.
+
+    The message starts with the text as given, so a caller can say where it came from.
+    """
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExperimentConfig:
     """One configuration of an experiment: the models, rubric and prompts every row runs with.
@@ -379,6 +398,55 @@ class ExperimentConfig:
             msg = f"unknown configuration setting(s) {unknown}; known: {sorted(known)}"
             raise ValueError(msg)
         return cls(**data)
+
+    @classmethod
+    def from_assignments(
+        cls, text: str, *, read_text: Callable[[str, str], str] | None = None
+    ) -> ExperimentConfig:
+        """A configuration written as ``worker=M,grader=G,cap=3,...`` (the CLI's ``--config``).
+
+        Keys are those of `ASSIGNMENT_KEYS`; ``tools`` takes names joined by ``+``, ``cap``
+        and ``grader_repeats`` whole numbers, ``return_best`` yes/no (true/false, 1/0,
+        on/off). Ranges are checked where every configuration's are, by `RunSettings.validate`
+        (`rubric_core.experiments.create_experiment` calls it).
+
+        Args:
+            text: The comma-separated ``KEY=VALUE`` pairs.
+            read_text: Turns a ``rubric`` or ``system`` value into its text, given the value
+                and its key (the CLI reads ``@FILE`` with it); None: the value as written.
+
+        Raises:
+            ConfigSyntaxError: A part that is not ``KEY=VALUE`` with a known key, or a value
+                that is not a whole number or a yes/no where one is needed.
+
+        """
+        values: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            key, value = key.strip(), value.strip()
+            field = ASSIGNMENT_KEYS.get(key)
+            if not sep or field is None:
+                msg = (f"{text!r}: {part!r} is not KEY=VALUE with KEY one of "
+                       f"{', '.join(sorted(ASSIGNMENT_KEYS))}")
+                raise ConfigSyntaxError(msg)
+            if field in ("rubric", "worker_system_prompt"):
+                values[field] = read_text(value, key) if read_text else value
+            elif field == "grader_tools":
+                values[field] = tuple(t for t in value.split("+") if t)
+            elif field in ("max_iterations", "grader_repeats"):
+                try:
+                    values[field] = int(value)
+                except ValueError:
+                    msg = f"{text!r}: {key} must be a whole number"
+                    raise ConfigSyntaxError(msg) from None
+            elif field == "return_best":
+                if value.lower() not in _YES | _NO:
+                    msg = f"{text!r}: return_best must be yes or no"
+                    raise ConfigSyntaxError(msg)
+                values[field] = value.lower() in _YES
+            else:
+                values[field] = value
+        return cls(**values)
 
 
 def run_title(settings: RunSettings) -> str:

@@ -18,6 +18,7 @@ import pytest
 from openai_server import DelayedServer, FakeOpenAI, error, verdict
 from pg_support import scalar
 from test_experiments import runs_per_thread
+from test_workers import HoldingServer, sigint
 
 from rubric_core import session
 from rubric_core.cli import main
@@ -102,23 +103,30 @@ def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
 @pytest.mark.parametrize(("args", "message"), [
     pytest.param(["--model-limit", "demo"], "--model-limit 'demo': expected MODEL=N",
                  id="limit_without_number"),
-    pytest.param(["--model-limit", "demo=0"], "expected MODEL=N with N a whole number",
+    pytest.param(["--model-limit", "demo=0"], "model limit demo=0 must be from 1 to 64",
                  id="limit_zero"),
     pytest.param(["--min-pass-rate", "80"], "--min-pass-rate must be a share between 0 and 1",
                  id="percent_not_share"),
-    pytest.param(["--max-iterations", "0"], "--max-iterations must be at least 1", id="cap_0"),
+    pytest.param(["--max-iterations", "0"], "max_iterations must be between 1 and 50",
+                 id="cap_0"),
     pytest.param(["--max-iterations", "51"], "max_iterations must be between 1 and 50",
                  id="cap_51"),
-    pytest.param(["--model-limit", "demo=65"], "N a whole number from 1 to 64",
+    pytest.param(["--model-limit", "demo=65"], "model limit demo=65 must be from 1 to 64",
                  id="limit_over_max"),
-    pytest.param(["--concurrency", "1000"], "--concurrency must be from 1 to 64",
+    pytest.param(["--model-limit", "demo=x"], "expected MODEL=N with N a whole number from 1 to 64",
+                 id="limit_not_a_number"),
+    pytest.param(["--concurrency", "1000"], "concurrency must be from 1 to 64, got 1000",
                  id="concurrency_over_max"),
-    pytest.param(["--repeats", "21"], "--repeats must be from 1 to 20", id="repeats_over_max"),
-    pytest.param(["--repeats", "0"], "--repeats must be from 1 to 20", id="repeats_0"),
-    pytest.param(["--workers", "5"], "--workers must be from 1 to --concurrency (4)",
+    pytest.param(["--concurrency", "0"], "concurrency must be from 1 to 64, got 0",
+                 id="concurrency_0"),
+    pytest.param(["--repeats", "21"], "repeats must be a whole number from 1 to 20",
+                 id="repeats_over_max"),
+    pytest.param(["--repeats", "0"], "repeats must be a whole number from 1 to 20",
+                 id="repeats_0"),
+    pytest.param(["--workers", "5"], "workers must be from 1 to the concurrency (4), got 5",
                  id="more_workers_than_cells_at_once"),
     pytest.param(["--workers", "2", "--model-limit", "demo=1"],
-                 "--model-limit demo=1 is shared out between 2 workers", id="limit_too_small"),
+                 "model limit demo=1 is shared out between 2 workers", id="limit_too_small"),
 ])
 def test_bad_eval_flags_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
@@ -259,12 +267,12 @@ def _satisfied(db: Path | str) -> int:
 def test_progress_lines_are_throttled_but_starts_ends_and_errors_always_show(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rubric_core import cli
+    from rubric_core.cli import eval as eval_command
 
     clock = [100.0]
-    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(eval_command.time, "monotonic", lambda: clock[0])
     out = io.StringIO()
-    show = cli._ProgressPrinter(out)
+    show = eval_command.ProgressPrinter(out)
 
     def progress(done: int, errors: int = 0) -> dict[str, object]:
         return {"type": "experiment_progress", "config_index": 0, "label": "A", "done": done,
@@ -351,16 +359,20 @@ def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) ->
 
 
 def test_ctrl_c_stops_every_worker_and_resume_finishes_each_cell_once(tmp_path: Path) -> None:
-    server = _answering_server(0.3)
+    # 8 calls are answered (some cells end satisfied), then every call is held, so no cell can
+    # end between "both workers are calling" and the Ctrl-C (the parent cannot finish first).
+    server = HoldingServer(free=8, delay_s=0.3)
     argv, env, db = _loopback_eval(tmp_path, server, "--concurrency", "4", "--workers", "2")
     with server.fake:
-        parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while server.peak < 4 and time.monotonic() < deadline:  # both workers are calling
-            time.sleep(0.05)
-        assert server.peak == 4
+        # Started with SIGINT's default action, as a terminal's foreground job is: a process
+        # that inherits SIGINT ignored (pytest run as a background job of a script) would
+        # rightly ignore the Ctrl-C and finish the experiment (exit 0).
+        with sigint(signal.default_int_handler):
+            parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        server.wait_held(4)  # both workers are calling (each runs 2 cells at once)
         parent.send_signal(signal.SIGINT)  # Ctrl-C, as a terminal sends it to the parent
+        server.release(after_s=0.3)  # a stopped run ends after its step in progress
         _, err = parent.communicate(timeout=60)
         assert parent.returncode == 130 and "interrupted" in err
         with Store(db) as store:

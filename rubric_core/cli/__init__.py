@@ -1,0 +1,116 @@
+"""Command line: ``rubric-studio run|eval|datasets|db|examples|analytics|app ...``.
+
+``python -m rubric_core`` is the same command.
+
+Prints each grader pass as it happens; exits 0 when the rubric is satisfied, 1 when the run
+ends otherwise, 2 for bad arguments or configuration (with a message, not a traceback), 130
+when interrupted.
+
+This module assembles the parser: each sub-command's arguments and handler (``func``) come
+from the module of its command group (`rubric_core.cli.run`, `.eval`, `.analytics`,
+`.datasets`, `.db`, `.app`); `main` calls the handler and turns errors into exit statuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from rubric_core.cli import analytics, datasets, db
+from rubric_core.cli import app as app_command
+from rubric_core.cli import eval as eval_command
+from rubric_core.cli import run as run_command
+from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError
+from rubric_core.cli.app import app_root, start_app
+from rubric_core.cli.run import NEXT_STEPS
+from rubric_core.models import ModelConfigError
+from rubric_core.redact import install_log_redaction, install_traceback_redaction, redact
+from rubric_core.rubric import RubricError
+from rubric_core.store import StoreError
+
+USAGE_ERRORS = (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError)
+"""Errors reported as ``error: MESSAGE`` with exit status 2 (anything else is a bug)."""
+
+# The handler of `run`, looked up when the parser is built (a test replaces it).
+_run = run_command.run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rubric-studio`` parser; each sub-command sets ``func(args, out) -> exit status``."""
+    parser = argparse.ArgumentParser(
+        prog="rubric-studio", description="Run rubric-driven agent loops."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a prompt until its rubric is satisfied")
+    run_command.add_run_arguments(run)
+    run.set_defaults(func=_run)
+
+    examples = sub.add_parser("examples", help="list the bundled examples")
+    examples.set_defaults(func=run_command.list_examples)
+
+    stats = sub.add_parser(
+        "analytics", help="per-criterion loop statistics over the runs in a database",
+        description=analytics.DESCRIPTION)
+    analytics.add_analytics_arguments(stats)
+    stats.set_defaults(func=analytics.analytics)
+
+    ev = sub.add_parser(
+        "eval", help="run a dataset through one or more configurations (an experiment)",
+        description=eval_command.DESCRIPTION)
+    eval_command.add_eval_arguments(ev)
+    ev.set_defaults(func=eval_command.run_eval)
+
+    ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
+    datasets.add_datasets_arguments(ds)
+    ds.set_defaults(func=datasets.datasets)
+
+    database = sub.add_parser(
+        "db", help="manage the database (copy it between SQLite and PostgreSQL)")
+    actions = database.add_subparsers(dest="db_command", required=True)
+    copy = actions.add_parser(
+        "copy", help="copy every run, rubric, dataset, experiment and checkpoint",
+        description=db.COPY_DESCRIPTION)
+    db.add_copy_arguments(copy)
+    copy.set_defaults(func=db.copy)
+
+    app = sub.add_parser("app", help="start the Streamlit app (streamlit run serve.py)",
+                         description=app_command.DESCRIPTION)
+    app.set_defaults(func=app_command.app)
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point (the ``rubric-studio`` console script); returns the exit status.
+
+    Args:
+        argv: The arguments (``sys.argv[1:]`` when None).
+        out: Where results go (standard output when None); errors go to standard error.
+
+    """
+    out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
+        # Everything after 'app' belongs to 'streamlit run', so argparse must not see it.
+        try:
+            return start_app(argv[1:])
+        except UsageError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+    args = build_parser().parse_args(argv)
+    install_log_redaction()
+    install_traceback_redaction()
+    try:
+        status: int = args.func(args, out)
+    except USAGE_ERRORS as exc:
+        sys.stderr.write(f"error: {redact(str(exc))}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    return status
+
+
+__all__ = ["MAX_TEXT_FILE_BYTES", "NEXT_STEPS", "USAGE_ERRORS", "UsageError", "app_root",
+           "build_parser", "main"]

@@ -1,0 +1,310 @@
+"""``rubric-studio eval``: run a dataset through one or more configurations (an experiment).
+
+The arguments become a dataset, `ExperimentConfig` s and a `WorkerPlan`; the library checks
+them (`rubric_core.experiments.create_experiment`, `rubric_core.workers.WorkerPlan.split`) and
+runs the experiment (`rubric_core.workers.run_with_workers`). This module prints progress and
+the summary and turns the summary into the exit status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rubric_core.cli._common import (
+    UsageError,
+    add_judging_arguments,
+    check_output,
+    judging,
+    text_arg,
+)
+from rubric_core.redact import redact
+from rubric_core.store import default_db_path, shown_location
+
+if TYPE_CHECKING:
+    import argparse
+
+    from rubric_core.datasets import Dataset
+    from rubric_core.settings import ExperimentConfig
+
+DESCRIPTION = (
+    "Every dataset row runs the rubric loop under every --config (and every repeat), recorded "
+    "in --db; prints progress and a summary. Exit 0 when every configuration's satisfied rate "
+    "reaches --min-pass-rate, 1 otherwise, 2 for bad input."
+)
+"""``eval --help``'s description."""
+
+PROGRESS_EVERY_S = 2.0
+"""Longest a configuration's progress goes unprinted while cells end (see `ProgressPrinter`)."""
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``eval``."""
+    add = parser.add_argument
+    add("--dataset", help="a CSV or JSONL file, or 'bundled' for the offline demo")
+    add("--dataset-name", default=None, help="store it under this name")
+    add("--rubric", default=None, help="TEXT or @FILE: the rubric for rows without their own")
+    add("--model", action="append", default=[], metavar="M",
+        help="a worker model: one configuration each, graded by --grader with "
+        "--max-iterations; repeat to compare models")
+    add("--grader", default=None,
+        help="grader model of the --model configurations (default: rules)")
+    add("--max-iterations", type=int, default=None,
+        help="grader passes per cell for the --model configurations (default 3)")
+    add_judging_arguments(parser, " (for the --model configurations)")
+    add("--config", action="append", default=[], metavar="KEY=VALUE,...",
+        help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
+        "[,label=L][,base_url=URL][,grader_repeats=K][,consensus=unanimous]"
+        "[,return_best=yes]: a configuration in full; repeat for more. With "
+        "no --model and no --config: worker=demo,grader=rules")
+    add("--repeats", type=int, default=1,
+        help="run every row × configuration this many times (default 1), to see "
+        "how stable the verdicts are")
+    add("--concurrency", type=int, default=None,
+        help="cells at once, over all workers (default 4)")
+    add("--workers", type=int, default=1,
+        help="processes sharing the experiment's cells (default 1): a process is "
+        "bound to one CPU core by Python's GIL, so more workers use more cores; "
+        "--concurrency and --model-limit are shared out between them")
+    add("--model-limit", action="append", default=[], metavar="M=N",
+        help="at most N cells at once use model M (worker or grader); repeatable")
+    add("--min-pass-rate", type=float, default=None,
+        help="satisfied share (0-1) each configuration needs for exit 0; without "
+        "it, exit 0 needs every cell ended without an error")
+    add("--db", default=None,
+        help="SQLite file or postgresql:// URL (default: the app's database, $RUBRIC_STUDIO_DB)")
+    add("--resume", default=None, metavar="EXP_ID",
+        help="continue a stopped or killed experiment")
+    add("--retry-errors", action="store_true",
+        help="with --resume: run again the cells that ended in an error")
+    add("--csv", default=None, help="write every pass × criterion as CSV here")
+    add("--summary-csv", default=None, help="write the summary table as CSV here")
+
+
+class ProgressPrinter:
+    """Prints an experiment's events as they come.
+
+    A configuration's progress line when it starts, ends, gains an error, or at most every
+    `PROGRESS_EVERY_S` seconds (a 1,000-row experiment is not 1,000 lines); every cell that
+    did not end satisfied; every backoff.
+
+    Args:
+        out: Where to print.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown: dict[int, tuple[float, int]] = {}  # config -> (when, errors) last printed
+
+    def __call__(self, event: Any) -> None:
+        """Print one `run_experiment` event (or nothing, for a throttled progress line)."""
+        out = self.out
+        if event["type"] == "experiment_progress":
+            index, now = event["config_index"], time.monotonic()
+            last = self.shown.get(index)
+            if (last is not None and event["done"] < event["total"]
+                    and event["errors"] == last[1] and now - last[0] < PROGRESS_EVERY_S):
+                return
+            self.shown[index] = (now, event["errors"])
+            rate = event["satisfied_rate"]
+            eta = "" if event["eta_s"] is None else f", ETA {event['eta_s']:.0f}s"
+            shown = "–" if rate is None else f"{rate:.0%}"
+            out.write(f"[{index}] {event['label']}: {event['done']}/{event['total']} done, "
+                      f"{shown} satisfied, {event['errors']} error(s){eta}\n")
+        elif event["type"] == "cell_finished" and event["status"] not in ("satisfied",):
+            out.write(f"    row {event['row_id']} [{event['config_index']}]: {event['status']}"
+                      + (f" — {redact(event['error'])}" if event["error"] else "") + "\n")
+        elif event["type"] == "experiment_backoff":
+            out.write(f"    server answered {event['status_code']}: waiting "
+                      f"{event['wait_s']:.2f}s ({event['hits']} so far)\n")
+        out.flush()
+
+
+def model_limits(values: list[str]) -> dict[str, int]:
+    """``--model-limit MODEL=N`` values by model (their range is `WorkerPlan.split`'s check).
+
+    Raises:
+        UsageError: A value that is not ``MODEL=N`` with N a whole number.
+
+    """
+    from rubric_core.experiments import MAX_CONCURRENCY
+
+    limits: dict[str, int] = {}
+    for value in values:
+        model, sep, number = value.rpartition("=")
+        try:
+            limit = int(number)
+        except ValueError:
+            sep = ""
+        if not sep or not model.strip():
+            msg = (f"--model-limit {value!r}: expected MODEL=N with N a whole number from 1 "
+                   f"to {MAX_CONCURRENCY}")
+            raise UsageError(msg)
+        limits[model.strip()] = limit
+    return limits
+
+
+def configurations(args: argparse.Namespace) -> list[ExperimentConfig]:
+    """The configurations --model / --grader / --max-iterations / --config ask for.
+
+    Without any of them: the offline default (demo worker, rules grader). A configuration
+    without a rubric takes ``--rubric``.
+
+    Raises:
+        UsageError: A ``--config`` that cannot be read, or a rubric file that cannot.
+
+    """
+    from rubric_core.settings import ConfigSyntaxError, ExperimentConfig
+
+    shared: dict[str, Any] = {}
+    if args.grader:
+        shared["grader_model"] = args.grader
+    if args.max_iterations is not None:
+        shared["max_iterations"] = args.max_iterations
+    shared.update(judging(args))
+    if args.model:
+        configs = [ExperimentConfig(worker_model=m, **shared) for m in args.model]
+    elif args.config and not shared:
+        configs = []
+    else:
+        configs = [ExperimentConfig(**shared)]
+    for text in args.config:
+        try:
+            configs.append(ExperimentConfig.from_assignments(text, read_text=text_arg))
+        except ConfigSyntaxError as exc:
+            msg = f"--config {exc}"
+            raise UsageError(msg) from exc
+    rubric = text_arg(args.rubric, "rubric") if args.rubric else ""
+    return [c if c.rubric else dataclasses.replace(c, rubric=rubric) for c in configs]
+
+
+def load_dataset(args: argparse.Namespace) -> Dataset:
+    """``--dataset``: a CSV or JSONL file, or ``bundled``.
+
+    Raises:
+        UsageError: Not a file.
+        ValueError: A file that is not a dataset (the message names the row and column).
+
+    """
+    from rubric_core.datasets import parse_dataset
+
+    if args.dataset == "bundled":
+        from rubric_core.offline.demo_dataset import demo_dataset
+
+        return demo_dataset()
+    path = Path(args.dataset)
+    if not path.is_file():
+        msg = f"--dataset {args.dataset!r} is not a file (or give 'bundled')"
+        raise UsageError(msg)
+    name = args.dataset_name or path.stem
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return parse_dataset(path.read_bytes(), name=name, fmt="jsonl")
+    return parse_dataset(path.read_bytes(), name=name)
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What only the command line knows: flag combinations and the exit-status threshold."""
+    if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
+        msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
+        raise UsageError(msg)
+    if args.resume is None and not args.dataset:
+        msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
+        raise UsageError(msg)
+    if args.resume is not None and (
+            args.dataset or args.config or args.model or args.grader
+            or args.max_iterations is not None or judging(args)):
+        msg = ("--resume continues an experiment as it was created: drop --dataset, "
+               "--model, --grader, --max-iterations, --grader-repeats, --consensus, "
+               "--return-best and --config")
+        raise UsageError(msg)
+
+
+def _exit_status(rows: list[dict[Any, Any]], args: argparse.Namespace, exp_id: str,
+                 out: TextIO) -> int:
+    """0 or 1 from the summary rows (and say why 1)."""
+    if any(row["done"] < row["cells"] for row in rows):
+        out.write("not every cell ended (stopped?): exit 1\n")
+        return 1
+    if args.min_pass_rate is None:
+        errors = sum(int(row["errors"]) for row in rows)
+        if errors:
+            out.write(f"{errors} cell(s) ended in an error (retry them with --resume "
+                      f"{exp_id} --retry-errors): exit 1\n")
+        return 1 if errors else 0
+    low = [row["configuration"] for row in rows
+           if (row["satisfied_pct"] or 0.0) / 100 < args.min_pass_rate]
+    if low:
+        out.write(f"below --min-pass-rate {args.min_pass_rate:g}: {', '.join(low)}: exit 1\n")
+    return 1 if low else 0
+
+
+def run_eval(args: argparse.Namespace, out: TextIO) -> int:
+    """``eval``: create (or resume) the experiment, run it, print and write its summary.
+
+    Returns:
+        0 when every configuration reaches ``--min-pass-rate`` (without it: when no cell
+        ended in an error), 1 otherwise.
+
+    Raises:
+        UsageError: Bad arguments, or no such experiment to resume.
+        ValueError: A bound the library refuses (concurrency, repeats, iterations...).
+
+    """
+    from rubric_core.experiments import (
+        DEFAULT_CONCURRENCY,
+        SUMMARY_COLUMNS,
+        create_experiment,
+        experiment_results,
+        export_columns,
+        export_experiment_rows,
+        summary_rows,
+    )
+    from rubric_core.export import write_csv
+    from rubric_core.store import Store
+    from rubric_core.workers import WorkerPlan, run_with_workers
+
+    for path in (args.csv, args.summary_csv):
+        if path:
+            check_output(path)
+    _check_arguments(args)
+    plan = WorkerPlan.split(
+        workers=args.workers, per_model=model_limits(args.model_limit),
+        concurrency=DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency)
+    db = args.db or default_db_path()
+    store = Store(db)
+    try:
+        if args.resume:
+            experiment = store.get_experiment(args.resume)
+            if experiment is None:
+                msg = f"no experiment {args.resume!r} in {shown_location(db)}"
+                raise UsageError(msg)
+        else:
+            experiment = create_experiment(store, load_dataset(args), configurations(args),
+                                           repeats=args.repeats)
+        exp_id = experiment.experiment_id
+        out.write(f"experiment {exp_id} ({experiment.name}): "
+                  f"{len(experiment.configurations)} configuration(s), "
+                  f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
+                  f"resume with: rubric-studio eval --resume {exp_id} "
+                  f"--db {shown_location(db)}\n")
+        failed = run_with_workers(store, exp_id, plan, db=db, on_event=ProgressPrinter(out),
+                                  retry_errors=args.retry_errors)
+        for message in failed:
+            out.write(message + "\n")
+        results = experiment_results(store, exp_id)
+        summary = results.summary()
+        out.write("\n" + redact(summary.to_string(index=False)) + "\n")
+        if args.csv:
+            with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+                count = write_csv(export_experiment_rows(store, exp_id), handle,
+                                  export_columns(store, exp_id))
+            out.write(f"wrote {count} rows to {args.csv}\n")
+        if args.summary_csv:
+            with open(args.summary_csv, "w", encoding="utf-8", newline="") as handle:
+                write_csv(summary_rows(results), handle, SUMMARY_COLUMNS)
+            out.write(f"wrote the summary to {args.summary_csv}\n")
+    finally:
+        store.close()
+    return _exit_status(summary.to_dict("records"), args, exp_id, out)
