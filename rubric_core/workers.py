@@ -28,7 +28,7 @@ import sys
 import tempfile
 from typing import IO, TYPE_CHECKING
 
-from rubric_core.experiments import MAX_CONCURRENCY, run_experiment
+from rubric_core.experiments import check_limits, run_experiment
 from rubric_core.redact import install_log_redaction, install_traceback_redaction, redact
 from rubric_core.store import DB_ENV_VAR, Store
 
@@ -81,13 +81,7 @@ class WorkerPlan:
 
         """
         per_model = dict(per_model or {})
-        if not 1 <= concurrency <= MAX_CONCURRENCY:
-            msg = f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {concurrency}"
-            raise ValueError(msg)
-        for model, limit in per_model.items():
-            if not 1 <= limit <= MAX_CONCURRENCY:
-                msg = f"model limit {model}={limit} must be from 1 to {MAX_CONCURRENCY}"
-                raise ValueError(msg)
+        check_limits(concurrency, per_model)
         if not 1 <= workers <= concurrency:
             msg = (f"workers must be from 1 to the concurrency ({concurrency}), got {workers}: "
                    "each worker runs at least one cell at a time")

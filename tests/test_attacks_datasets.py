@@ -76,6 +76,20 @@ def test_a_sparse_four_gigabyte_file_is_refused_by_its_size_without_being_read(
                                    "smaller datasets.")
 
 
+def test_eval_refuses_a_sparse_four_gigabyte_dataset_by_its_size(tmp_path: Path) -> None:
+    # The attack as it was made: the real CLI under a 1.5 GB memory limit ended in MemoryError.
+    big = tmp_path / "big.csv"
+    with big.open("wb") as handle:
+        handle.truncate(4 * 1024**3)
+    code = ("import sys\nfrom rubric_core.cli import main\n"
+            f"sys.exit(main(['eval', '--dataset', {str(big)!r}, '--rubric', '- a', '--db', "
+            f"{str(tmp_path / 'db.sqlite3')!r}]))\n")
+    done = _refused_under_memory_limit(code, tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
+    assert "the dataset is 4,096.0 MB; the limit is 20 MB" in done.stderr
+
+
 def test_a_dataset_file_is_refused_by_its_size_and_read_by_its_extension(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

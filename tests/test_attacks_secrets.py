@@ -220,10 +220,10 @@ def test_a_logged_exception_chain_is_scrubbed(
 def test_the_cli_prints_no_key_in_an_unexpected_traceback(secret: str, tmp_path: Path) -> None:
     # A failure nothing anticipated reaches the interpreter's own traceback printer.
     script = (
-        "import sys, rubric_core.cli as cli\n"
+        "import sys, rubric_core.cli as cli, rubric_core.cli.run as run_command\n"
         "def boom(*args, **kwargs):\n"
         "    raise RuntimeError('provider said: ' + __import__('os').environ['RED_TEAM_API_KEY'])\n"
-        "cli._run = boom\n"
+        "run_command.run = boom\n"
         "sys.exit(cli.main(['run', '--example', 'haiku']))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -32,10 +32,6 @@ from rubric_core.store import StoreError
 USAGE_ERRORS = (UsageError, ModelConfigError, RubricError, StoreError, ValueError, OSError)
 """Errors reported as ``error: MESSAGE`` with exit status 2 (anything else is a bug)."""
 
-# The handler of `run`, looked up when the parser is built (a test replaces it).
-_run = run_command.run
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``rubric-studio`` parser; each sub-command sets ``func(args, out) -> exit status``."""
     parser = argparse.ArgumentParser(
@@ -45,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a prompt until its rubric is satisfied")
     run_command.add_run_arguments(run)
-    run.set_defaults(func=_run)
+    run.set_defaults(func=run_command.run)  # looked up as the parser is built
 
     examples = sub.add_parser("examples", help="list the bundled examples")
     examples.set_defaults(func=run_command.list_examples)

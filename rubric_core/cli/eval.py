@@ -188,7 +188,7 @@ def load_dataset(args: argparse.Namespace) -> Dataset:
         ValueError: A file that is not a dataset (the message names the row and column).
 
     """
-    from rubric_core.datasets import parse_dataset
+    from rubric_core.datasets import read_dataset_file
 
     if args.dataset == "bundled":
         from rubric_core.offline.demo_dataset import demo_dataset
@@ -198,10 +198,8 @@ def load_dataset(args: argparse.Namespace) -> Dataset:
     if not path.is_file():
         msg = f"--dataset {args.dataset!r} is not a file (or give 'bundled')"
         raise UsageError(msg)
-    name = args.dataset_name or path.stem
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
-        return parse_dataset(path.read_bytes(), name=name, fmt="jsonl")
-    return parse_dataset(path.read_bytes(), name=name)
+    # Refused by its size before it is read: never more than the limit is held in memory.
+    return read_dataset_file(path, name=args.dataset_name or None)
 
 
 def _check_arguments(args: argparse.Namespace) -> None:

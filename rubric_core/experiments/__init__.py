@@ -27,7 +27,7 @@ from rubric_core.experiments.results import (
     ExperimentResults,
     experiment_results,
 )
-from rubric_core.experiments.scheduler import experiment_models, run_experiment
+from rubric_core.experiments.scheduler import check_limits, experiment_models, run_experiment
 from rubric_core.http_retry import RETRY_STATUS_CODES, SharedBackoff
 from rubric_core.types import (
     DEFAULT_CONCURRENCY,
@@ -50,6 +50,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "ExperimentResults",
     "SharedBackoff",
+    "check_limits",
     "create_experiment",
     "experiment_models",
     "experiment_results",

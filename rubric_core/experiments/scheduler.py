@@ -102,6 +102,27 @@ def experiment_models(
                           streaming=False)
 
 
+def check_limits(concurrency: int, per_model: Mapping[str, int] | None = None) -> None:
+    """Refuse an experiment's concurrency or a per-model limit out of 1 … `MAX_CONCURRENCY`.
+
+    `run_experiment` checks them; so does whoever splits them between processes before
+    anything runs (`rubric_core.workers.WorkerPlan`).
+
+    Raises:
+        ValueError: The first limit out of range, named with its value.
+
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not (
+            1 <= concurrency <= MAX_CONCURRENCY):
+        msg = f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {concurrency}"
+        raise ValueError(msg)
+    for model, limit in (per_model or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or not (
+                1 <= limit <= MAX_CONCURRENCY):
+            msg = f"model limit {model}={limit} must be from 1 to {MAX_CONCURRENCY}"
+            raise ValueError(msg)
+
+
 def run_experiment(
     store: Store,
     experiment_id: str,
@@ -141,10 +162,7 @@ def run_experiment(
 
     """
     experiment = require_experiment(store, experiment_id)
-    if not 1 <= concurrency <= MAX_CONCURRENCY or any(
-            not 1 <= n <= MAX_CONCURRENCY for n in (per_model or {}).values()):
-        msg = f"concurrency and per-model limits must be from 1 to {MAX_CONCURRENCY}"
-        raise ValueError(msg)
+    check_limits(concurrency, per_model)
     backoff = backoff or SharedBackoff()
     models = models or experiment_models(backoff)
     stop = stop or threading.Event()
@@ -447,4 +465,4 @@ class _Driver:
                 "eta_s": eta}
 
 
-__all__ = ["CellKey", "experiment_models", "run_experiment"]
+__all__ = ["CellKey", "check_limits", "experiment_models", "run_experiment"]
