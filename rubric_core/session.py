@@ -21,6 +21,10 @@ makes the resumer its owner, so two processes never record the same run at once:
 owner that was only paused (not dead) finds its heartbeat, passes and ending refused, and stops
 with `rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
 script threads.
+
+Why one module of over 600 lines: starting, resuming and recording a run are one ownership
+protocol (who holds a run, when it is stale, who may write its passes and its ending), and its
+rules read best side by side; the graph itself is `rubric_core.runner`'s, the rows the store's.
 """
 
 from __future__ import annotations

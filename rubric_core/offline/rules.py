@@ -8,6 +8,9 @@ read of a criterion that joins several checks (for the rubric lint). A criterion
 read whole is never guessed. The chat models that use these rules, `RulesGrader` and
 `HybridGrader`, live in `rubric_core.offline.graders`.
 
+Why one module of about 800 lines: it is one table of phrasings and the checks they read as,
+and a rule's pattern, its check and its words must be read (and reviewed) together.
+
 Recognised criteria (case-insensitive; a trailing period is ignored; a value may be quoted with
 `` `...` ``, ``"..."`` or ``'...'`` and must be quoted when it is more than a plain word or two):
 
