@@ -20,6 +20,7 @@ import pandas as pd
 
 from rubric_core.analytics import cohen_kappa
 from rubric_core.rubric import normalize_name
+from rubric_core.store import check_label_text as check_label_text  # re-exported
 from rubric_core.types import LABEL_NOTE_CHAR_LIMIT as LABEL_NOTE_CHAR_LIMIT  # re-exported
 from rubric_core.types import LABELLER_CHAR_LIMIT as LABELLER_CHAR_LIMIT  # re-exported
 
@@ -34,37 +35,6 @@ OVERALL = "(all criteria)"
 AGREEMENT_COLUMNS: tuple[str, ...] = ("criterion", "n", "percent_agreement", "kappa")
 """Columns of `agreement_table`, in order."""
 
-
-
-def check_label_text(labeller: str, note: str) -> tuple[str, str]:
-    """A label's name and note as typed, checked before they are stored.
-
-    Args:
-        labeller: "Your name"; surrounding whitespace is dropped.
-        note: The note (may be empty).
-
-    Returns:
-        ``(labeller, note)``, the name stripped.
-
-    Raises:
-        ValueError: An empty name, or a name or note over its limit; the message says which
-            and by how much.
-
-    """
-    name = labeller.strip() if isinstance(labeller, str) else ""
-    if not name:
-        msg = "a label needs the labeller's name: fill in 'Your name'"
-        raise ValueError(msg)
-    if len(name) > LABELLER_CHAR_LIMIT:
-        msg = (f"'Your name' is {len(name):,} characters; a name holds at most "
-               f"{LABELLER_CHAR_LIMIT:,}. Shorten it and save the label again.")
-        raise ValueError(msg)
-    text = note if isinstance(note, str) else ""
-    if len(text) > LABEL_NOTE_CHAR_LIMIT:
-        msg = (f"the note is {len(text):,} characters; a note holds at most "
-               f"{LABEL_NOTE_CHAR_LIMIT:,}. Shorten it and save the label again.")
-        raise ValueError(msg)
-    return name, text
 
 
 @dataclasses.dataclass(frozen=True)

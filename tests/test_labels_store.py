@@ -30,12 +30,12 @@ def test_a_note_over_the_limit_is_refused_and_nothing_is_stored(
 ) -> None:
     with Store(db_location) as store:
         run_id = _graded_run(store)
-        with pytest.raises(ValueError, match=f"at most {LABEL_NOTE_CHAR_LIMIT:,} characters"):
+        with pytest.raises(ValueError, match=f"a note holds at most {LABEL_NOTE_CHAR_LIMIT:,}"):
             store.set_label(run_id, 0, "a", "ana", agree=True,
                             note="x" * (LABEL_NOTE_CHAR_LIMIT + 1))
         assert store.labels() == []
         big = "2 MB " * 400_000
-        with pytest.raises(ValueError, match=f"got {len(big):,}: shorten it"):
+        with pytest.raises(ValueError, match=f"the note is {len(big):,} characters; a note holds"):
             store.set_label(run_id, 0, "a", "ana", agree=True, note=big)
         assert store.labels() == []
         stored = store.set_label(run_id, 0, "a", "ana", agree=True,

@@ -12,6 +12,7 @@ as the records of `rubric_core.store._records`.
 
 from rubric_core.store._copy import copy_store
 from rubric_core.store._core import default_db_path, shown_location
+from rubric_core.store._labels import check_label_text
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
     CellOutcome,
@@ -51,6 +52,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "check_label_text",
     "copy_store",
     "default_db_path",
     "is_unavailable",

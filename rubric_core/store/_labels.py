@@ -24,22 +24,41 @@ if TYPE_CHECKING:
 
 
 
-def labeller_name(name: object) -> str:
-    """A labeller's name as labels are keyed by it: stripped and scrubbed of secrets.
+def check_label_text(labeller: object, note: object) -> tuple[str, str]:
+    """A label's name and note as typed, checked: ``(name stripped, note)``.
+
+    The one check of a label's text: the app calls it before saving (to say what is wrong in
+    the form) and `LabelStore.set_label` calls it again, whoever its caller is.
 
     Raises:
-        ValueError: An empty name (or not a string), or one over `LABELLER_CHAR_LIMIT`.
+        ValueError: An empty name, or a name or note over its limit (`LABELLER_CHAR_LIMIT`,
+            `LABEL_NOTE_CHAR_LIMIT`); the message says which and by how much.
 
     """
-    name = name.strip() if isinstance(name, str) else ""
+    name = labeller.strip() if isinstance(labeller, str) else ""
     if not name:
         msg = "a label needs the labeller's name: fill in 'Your name'"
         raise ValueError(msg)
     if len(name) > LABELLER_CHAR_LIMIT:
-        msg = (f"a labeller's name holds at most {LABELLER_CHAR_LIMIT:,} characters, got "
-               f"{len(name):,}: shorten it")
+        msg = (f"'Your name' is {len(name):,} characters; a name holds at most "
+               f"{LABELLER_CHAR_LIMIT:,}. Shorten it and save the label again.")
         raise ValueError(msg)
-    return redact(name)
+    text = note if isinstance(note, str) else ""
+    if len(text) > LABEL_NOTE_CHAR_LIMIT:
+        msg = (f"the note is {len(text):,} characters; a note holds at most "
+               f"{LABEL_NOTE_CHAR_LIMIT:,}. Shorten it and save the label again.")
+        raise ValueError(msg)
+    return name, text
+
+
+def labeller_name(name: object) -> str:
+    """A labeller's name as labels are keyed by it: checked, stripped, scrubbed of secrets.
+
+    Raises:
+        ValueError: As `check_label_text`.
+
+    """
+    return redact(check_label_text(name, "")[0])
 
 
 class LabelStore(StoreCore):
@@ -73,13 +92,8 @@ class LabelStore(StoreCore):
                 ``agree`` with a ``correct`` verdict that contradicts the grader's.
 
         """
-        labeller = labeller_name(labeller)
-        note = note or ""
-        if len(note) > LABEL_NOTE_CHAR_LIMIT:
-            msg = (f"a label's note holds at most {LABEL_NOTE_CHAR_LIMIT:,} characters, got "
-                   f"{len(note):,}: shorten it")
-            raise ValueError(msg)
-        note = redact(note)
+        name, note = check_label_text(labeller, note or "")
+        labeller, note = redact(name), redact(note)
         now = self.now()
         with self._connect(write=True) as conn:
             row = conn.execute("SELECT criteria_json FROM evaluations WHERE run_id = ? AND "
