@@ -52,7 +52,7 @@ from rubric_core.store import RegradeResult, is_unavailable
 from rubric_core.types import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
 
     from langchain_core.tools import BaseTool
 
@@ -81,7 +81,7 @@ def run_regrade(
     backoff: SharedBackoff | None = None,
     retry_errors: bool = False,
     stop: threading.Event | None = None,
-) -> Iterator[RegradeEvent]:
+) -> Generator[RegradeEvent, None, None]:
     """Grade (or continue grading) a re-grade's answers, yielding progress as gradings end.
 
     Closing the iterator early is Stop (see the module docstring); calling this again
