@@ -11,7 +11,8 @@ public names are re-exported here:
 - `rubric_core.lab.bundled`: the bundled labelled set that runs the whole loop offline;
 - `rubric_core.lab.config`: `GraderConfig`, one grader configuration of a re-grade;
 - `rubric_core.lab.jobs`: store a re-grade (`create_regrade`), add a configuration
-  (`add_config`), retry failed gradings (`retry_errors`);
+  (`add_config`), retry failed gradings (`retry_errors`), where it stands
+  (`job_progress`);
 - `rubric_core.lab.regrade`: grade them (`run_regrade`: one event loop, bounded concurrency,
   shared backoff, Stop and Resume, progress events of `rubric_core.lab.types`);
 - `rubric_core.lab.results`: the results read once, repeats combined (`read_job`);
@@ -62,7 +63,13 @@ from rubric_core.lab.health import (
     criterion_health,
     health_of,
 )
-from rubric_core.lab.jobs import MAX_CONFIGS, add_config, create_regrade, retry_errors
+from rubric_core.lab.jobs import (
+    MAX_CONFIGS,
+    add_config,
+    create_regrade,
+    job_progress,
+    retry_errors,
+)
 from rubric_core.lab.refine import (
     Disagreement,
     RefineError,
@@ -132,6 +139,7 @@ __all__ = [
     "criterion_health",
     "find_disagreements",
     "health_of",
+    "job_progress",
     "label_columns",
     "parse_answers",
     "read_answers_file",

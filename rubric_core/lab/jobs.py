@@ -2,7 +2,8 @@
 
 `create_regrade` stores the answer set (when given one) and the re-grade; `add_config` appends
 a configuration to a re-grade (a new rubric version graded on the same answers);
-`retry_errors` makes the gradings that ended ``grader_error`` run again. `run_regrade`
+`retry_errors` makes the gradings that ended ``grader_error`` run again; `job_progress` is where
+a stored re-grade stands, read lean (counts only), for a page that is not running it. `run_regrade`
 (`rubric_core.lab.regrade`) does the grading.
 """
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rubric_core.lab.config import GraderConfig
+    from rubric_core.lab.types import RegradeProgress
     from rubric_core.store import RegradeJob, Store
     from rubric_core.types import ModelResolver
 
@@ -138,3 +140,25 @@ def retry_errors(store: Store, job_id: str, *, config_index: int | None = None,
 
     """
     return store.delete_regrade_errors(job_id, config_index=config_index, item_id=item_id)
+
+
+def job_progress(store: Store, job_id: str) -> list[RegradeProgress]:
+    """Where each configuration of a re-grade stands, from two counting queries.
+
+    The same events `run_regrade` sends, with no ETA: for a page showing a re-grade it is not
+    running (or one another process runs).
+
+    Raises:
+        KeyError: No such re-grade.
+
+    """
+    job = store.get_regrade_job(job_id)
+    if job is None:
+        msg = f"no re-grade {job_id!r} in this database"
+        raise KeyError(msg)
+    items = store.answer_set_info(job.set_name, job.set_version).item_count
+    counts = store.regrade_counts(job_id)
+    return [{"type": "regrade_progress", "job_id": job_id, "config_index": index,
+             "label": config.display_label(), "done": counts.get(index, (0, 0))[0],
+             "total": items * config.grader_repeats, "errors": counts.get(index, (0, 0))[1],
+             "eta_s": None} for index, config in enumerate(job.configurations)]

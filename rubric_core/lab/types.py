@@ -28,7 +28,9 @@ class RegradeProgress(TypedDict):
     label: str
     """The configuration's label."""
     done: int
-    """Gradings recorded (items × repeats), errors included, here or by another process."""
+    """Gradings recorded (items × repeats), errors included: those recorded when the session
+    started and those it recorded since (another process's later ones count at its next
+    start)."""
     total: int
     """Gradings of this configuration (items × repeats)."""
     errors: int
