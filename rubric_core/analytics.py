@@ -22,12 +22,27 @@ Agreement between the grader and people is percent agreement and Cohen's κ over
 pairs (grader, person) of the labelled criteria, with n. κ = (pₒ − pₑ) / (1 − pₑ); it is
 undefined (None) when both raters gave one and the same verdict throughout (pₑ = 1), where
 percent agreement alone is meaningful.
+
+Its interval (`kappa_interval`) is the Wald interval κ ± z·SE with the large-sample standard
+error of Fleiss, Cohen and Everitt (1969), the delta-method variance of κ when the n items are
+a random sample (not the variance under "no agreement", which is for testing κ = 0). With the
+2 × 2 table's cell shares pᵢⱼ (grader i, person j; 1 = pass), margins pᵢ. and p.ⱼ:
+
+    A = Σᵢ pᵢᵢ · (1 − (pᵢ. + p.ᵢ)(1 − κ))²
+    B = (1 − κ)² · Σᵢ≠ⱼ pᵢⱼ · (p.ᵢ + pⱼ.)²
+    C = (κ − pₑ(1 − κ))²
+    SE = √((A + B − C) / n) / (1 − pₑ)
+
+clipped to [−1, 1]. It is an approximation for large n: with a few dozen items read it as a
+rough range, and where every pair agrees (κ = 1, SE = 0) the interval has no width at all,
+which says nothing about how a larger sample would fare; n is always shown beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -75,6 +90,62 @@ def cohen_kappa(pairs: Iterable[tuple[bool, bool]]) -> Agreement:
     expected = a_yes * b_yes + (1 - a_yes) * (1 - b_yes)
     kappa = None if expected >= 1.0 else (observed - expected) / (1 - expected)
     return Agreement(n, round(observed * 100, 2), None if kappa is None else round(kappa, 4))
+
+
+@dataclasses.dataclass(frozen=True)
+class KappaInterval:
+    """Cohen's κ with its large-sample standard error and a two-sided interval."""
+
+    n: int
+    """Verdict pairs compared."""
+    kappa: float | None
+    """Cohen's κ (None when n is 0 or κ is undefined)."""
+    se: float | None
+    """Fleiss–Cohen–Everitt standard error of κ (None when κ is)."""
+    low: float | None
+    """Lower end of the interval, at least −1 (None when κ is)."""
+    high: float | None
+    """Upper end of the interval, at most 1 (None when κ is)."""
+    confidence: float
+    """The interval's nominal coverage (0.95 by default)."""
+
+
+def kappa_interval(pairs: Iterable[tuple[bool, bool]], confidence: float = 0.95) -> KappaInterval:
+    """Cohen's κ of two raters' boolean verdicts with its Wald interval (see the module text).
+
+    Args:
+        pairs: (rater A, rater B) verdicts on the same items.
+        confidence: Two-sided coverage, strictly between 0 and 1.
+
+    Raises:
+        ValueError: A confidence outside (0, 1).
+
+    """
+    if not 0.0 < confidence < 1.0:
+        msg = f"confidence must be between 0 and 1 (exclusive), got {confidence!r}"
+        raise ValueError(msg)
+    items = [(bool(a), bool(b)) for a, b in pairs]
+    n = len(items)
+    if n == 0:
+        return KappaInterval(0, None, None, None, None, confidence)
+    # cells[i][j]: share of pairs with A = i and B = j (1 = pass).
+    cells = [[sum(1 for a, b in items if (a, b) == (bool(i), bool(j))) / n for j in (0, 1)]
+             for i in (0, 1)]
+    rows = [cells[i][0] + cells[i][1] for i in (0, 1)]
+    cols = [cells[0][j] + cells[1][j] for j in (0, 1)]
+    observed = cells[0][0] + cells[1][1]
+    expected = rows[0] * cols[0] + rows[1] * cols[1]
+    if expected >= 1.0:
+        return KappaInterval(n, None, None, None, None, confidence)
+    kappa = (observed - expected) / (1 - expected)
+    a = sum(cells[i][i] * (1 - (rows[i] + cols[i]) * (1 - kappa)) ** 2 for i in (0, 1))
+    b = (1 - kappa) ** 2 * sum(cells[i][j] * (cols[i] + rows[j]) ** 2
+                               for i in (0, 1) for j in (0, 1) if i != j)
+    c = (kappa - expected * (1 - kappa)) ** 2
+    se = max(a + b - c, 0.0) ** 0.5 / ((1 - expected) * n ** 0.5)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    return KappaInterval(n, round(kappa, 4), round(se, 4), round(max(-1.0, kappa - z * se), 4),
+                         round(min(1.0, kappa + z * se), 4), confidence)
 
 
 def grading_runs(

@@ -1,4 +1,4 @@
-"""Command line: ``rubric-studio run|eval|datasets|db|examples|analytics|app ...``.
+"""Command line: ``rubric-studio run|eval|regrade|answers|datasets|db|examples|analytics|app``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -20,6 +20,7 @@ from typing import TextIO
 from rubric_core.cli import analytics, datasets, db
 from rubric_core.cli import app as app_command
 from rubric_core.cli import eval as eval_command
+from rubric_core.cli import lab as lab_command
 from rubric_core.cli import run as run_command
 from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError
 from rubric_core.cli.app import app_root, start_app
@@ -57,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
         description=eval_command.DESCRIPTION)
     eval_command.add_eval_arguments(ev)
     ev.set_defaults(func=eval_command.run_eval)
+
+    rg = sub.add_parser(
+        "regrade", help="grade fixed answers under rubric versions; print criterion health",
+        description=lab_command.REGRADE_DESCRIPTION)
+    lab_command.add_regrade_arguments(rg)
+    rg.set_defaults(func=lab_command.regrade)
+
+    ans = sub.add_parser("answers", help="list, import, show, export or delete answer sets")
+    lab_command.add_answers_arguments(ans)
+    ans.set_defaults(func=lab_command.answers)
 
     ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
     datasets.add_datasets_arguments(ds)

@@ -15,11 +15,16 @@ from rubric_core.store._core import default_db_path, shown_location
 from rubric_core.store._labels import check_label_text
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
+    AnswerItem,
+    AnswerSetInfo,
     CellOutcome,
     CellRecord,
     DatasetInfo,
     ExperimentRecord,
+    ItemLabel,
     PassVerdicts,
+    RegradeJob,
+    RegradeResult,
     RunRecord,
 )
 from rubric_core.store._runs import RunTakenOver
@@ -42,11 +47,16 @@ __all__ = [
     "LABEL_NOTE_CHAR_LIMIT",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
+    "AnswerItem",
+    "AnswerSetInfo",
     "CellOutcome",
     "CellRecord",
     "DatasetInfo",
     "ExperimentRecord",
+    "ItemLabel",
     "PassVerdicts",
+    "RegradeJob",
+    "RegradeResult",
     "RunRecord",
     "RunTakenOver",
     "Store",

@@ -1,7 +1,8 @@
 """What the store's reads return, and the mappers between them and rows, by column name.
 
 One frozen record per thing the store keeps (`RunRecord`, `DatasetInfo`, `ExperimentRecord`,
-`CellRecord`, and `CellOutcome` for the lean result tables), and one mapper per row shape. Rows
+`CellRecord`, and `CellOutcome` for the lean result tables; for the lab `AnswerItem`,
+`ItemLabel`, `AnswerSetInfo`, `RegradeJob` and `RegradeResult`), and one mapper per row shape. Rows
 are read by column name (``sqlite3.Row`` and the PostgreSQL backend's rows both allow it), so a
 query may select its columns in any order, and a join names the columns it would otherwise
 share (``cell_thread_id``). Evaluations and labels travel as the TypedDicts of
@@ -23,19 +24,29 @@ if TYPE_CHECKING:
 __all__ = [
     "EVALUATION_COLUMNS",
     "RUN_COLUMNS",
+    "AnswerItem",
+    "AnswerSetInfo",
     "CellOutcome",
     "CellRecord",
     "DatasetInfo",
     "ExperimentRecord",
+    "ItemLabel",
     "PassVerdicts",
+    "RegradeJob",
+    "RegradeResult",
     "RunRecord",
+    "answer_item_from_row",
+    "answer_set_info_from_row",
     "cell_from_row",
     "dataset_info_from_row",
     "evaluation_from_row",
     "experiment_from_row",
+    "item_label_from_row",
     "label_from_row",
     "named_rows",
     "outcome_from_row",
+    "regrade_job_from_row",
+    "regrade_result_from_row",
     "run_from_row",
     "run_to_row",
 ]
@@ -408,3 +419,156 @@ def outcome_from_row(row: Any, passes: tuple[PassVerdicts, ...] = ()) -> CellOut
     return CellOutcome(row["row_id"], row["config_index"], row["repeat_index"], row["run_id"],
                        row["status"] if started else CELL_PENDING, row["iterations"] or 0,
                        row["input_tokens"], row["output_tokens"], row["duration_s"], passes)
+
+
+# -- the rubric lab (schema 8): answer sets and re-grades ----------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnswerItem:
+    """One fixed answer of an answer set: what was asked, what was answered, where it came from."""
+
+    id: str
+    """Unique within its set (an upload's ``id`` column, a run id, a cell and pass)."""
+    request: str
+    """What the answer was written for (the grader's ``<request>``)."""
+    answer: str
+    """The answer to grade (the grader's ``<answer>``)."""
+    rubric: str | None = None
+    """The rubric the answer was first graded with, when it came from a run; not used to grade."""
+    origin: str = "upload"
+    """Where it came from: ``upload``, ``bundled``, ``run:<run id>`` or
+    ``experiment:<id>:<row>:<config>:<repeat>[:pass <n>]``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ItemLabel:
+    """A person's verdict on one criterion of one answer of a set."""
+
+    item_id: str
+    """The answer's id in its set."""
+    criterion: str
+    """The criterion as the person labelled it."""
+    labeller: str
+    """Who labelled it."""
+    passed: bool
+    """The person's verdict (True: the answer meets the criterion)."""
+    note: str = ""
+    """The person's reason, if any."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnswerSetInfo:
+    """One stored version of an answer set (without its items)."""
+
+    name: str
+    """The set's name."""
+    version: int
+    """1 for the first version stored under the name."""
+    source: str
+    """How it was made (``upload``, ``bundled``, ``runs``, ``experiment <id>``)."""
+    item_count: int
+    """Answers in this version."""
+    label_count: int
+    """People's verdicts in this version."""
+    created_at: str
+    """ISO 8601 UTC timestamp of when the version was stored."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegradeJob:
+    """A re-grade: a stored answer set version × grader configurations."""
+
+    job_id: str
+    """Unique id (uuid4 hex)."""
+    name: str
+    """Short human label."""
+    set_name: str
+    """The answer set's name."""
+    set_version: int
+    """The answer set version it grades."""
+    configurations: tuple[Any, ...]
+    """The grader configurations (`rubric_core.lab.GraderConfig`), in order; a result's
+    ``config_index`` points here. Configurations are only ever appended."""
+    status: str
+    """One of `rubric_core.types.EXPERIMENT_STATUSES` (the same lifecycle as an experiment)."""
+    created_at: str
+    """ISO 8601 UTC timestamp of creation."""
+    updated_at: str
+    """ISO 8601 UTC timestamp of the last status change."""
+
+
+class RegradeResult(NamedTuple):
+    """One grading of one answer under one configuration (one repeat), as stored once.
+
+    A named tuple: a health table reads thousands. The answer's text is not in it (read the
+    items for that).
+    """
+
+    config_index: int
+    """0-based index into `RegradeJob.configurations`."""
+    item_id: str
+    """The answer's id in its set."""
+    repeat_index: int
+    """0-based repeat (``GraderConfig.grader_repeats`` of them per item)."""
+    result: str
+    """The grader's verdict (``satisfied``, ``needs_revision``, ``failed``) or
+    ``grader_error``."""
+    explanation: str
+    """The grader's summary, or the error."""
+    criteria: list[CriterionVerdict]
+    """Per-criterion verdicts in rubric order (empty for ``grader_error``)."""
+    missing: list[str]
+    """Criteria the grader left out even after a correction (not verified)."""
+    error: str | None
+    """The error of a ``grader_error`` (retryable)."""
+    input_tokens: int | None
+    """Grader input tokens, where the provider reports usage."""
+    output_tokens: int | None
+    """Grader output tokens, where the provider reports usage."""
+    duration_s: float | None
+    """Wall-clock seconds of the grading pass."""
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        """``(config_index, item_id, repeat_index)``: its identity in its job."""
+        return self.config_index, self.item_id, self.repeat_index
+
+
+def answer_item_from_row(row: Any) -> AnswerItem:
+    """An ``answer_items`` row as an item."""
+    return AnswerItem(id=row["item_id"], request=row["request"], answer=row["answer"],
+                      rubric=row["rubric"], origin=row["origin"])
+
+
+def item_label_from_row(row: Any) -> ItemLabel:
+    """An ``answer_labels`` row as a label."""
+    return ItemLabel(item_id=row["item_id"], criterion=row["criterion"],
+                     labeller=row["labeller"], passed=bool(row["passed"]), note=row["note"])
+
+
+def answer_set_info_from_row(row: Any) -> AnswerSetInfo:
+    """An ``answer_sets`` row as a version's description."""
+    return AnswerSetInfo(name=row["name"], version=int(row["version"]), source=row["source"],
+                         item_count=int(row["item_count"]),
+                         label_count=int(row["label_count"]), created_at=row["created_at"])
+
+
+def regrade_job_from_row(row: Any) -> RegradeJob:
+    """A ``regrade_jobs`` row as a record."""
+    # Imported here: the lab package imports the store, so the store cannot import it first.
+    from rubric_core.lab.config import GraderConfig
+
+    configs = tuple(GraderConfig.from_dict(c) for c in json.loads(row["configs_json"]))
+    return RegradeJob(job_id=row["job_id"], name=row["name"], set_name=row["set_name"],
+                      set_version=int(row["set_version"]), configurations=configs,
+                      status=row["status"], created_at=row["created_at"],
+                      updated_at=row["updated_at"])
+
+
+def regrade_result_from_row(row: Any) -> RegradeResult:
+    """A ``regrade_results`` row as a result."""
+    return RegradeResult(int(row["config_index"]), row["item_id"], int(row["repeat_index"]),
+                         row["result"], row["explanation"], json.loads(row["criteria_json"]),
+                         json.loads(row["missing_json"]), row["error"], row["input_tokens"],
+                         row["output_tokens"], row["duration_s"])

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -38,7 +38,11 @@ runs' ``owner`` (who records the run now: `Store.claim_run` hands it over and
 the former owner's writes are refused) and the evaluations' ``extra_json``: the evaluation's
 optional keys (``unstable``, ``repeats``,
 ``regressed``, ``stalled``, ``unknown_criteria``, and any later ones) as a JSON object, NULL
-when it has none (and in upgraded rows).
+when it has none (and in upgraded rows). Version 8 added the lab's tables (new tables only:
+older files gain them in place): ``answer_sets``, ``answer_items`` and ``answer_labels`` (named,
+versioned sets of fixed answers with people's verdicts) and ``regrade_jobs`` and
+``regrade_results`` (re-grades of a set under grader configurations, one result row per
+configuration × item × repeat, written once).
 """
 
 APP_ID = "rubric-studio"
@@ -153,6 +157,37 @@ SCHEMA = (
         lease_owner TEXT, lease_expires_at {real},
         PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
     "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
+    # Schema 8: the rubric lab (`rubric_core.store._lab`).
+    """CREATE TABLE IF NOT EXISTS answer_sets (
+        name TEXT NOT NULL, version INTEGER NOT NULL, source TEXT NOT NULL,
+        item_count INTEGER NOT NULL, label_count INTEGER NOT NULL, digest TEXT NOT NULL,
+        created_at TEXT NOT NULL, PRIMARY KEY (name, version))""",
+    """CREATE TABLE IF NOT EXISTS answer_items (
+        set_name TEXT NOT NULL, set_version INTEGER NOT NULL, seq INTEGER NOT NULL,
+        item_id TEXT NOT NULL, request TEXT NOT NULL, answer TEXT NOT NULL, rubric TEXT,
+        origin TEXT NOT NULL, PRIMARY KEY (set_name, set_version, item_id),
+        FOREIGN KEY (set_name, set_version) REFERENCES answer_sets (name, version)
+            ON DELETE CASCADE)""",
+    "CREATE INDEX IF NOT EXISTS rs_items_seq ON answer_items (set_name, set_version, seq)",
+    """CREATE TABLE IF NOT EXISTS answer_labels (
+        set_name TEXT NOT NULL, set_version INTEGER NOT NULL, item_id TEXT NOT NULL,
+        criterion TEXT NOT NULL, labeller TEXT NOT NULL, passed INTEGER NOT NULL,
+        note TEXT NOT NULL, PRIMARY KEY (set_name, set_version, item_id, criterion, labeller),
+        FOREIGN KEY (set_name, set_version, item_id)
+            REFERENCES answer_items (set_name, set_version, item_id) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS regrade_jobs ({rowid}
+        job_id TEXT PRIMARY KEY, name TEXT NOT NULL, set_name TEXT NOT NULL,
+        set_version INTEGER NOT NULL, configs_json TEXT NOT NULL, status TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+        FOREIGN KEY (set_name, set_version) REFERENCES answer_sets (name, version))""",
+    "CREATE INDEX IF NOT EXISTS rs_regrade_created ON regrade_jobs (created_at)",
+    """CREATE TABLE IF NOT EXISTS regrade_results (
+        job_id TEXT NOT NULL REFERENCES regrade_jobs (job_id) ON DELETE CASCADE,
+        config_index INTEGER NOT NULL, item_id TEXT NOT NULL, repeat_index INTEGER NOT NULL,
+        result TEXT NOT NULL, explanation TEXT NOT NULL, criteria_json TEXT NOT NULL,
+        missing_json TEXT NOT NULL, error TEXT, input_tokens INTEGER, output_tokens INTEGER,
+        duration_s {real}, created_at TEXT NOT NULL,
+        PRIMARY KEY (job_id, config_index, item_id, repeat_index))""",
 )
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
@@ -166,7 +201,8 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
-          "experiments", "experiment_cells")
+          "experiments", "experiment_cells", "answer_sets", "answer_items", "answer_labels",
+          "regrade_jobs", "regrade_results")
 """Our tables other than ``meta``, each after the ones it refers to."""
 
 SEARCH_SEPARATOR = "\x1f"
