@@ -207,8 +207,8 @@ class SharedBackoff:
     def http_async_client(self) -> Any:
         """The ``openai.DefaultAsyncHttpxClient`` twin of `http_client`, for async calls.
 
-        Its connections belong to the experiments' event loop (`_experiment_loop`), where every
-        cell's model calls are made.
+        Its connections belong to the batch work loop (`rubric_core.background.work_loop`),
+        where every cell's (and re-graded item's) model calls are made.
         """
         with self._lock:
             if self._async_client is None:

@@ -43,6 +43,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core import session
+from rubric_core.background import drive
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
 from rubric_core.experiments.create import require_experiment
 from rubric_core.experiments.results import Tally, needs_run
@@ -168,23 +169,9 @@ def run_experiment(
     stop = stop or threading.Event()
     events: queue.Queue[ExperimentEvent | None] = queue.Queue()
 
-    def on_backoff(status_code: int, wait_s: float, hits: int) -> None:
-        events.put({"type": "experiment_backoff", "status_code": status_code,
-                    "wait_s": round(wait_s, 3), "hits": hits})
-
-    backoff.listeners.append(on_backoff)
     driver = _Driver(store, experiment, models, stop, events, concurrency, per_model or {},
                      retry_errors)
-    running = asyncio.run_coroutine_threadsafe(driver.run(), _experiment_loop())
-    try:
-        while (event := events.get()) is not None:
-            yield event
-    finally:
-        stop.set()
-        running.result()  # driver.run() keeps its failure instead of raising
-        backoff.listeners.remove(on_backoff)
-        if driver.failure is not None:
-            raise driver.failure
+    yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
 
 async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
@@ -201,26 +188,6 @@ async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
     finally:
         await run.aclose()
     return status, error
-
-
-_loop_lock = threading.Lock()
-_loop_holder: list[asyncio.AbstractEventLoop] = []
-
-
-def _experiment_loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop for experiments, running in a daemon thread (started once).
-
-    One loop for the life of the process, not one per `run_experiment`: the async HTTP
-    clients of the chat models (pooled connections) belong to the loop that opened them, and
-    models are kept between runs of an experiment.
-    """
-    with _loop_lock:
-        if not _loop_holder:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="experiments-loop",
-                             daemon=True).start()
-            _loop_holder.append(loop)
-        return _loop_holder[0]
 
 
 class _Driver:

@@ -11,12 +11,12 @@
   set's labels when asked (`rubric_core.align.aligned_prompt`; never an answer's own). Each
   repeat of ``grader_repeats`` is its own grading; `rubric_core.lab.results` combines them as
   the middleware does (`rubric_core.consensus.combine`).
-- Scheduling is the experiments' idea on a smaller unit: ``concurrency`` slots on one event
-  loop (one per process, in a daemon thread), each taking the next grading from a bounded
-  queue that a producer fills a page of answers at a time, so memory does not grow with the
-  set. A grading is a grader pass (one request at a time), so never more than ``concurrency``
-  requests are in flight. A 429 or 5xx slows every grading down through the shared backoff
-  (`rubric_core.http_retry.SharedBackoff`) instead of failing one.
+- Scheduling is the experiments' idea on a smaller unit: ``concurrency`` slots on the one
+  background loop the experiments use too (`rubric_core.background.work_loop`), each taking the
+  next grading from a bounded queue that a producer fills a page of answers at a time, so memory
+  does not grow with the set. A grading is a grader pass (one request at a time), so never more
+  than ``concurrency`` requests are in flight. A 429 or 5xx slows every grading down through the
+  shared backoff (`rubric_core.http_retry.SharedBackoff`) instead of failing one.
 - Each grading is recorded once, in one transaction, under its key (configuration, item,
   repeat) with a unique constraint (`Store.record_regrade_result`): a resume skips what is
   recorded (a graded answer is never graded again), and two processes resuming at once cannot
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, HumanMessage
 
 from rubric_core.align import MAX_EXAMPLES, Example, aligned_prompt
+from rubric_core.background import drive
 from rubric_core.experiments import check_limits
 from rubric_core.grader import bind_grader, build_grader_messages, drive_async, grade_steps
 from rubric_core.http_retry import SharedBackoff
@@ -120,40 +121,8 @@ def run_regrade(
     stop = stop or threading.Event()
     events: queue.Queue[RegradeEvent | None] = queue.Queue()
 
-    def on_backoff(status_code: int, wait_s: float, hits: int) -> None:
-        events.put({"type": "regrade_backoff", "status_code": status_code,
-                    "wait_s": round(wait_s, 3), "hits": hits})
-
-    backoff.listeners.append(on_backoff)
     driver = _Driver(store, job, configs, stop, events, concurrency)
-    running = asyncio.run_coroutine_threadsafe(driver.run(), _lab_loop())
-    try:
-        while (event := events.get()) is not None:
-            yield event
-    finally:
-        stop.set()
-        running.result()  # driver.run() keeps its failure instead of raising
-        backoff.listeners.remove(on_backoff)
-        if driver.failure is not None:
-            raise driver.failure
-
-
-_loop_lock = threading.Lock()
-_loop_holder: list[asyncio.AbstractEventLoop] = []
-
-
-def _lab_loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop for re-grades, in a daemon thread (started once).
-
-    One loop for the life of the process: the grader models' async HTTP clients (pooled
-    connections) belong to the loop that opened them.
-    """
-    with _loop_lock:
-        if not _loop_holder:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="regrade-loop", daemon=True).start()
-            _loop_holder.append(loop)
-        return _loop_holder[0]
+    yield from drive(driver, events, stop, backoff, "regrade_backoff")
 
 
 @dataclasses.dataclass
@@ -212,7 +181,7 @@ def few_shot_examples(config: GraderConfig, labels: list[ItemLabel],
 
 
 class _Driver:
-    """One session of a re-grade, as a coroutine on the lab's loop."""
+    """One session of a re-grade, as a coroutine on `rubric_core.background.work_loop`."""
 
     def __init__(self, store: Store, job: RegradeJob, configs: list[_Prepared],
                  stop: threading.Event, events: queue.Queue[RegradeEvent | None],

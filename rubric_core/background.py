@@ -1,0 +1,87 @@
+"""Batch work on one background event loop: the loop, and a bridge to synchronous callers.
+
+Experiments (`rubric_core.experiments.scheduler`) and re-grades (`rubric_core.lab.regrade`)
+both run their work items as coroutines on this process's one background loop, and both hand
+their progress to a synchronous caller (the app's page thread, the CLI) as a generator:
+
+- `work_loop`: the loop, in a daemon thread, started once for the life of the process. Chat
+  models' async HTTP clients (pooled connections, the shared backoff's client) belong to the
+  loop that opened them, so every batch of the process uses this one.
+- `drive`: starts a driver's ``run()`` on that loop and yields the events it puts on its queue
+  until it puts ``None``; closing the generator (or the caller's ``stop``) stops the driver,
+  waits for it to end, and re-raises the failure it kept. The shared backoff's waits are
+  reported on the same queue as ``{type: backoff_type, status_code, wait_s, hits}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import queue
+    from collections.abc import Iterator
+
+    from rubric_core.http_retry import SharedBackoff
+
+E = TypeVar("E")
+
+_loop_lock = threading.Lock()
+_loop_holder: list[asyncio.AbstractEventLoop] = []
+
+
+def work_loop() -> asyncio.AbstractEventLoop:
+    """This process's event loop for batch work, running in a daemon thread (started once)."""
+    with _loop_lock:
+        if not _loop_holder:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="rubric-work-loop",
+                             daemon=True).start()
+            _loop_holder.append(loop)
+        return _loop_holder[0]
+
+
+class Driver(Protocol):
+    """What `drive` runs: a coroutine that keeps its failure instead of raising it."""
+
+    failure: BaseException | None
+    """The exception that ended ``run()``, re-raised to the caller; None when it ended well."""
+
+    async def run(self) -> None:
+        """Do the work, putting events on the driver's queue and ``None`` when done."""
+
+
+def drive(driver: Driver, events: queue.Queue[Any], stop: threading.Event,
+          backoff: SharedBackoff, backoff_type: str) -> Iterator[Any]:
+    """Run ``driver`` on `work_loop` and yield its events (see the module docstring).
+
+    Args:
+        driver: The batch's driver; it watches ``stop``.
+        events: The queue the driver puts its events on, ``None`` last.
+        stop: Set when the caller closes the generator (Stop), before waiting for the driver.
+        backoff: The batch's shared backoff, whose waits become events.
+        backoff_type: The ``type`` of those events.
+
+    Raises:
+        BaseException: The failure the driver kept, after it ended.
+
+    """
+    def on_backoff(status_code: int, wait_s: float, hits: int) -> None:
+        events.put({"type": backoff_type, "status_code": status_code,
+                    "wait_s": round(wait_s, 3), "hits": hits})
+
+    backoff.listeners.append(on_backoff)
+    running = asyncio.run_coroutine_threadsafe(driver.run(), work_loop())
+    try:
+        while (event := events.get()) is not None:
+            yield event
+    finally:
+        stop.set()
+        running.result()  # driver.run() keeps its failure instead of raising
+        backoff.listeners.remove(on_backoff)
+        if driver.failure is not None:
+            raise driver.failure
+
+
+__all__ = ["Driver", "drive", "work_loop"]
