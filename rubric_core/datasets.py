@@ -198,7 +198,7 @@ def _records_csv(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]
     except csv.Error as exc:
         raise _csv_error(1, exc) from exc
     columns = [name.strip() for name in header]
-    _check_columns(columns, 1, by_name=False)
+    check_column_names(columns, 1, by_name=False)
     duplicates = sorted(name for name, count in Counter(columns).items() if count > 1)
     if duplicates:
         msg_0 = f"row 1: column {duplicates[0]!r} appears twice in the header"
@@ -236,10 +236,16 @@ def _count_rest(rows: Iterator[Any]) -> int:
     return count
 
 
-def _check_columns(columns: Sequence[str], row: int, *, by_name: bool) -> None:
-    """Refuse too many columns, an unnamed one or one with a name too long to repeat.
+def check_column_names(columns: Sequence[str], row: int, *, by_name: bool) -> None:
+    """Refuse too many columns, an unnamed one, or a name that cannot be kept as it is.
 
-    Messages name the column by its name (JSONL keys) or by its position (a CSV header).
+    A name too long to repeat in every row, holding a control character or a key. Messages
+    name the column by its name (JSONL keys) or by its position (a CSV header). Answer sets
+    (`rubric_core.lab.answers`) check their headers with it too.
+
+    Raises:
+        DatasetError: The first such column.
+
     """
     if len(columns) > MAX_DATASET_COLUMNS:
         msg = (f"the dataset has {len(columns):,} columns; the limit is "
@@ -270,6 +276,11 @@ def _check_columns(columns: Sequence[str], row: int, *, by_name: bool) -> None:
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 """Control characters: in a name printed to a terminal, an escape sequence can rewrite it."""
+
+
+def has_control_chars(text: str) -> bool:
+    """Whether ``text`` holds a control character (not allowed in names that are shown)."""
+    return _CONTROL.search(text) is not None
 
 
 def _check_name(name: str) -> None:
@@ -327,7 +338,7 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
             row[str(key)] = "" if cell is None else str(cell)
             columns[str(key)] = None
         if len(columns) > known:  # only a line that adds columns can break their limits
-            _check_columns(list(columns), line_no, by_name=True)
+            check_column_names(list(columns), line_no, by_name=True)
         records.append((line_no, row))
     return list(columns), records
 

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 
 from rubric_core.datasets import (
     MAX_CELL_CHARS,
-    MAX_COLUMN_NAME_CHARS,
     MAX_DATASET_BYTES,
-    MAX_DATASET_COLUMNS,
     MAX_DATASET_ROWS,
     DatasetError,
+    check_column_names,
+    has_control_chars,
     sniff_format,
 )
 from rubric_core.labels import labelled_verdicts
@@ -66,9 +66,6 @@ FAIL_WORDS = frozenset({"fail", "failed", "no", "n", "false", "0"})
 """Cells read as a fail verdict."""
 
 _LABEL_COLUMN = re.compile(r"^label(?:@(?P<who>[^:]+))?:(?P<criterion>.+)$", re.DOTALL)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
 class AnswerSetError(DatasetError):
     """An answer set that cannot be used, with where (row, column) and what to do."""
 
@@ -146,7 +143,7 @@ def parse_answers(data: bytes | str, *, name: str = "answers", fmt: str | None =
 
     """
     name = name.strip()
-    if not name or len(name) > 200 or _CONTROL.search(name):
+    if not name or len(name) > 200 or has_control_chars(name):
         msg = (f"the answer set name {name[:40]!r} must be 1 to 200 characters of plain text; "
                "give it a short name")
         raise AnswerSetError(msg)
@@ -192,26 +189,12 @@ def _decode(data: bytes | str) -> str:
 
 def _check_header(columns: Sequence[str], row: int) -> None:
     """Refuse too many columns, unknown or unnamed ones, and names that cannot be kept."""
-    if len(columns) > MAX_DATASET_COLUMNS:
-        msg = (f"row {row}: {len(columns):,} columns; the limit is {MAX_DATASET_COLUMNS:,}")
-        raise AnswerSetError(msg)
+    try:
+        check_column_names(columns, row, by_name=False)
+    except DatasetError as exc:
+        raise AnswerSetError(str(exc)) from None
     for index, column in enumerate(columns, start=1):
         where = f"row {row}, column {index}"
-        if not column.strip():
-            msg = f"{where}: the column has no name; name it request, answer, id or label:..."
-            raise AnswerSetError(msg)
-        if _CONTROL.search(column):
-            msg = (f"{where}: the column name holds a control character (a line break, a tab "
-                   "or an escape); name it with plain text")
-            raise AnswerSetError(msg)
-        if len(column) > MAX_COLUMN_NAME_CHARS:
-            msg = (f"{where}: a column name of {len(column):,} characters; the limit is "
-                   f"{MAX_COLUMN_NAME_CHARS:,}")
-            raise AnswerSetError(msg)
-        if redact(column) != column:
-            msg = (f"{where}: the column name holds an API key or a secret (or text shaped "
-                   "like one); rename the column")
-            raise AnswerSetError(msg)
         if column not in ("id", "request", "answer", "rubric") and not _LABEL_COLUMN.match(
                 column):
             msg = (f"{where}: unknown column {column[:40]!r}. An answer file has request, "
@@ -282,7 +265,7 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, str]]]:
 
 def _labeller(name: str, where: str) -> str:
     name = name.strip() if isinstance(name, str) else ""
-    if not name or len(name) > LABELLER_CHAR_LIMIT or _CONTROL.search(name):
+    if not name or len(name) > LABELLER_CHAR_LIMIT or has_control_chars(name):
         msg = (f"{where}: a labeller's name must be 1 to {LABELLER_CHAR_LIMIT} characters of "
                "plain text")
         raise AnswerSetError(msg)
@@ -302,7 +285,7 @@ def _item(row: int, values: dict[str, str], number: int, seen: set[str],
             msg = f"row {row}, column {column!r}: empty; every row needs a request and an answer"
             raise AnswerSetError(msg)
     item_id = (values.get("id") or "").strip() or str(number)
-    if redact(item_id) != item_id or _CONTROL.search(item_id):
+    if redact(item_id) != item_id or has_control_chars(item_id):
         msg = (f"row {row}, column 'id': the id holds an API key, a secret or a control "
                "character (or text shaped like one); give the row another id")
         raise AnswerSetError(msg)
