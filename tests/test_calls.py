@@ -1,0 +1,233 @@
+"""Call traces (`rubric_core.calls`): every model call of a run, caught, bounded and scrubbed.
+
+Model traffic goes to the loopback OpenAI-compatible server (`openai_server.CachingOpenAI`,
+which reports cached prompt tokens as OpenAI does), through the runner's three paths: the
+watched sync stream (``stream_events`` v3), the unwatched sync stream and ``astream`` (where
+grader repeats run under ``asyncio.gather``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from langchain_core.tools import tool
+from openai_server import CachingOpenAI, Reply, error, text, tool_call, verdict
+
+from rubric_core.calls import bounded_text, open_log
+from rubric_core.http_retry import SharedBackoff
+from rubric_core.models import model_resolver, resolve_model
+from rubric_core.redact import REDACTED
+from rubric_core.runner import RunSpec, arun_rubric, run_rubric
+from rubric_core.types import CALL_MESSAGE_CHAR_LIMIT, CALL_REPLY_CHAR_LIMIT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+RUBRIC = "- c1\n- c2"
+PROMPT = "Write a short note. " + "Context that stays the same on every call. " * 40
+FAIL = verdict("needs_revision", ("c2",))
+PASS = verdict("satisfied")
+
+
+class Scripted:
+    """Worker drafts and grader replies served by one caching server, told apart by tools."""
+
+    def __init__(self, drafts: list[Reply], grader: list[Reply], **kwargs: Any) -> None:
+        self.drafts, self.grader = list(drafts), list(grader)
+        self.server = CachingOpenAI(default=self.respond, **kwargs)
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        return self.grader.pop(0) if "GraderResponse" in names else self.drafts.pop(0)
+
+    def model(self, name: str, **kwargs: Any) -> Any:
+        return resolve_model(f"openai-compatible:{name}", base_url=self.server.base_url,
+                             api_key="test-key", **kwargs)
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    servers: list[Scripted] = []
+
+    def make(drafts: list[Reply], grader: list[Reply], **kwargs: Any) -> Scripted:
+        servers.append(Scripted(drafts, grader, **kwargs))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.server.stop()
+
+
+def _calls(events: list[Any]) -> list[dict[str, Any]]:
+    return [c for e in events if e["type"] in ("evaluation_finished", "run_finished")
+            for c in e.get("calls", [])]
+
+
+def _run(spec: RunSpec, path: str) -> list[Any]:
+    if path == "async":
+        async def consume() -> list[Any]:
+            return [e async for e in arun_rubric(spec)]
+
+        return asyncio.run(consume())
+    return list(run_rubric(spec))
+
+
+# --------------------------------------------------------------------------- capture
+
+
+@pytest.mark.parametrize("path", ["watched", "unwatched", "async"])
+def test_every_call_is_traced_with_cached_tokens_per_call_and_pass(scripted: Any,
+                                                                   path: str) -> None:
+    s = scripted([text("draft one"), text("draft two")], [FAIL, PASS])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"), max_iterations=3,
+                   watch_worker=path == "watched")
+    events = _run(spec, path)
+    assert events[-1]["status"] == "satisfied"
+    calls = _calls(events)
+    assert [(c["role"], c["iteration"]) for c in calls] == [
+        ("worker", 0), ("grader", 0), ("worker", 1), ("grader", 1)]
+    # Every call's usage is the server's, as reported, in the order it answered.
+    assert [c["cached_input_tokens"] for c in calls] == s.server.cached
+    assert all(c["status"] == "ok" and c["model"] in ("worker", "grader") for c in calls)
+    assert all(c["provider"] == "openai" and c["latency_s"] > 0 for c in calls)
+    # The grader's stable start (instructions, criteria, request) is cached on its 2nd call.
+    first_grader, second_grader = calls[1], calls[3]
+    assert first_grader["cached_input_tokens"] == 0
+    assert second_grader["cached_input_tokens"] >= 256
+    assert second_grader["cached_input_tokens"] < second_grader["input_tokens"]
+    evaluations = [e["evaluation"] for e in events if e["type"] == "evaluation_finished"]
+    assert [ev["cached_input_tokens"] for ev in evaluations] == [
+        first_grader["cached_input_tokens"], second_grader["cached_input_tokens"]]
+    assert [ev["input_tokens"] for ev in evaluations] == [
+        first_grader["input_tokens"], second_grader["input_tokens"]]
+    # Messages as sent and the reply with its tool call.
+    assert calls[0]["messages"][0] == {"role": "human", "text": PROMPT}
+    assert calls[0]["reply"]["text"] == "draft one"
+    assert calls[1]["tools"] == ["GraderResponse"]
+    verdict_call = calls[1]["reply"]["tool_calls"][0]
+    assert verdict_call["name"] == "GraderResponse"
+    assert json.loads(verdict_call["args"])["result"] == "needs_revision"
+    assert calls[2]["messages"][-1]["role"] == "human"  # the revision turn
+    assert calls[2]["messages"][-1]["name"] == "rubric_grader"
+    # Streamed calls know their first token; the worker streams when watched.
+    assert (calls[0]["first_token_s"] is not None) == (path == "watched")
+
+
+def test_grader_repeats_under_gather_are_each_traced(scripted: Any) -> None:
+    s = scripted([text("draft")], [PASS, PASS, PASS])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"), grader_repeats=3, watch_worker=False)
+    events = _run(spec, "async")
+    calls = _calls(events)
+    assert [(c["role"], c["iteration"]) for c in calls] == [("worker", 0)] + [("grader", 0)] * 3
+    assert len({c["call_id"] for c in calls}) == 4
+    evaluation = events[-1]["evaluations"][0]
+    assert evaluation["cached_input_tokens"] == sum(c["cached_input_tokens"] for c in calls[1:])
+    assert evaluation["input_tokens"] == sum(c["input_tokens"] for c in calls[1:])
+
+
+def test_grader_retry_is_an_error_call_then_the_next_attempt(scripted: Any) -> None:
+    s = scripted([text("draft")], [error(500, "server fell over"), PASS])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"))
+    events = _run(spec, "unwatched")
+    assert events[-1]["status"] == "satisfied"
+    grader = [c for c in _calls(events) if c["role"] == "grader"]
+    assert [(c["status"], c["attempt"]) for c in grader] == [("error", 0), ("ok", 1)]
+    assert "server fell over" in grader[0]["error"] and grader[0]["reply"] is None
+
+
+@pytest.mark.parametrize("path", ["unwatched", "async"])
+def test_http_retries_of_the_shared_backoff_are_counted_per_call(scripted: Any,
+                                                                 path: str) -> None:
+    s = scripted([error(503, "busy"), error(429, "slow down"), text("draft")], [PASS])
+    models = model_resolver(backoff=SharedBackoff(base_s=0.0, max_s=0.0), streaming=False,
+                            api_key="test-key")
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, watch_worker=False,
+                   worker=models("openai-compatible:worker", "worker", s.server.base_url),
+                   grader=models("openai-compatible:grader", "grader", s.server.base_url))
+    calls = _calls(_run(spec, path))
+    assert [(c["role"], c["http_retries"]) for c in calls] == [("worker", 2), ("grader", 0)]
+
+
+def test_a_worker_that_raises_mid_run_is_recorded_as_an_error_call(scripted: Any) -> None:
+    s = scripted([text("draft"), error(400, "context too long")], [FAIL])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"))
+    events = _run(spec, "watched")
+    assert events[-1]["status"] == "error"  # as before: the run ends on the worker's error
+    failed = events[-1]["calls"]
+    assert [(c["role"], c["iteration"], c["status"]) for c in failed] == [
+        ("worker", 1, "error")]
+    assert "context too long" in failed[0]["error"]
+
+
+def test_calls_on_untraced_threads_are_not_kept(scripted: Any) -> None:
+    s = scripted([text("draft"), text("outside")], [PASS])
+    log = open_log("some-other-thread")
+    worker = s.model("worker")
+    events = list(run_rubric(RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=worker,
+                                     grader=s.model("grader"))))
+    assert len(_calls(events)) == 2 and log.drain() == []
+    # The same model used outside any run answers as before and leaves no trace anywhere.
+    assert worker.invoke("hi").content == "outside"
+    assert log.drain() == []
+
+
+# --------------------------------------------------------------------------- bounds, secrets
+
+
+def test_bounded_text_never_keeps_part_of_a_key_cut_at_the_edge() -> None:
+    key = "sk-" + "A1b2C3d4" * 8
+    for offset in range(-70, 10, 7):  # the key straddles the head's cut, then the tail's
+        head_cut = (200 - 80) * 3 // 4
+        body = "x " * ((head_cut + offset) // 2) + key + " y" * 2_500
+        kept = bounded_text(body, 200)
+        assert "A1b2C3d4A1b2" not in kept and "sk-A1b2" not in kept
+        tail = "z " * 2_500 + key + " w" * ((30 + offset + 60) // 2)
+        assert "A1b2C3d4A1b2" not in bounded_text(tail, 200)
+    # Whole, in kept text, the key is scrubbed as usual.
+    assert bounded_text(f"my {key} here", 200) == f"my {REDACTED} here"
+
+
+def test_a_five_megabyte_reply_is_kept_bounded(scripted: Any) -> None:
+    huge = "word " * 1_000_000
+    s = scripted([text(huge)], [PASS])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"), watch_worker=False)
+    calls = _calls(_run(spec, "unwatched"))
+    worker, grader = calls
+    assert len(worker["reply"]["text"]) < CALL_REPLY_CHAR_LIMIT + 200
+    assert "characters omitted by Rubric Studio" in worker["reply"]["text"]
+    assert all(len(m["text"]) < CALL_MESSAGE_CHAR_LIMIT + 200 for m in grader["messages"])
+    assert len(json.dumps(calls)) < 100_000
+
+
+def test_keys_in_a_reply_and_in_tool_output_are_scrubbed(
+        scripted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "Zq81hd7Gq0Lm2-configured-secret"
+    monkeypatch.setenv("MY_SERVICE_API_KEY", secret)
+    shaped = "sk-proj-" + "K3y" * 12
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return f"found {query} and {secret}"
+
+    s = scripted([text(f"draft with {secret} and {shaped}")],
+                 [tool_call("lookup", {"query": shaped}), PASS])
+    spec = RunSpec(prompt=PROMPT, rubric=RUBRIC, worker=s.model("worker"),
+                   grader=s.model("grader"), grader_tools=[lookup])
+    events = _run(spec, "watched")
+    assert events[-1]["status"] == "satisfied"
+    calls = _calls(events)
+    assert len(calls) == 3
+    dumped = json.dumps(calls)
+    assert secret not in dumped and shaped not in dumped and "K3yK3yK3y" not in dumped
+    assert REDACTED in calls[0]["reply"]["text"]
+    tool_result = [m for m in calls[2]["messages"] if m["role"] == "tool"]
+    assert tool_result and REDACTED in tool_result[0]["text"]
