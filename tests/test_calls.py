@@ -16,11 +16,14 @@ import pytest
 from langchain_core.tools import tool
 from openai_server import CachingOpenAI, Reply, error, text, tool_call, verdict
 
+from rubric_core import session
 from rubric_core.calls import bounded_text, open_log
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import model_resolver, resolve_model
 from rubric_core.redact import REDACTED
 from rubric_core.runner import RunSpec, arun_rubric, run_rubric
+from rubric_core.settings import RunSettings
+from rubric_core.store import RunTakenOver, Store
 from rubric_core.types import CALL_MESSAGE_CHAR_LIMIT, CALL_REPLY_CHAR_LIMIT
 
 if TYPE_CHECKING:
@@ -231,3 +234,76 @@ def test_keys_in_a_reply_and_in_tool_output_are_scrubbed(
     assert REDACTED in calls[0]["reply"]["text"]
     tool_result = [m for m in calls[2]["messages"] if m["role"] == "tool"]
     assert tool_result and REDACTED in tool_result[0]["text"]
+
+
+# --------------------------------------------------------------------------- stored with the run
+
+
+def _call(call_id: str, *, text_chars: int = 10, **fields: Any) -> dict[str, Any]:
+    return {"call_id": call_id, "role": "grader", "iteration": 0, "grading_run_id": "g",
+            "attempt": 0, "provider": "openai", "model": "gpt-x-2026", "status": "ok",
+            "error": None, "started_at": "2026-12-05T10:00:00.000000+00:00", "latency_s": 0.5,
+            "first_token_s": None, "input_tokens": 1200, "cached_input_tokens": 1024,
+            "cache_creation_tokens": 0, "output_tokens": 30, "http_retries": 0,
+            "messages": [{"role": "human", "text": "q" * text_chars}], "messages_total": 1,
+            "reply": {"role": "ai", "text": "a"}, "tools": ["GraderResponse"],
+            "content_kept": True, **fields}
+
+
+def test_calls_round_trip_once_each_within_the_run_bounds(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = store.create_run(RunSettings(prompt="p", rubric="- c1", title="t"), owner="me")
+    first = [_call("a"), _call("b", role="worker", iteration=1, grading_run_id=None)]
+    assert store.add_calls(run.run_id, first, owner="me") == 2
+    assert store.calls(run.run_id) == first
+    assert store.add_calls(run.run_id, first, owner="me") == 0  # a resumed pass repeats them
+    # Past the run's text budget a call keeps its numbers, not its text.
+    monkeypatch.setattr("rubric_core.store._calls.CALL_CONTENT_BUDGET_CHARS", 5_000)
+    assert store.add_calls(run.run_id, [_call("c", text_chars=4_000),
+                                        _call("d", text_chars=4_000)], owner="me") == 2
+    c, d = store.calls(run.run_id)[2:]
+    assert c["content_kept"] and len(c["messages"][0]["text"]) == 4_000
+    assert not d["content_kept"] and d["messages"] == [] and d["reply"] is None
+    assert (d["input_tokens"], d["cached_input_tokens"], d["model"]) == (1200, 1024, "gpt-x-2026")
+    # And past the most calls a run keeps, calls are not stored at all.
+    monkeypatch.setattr("rubric_core.store._calls.MAX_CALLS_PER_RUN", 5)
+    assert store.add_calls(run.run_id, [_call("e"), _call("f"), _call("g")], owner="me") == 1
+    assert [c["call_id"] for c in store.calls(run.run_id)] == ["a", "b", "c", "d", "e"]
+    assert store.calls_for_runs([run.run_id, "nope"])["nope"] == []
+    assert store.delete_run(run.run_id) and store.calls(run.run_id) == []
+
+
+def test_a_former_owner_cannot_write_calls_after_a_takeover(store: Store) -> None:
+    run = store.create_run(RunSettings(prompt="p", rubric="- c1", title="t"), owner="paused")
+    assert store.claim_run(run.run_id, owner="resumer",
+                           stale_before="9999-01-01T00:00:00.000000+00:00")
+    with pytest.raises(RunTakenOver):
+        store.add_calls(run.run_id, [_call("late")], owner="paused")
+    assert store.calls(run.run_id) == []
+    assert store.add_calls(run.run_id, [_call("mine")], owner="resumer") == 1
+    with pytest.raises(KeyError):
+        store.add_calls("no-such-run", [_call("x")])
+
+
+def test_a_recorded_run_keeps_its_calls_and_cached_tokens(
+        store: Store, scripted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "Zq81hd7Gq0Lm2-configured-secret"
+    monkeypatch.setenv("MY_SERVICE_API_KEY", secret)
+    s = scripted([text(f"draft one {secret}"), text("draft two")], [FAIL, PASS])
+    settings = RunSettings(prompt=PROMPT, rubric=RUBRIC, worker_model="openai-compatible:w",
+                           grader_model="openai-compatible:g", base_url=s.server.base_url)
+    run = session.start(store, settings, models=model_resolver(api_key="test-key"))
+    for _ in run:
+        pass
+    record = store.get_run(run.run_id)
+    assert record is not None and record.status == "satisfied"
+    calls = store.calls(run.run_id)
+    assert [(c["role"], c["iteration"]) for c in calls] == [
+        ("worker", 0), ("grader", 0), ("worker", 1), ("grader", 1)]
+    assert [c["cached_input_tokens"] for c in calls] == s.server.cached
+    evaluations = store.evaluations(run.run_id)
+    assert [ev["cached_input_tokens"] for ev in evaluations] == [
+        calls[1]["cached_input_tokens"], calls[3]["cached_input_tokens"]]
+    assert record.cached_input_tokens == calls[3]["cached_input_tokens"] > 0
+    assert record.input_tokens == calls[1]["input_tokens"] + calls[3]["input_tokens"]
+    assert secret not in json.dumps(calls) and REDACTED in calls[0]["reply"]["text"]
