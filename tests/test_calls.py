@@ -9,7 +9,12 @@ grader repeats run under ``asyncio.gather``).
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -29,6 +34,7 @@ from rubric_core.types import CALL_MESSAGE_CHAR_LIMIT, CALL_REPLY_CHAR_LIMIT
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = "- c1\n- c2"
 PROMPT = "Write a short note. " + "Context that stays the same on every call. " * 40
 FAIL = verdict("needs_revision", ("c2",))
@@ -307,3 +313,57 @@ def test_a_recorded_run_keeps_its_calls_and_cached_tokens(
     assert record.cached_input_tokens == calls[3]["cached_input_tokens"] > 0
     assert record.input_tokens == calls[1]["input_tokens"] + calls[3]["input_tokens"]
     assert secret not in json.dumps(calls) and REDACTED in calls[0]["reply"]["text"]
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and k != "RUBRIC_STUDIO_BASE_URL"
+           and not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
+    return subprocess.run([sys.executable, "-m", "rubric_core", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_run_records_cached_tokens_per_call_pass_and_run(scripted: Any,
+                                                             tmp_path: Path) -> None:
+    s = scripted([text("draft one"), text("draft two")], [FAIL, PASS])
+    db = tmp_path / "runs.sqlite3"
+    proc = _cli("run", "--model", "openai-compatible:worker", "--grader",
+                "openai-compatible:grader", "--base-url", s.server.base_url, "--prompt", PROMPT,
+                "--rubric", RUBRIC, "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    with Store(db) as store:
+        [record] = store.list_runs()
+        calls = store.calls(record.run_id)
+        evaluations = store.evaluations(record.run_id)
+    assert [c["cached_input_tokens"] for c in calls] == s.server.cached
+    cached = calls[3]["cached_input_tokens"]
+    assert cached > 0 and [e["cached_input_tokens"] for e in evaluations] == [0, cached]
+    assert record.cached_input_tokens == cached
+    # Visible as each pass is printed.
+    assert f"grader tokens: {calls[3]['input_tokens']} in ({cached} cached)" in proc.stdout
+    assert f"grader tokens: {calls[1]['input_tokens']} in (0 cached)" in proc.stdout
+
+
+def test_cli_eval_sums_cached_tokens_per_configuration(scripted: Any, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,prompt\n" + "".join(
+        f"r{i},{PROMPT} Row {i}.\n" for i in range(2)), encoding="utf-8")
+    s = scripted([text("answer")] * 2, [PASS] * 2)
+    db, summary = tmp_path / "runs.sqlite3", tmp_path / "summary.csv"
+    proc = _cli("eval", "--dataset", str(rows), "--rubric", RUBRIC, "--db", str(db),
+                "--config", f"worker=openai-compatible:w,grader=openai-compatible:g,"
+                f"base_url={s.server.base_url}", "--concurrency", "1",
+                "--summary-csv", str(summary))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with Store(db) as store:
+        runs = store.list_runs()
+        total = sum(r.cached_input_tokens or 0 for r in runs)
+        assert sum(c["cached_input_tokens"] for r in runs for c in store.calls(r.run_id)) == sum(
+            s.server.cached)
+    assert total > 0  # the second row's grader call repeats the first's long start
+    [row] = list(csv.DictReader(summary.open(encoding="utf-8")))
+    assert list(row)[-1] == "cached_input_tokens" and int(row["cached_input_tokens"]) == total
+    assert "cached_input_tokens" in proc.stdout
