@@ -3,43 +3,43 @@
 One row per (run, iteration, criterion). A ``grader_error`` pass, which has no criteria,
 gives a single row whose criterion columns are empty. Columns, in this stable order:
 
-================  ========  ==================================================================
-Column            Type      Meaning
-================  ========  ==================================================================
-run_id            str       Id of the run in the run index (empty when exported without one).
-run_title         str       The run's human label.
-worker_model      str       ``provider:model`` of the worker agent.
-grader_model      str       ``provider:model`` of the grader.
-run_status        str       The run's final (or current) status, e.g. ``satisfied``.
-grading_run_id    str       Shared by every pass of one rubric attempt.
-iteration         int       0-based grader pass within its grading run.
-criterion_index   Int64     0-based position of the criterion in the grader's answer
-                            (rubric order); empty on a ``grader_error`` row.
-criterion         str       The criterion as the grader named it; empty on a ``grader_error``.
-passed            boolean   Whether the answer met the criterion; empty on a ``grader_error``.
-gap               str       What was missing or wrong; empty when the criterion passed.
-result            str       The grader's verdict for the pass (``satisfied``,
-                            ``needs_revision``, ``failed`` or ``grader_error``).
-status            str       The grading run's status after the pass (adds
-                            ``max_iterations_reached``).
-unverified        bool      True when the grader left criteria unanswered.
-explanation       str       The grader's summary of the pass (the error for ``grader_error``).
-duration_s        float     Wall-clock seconds of the pass.
-input_tokens      Int64     Grader input tokens, where the provider reports usage.
-output_tokens     Int64     Grader output tokens, where the provider reports usage.
-agreement         float     With grader repeats: the share of repeats whose verdict on the
-                            criterion agrees with the consensus; empty when graded once.
-unstable          bool      The grader repeats did not all agree on the criterion.
-regressed         bool      The criterion passed on the previous pass and fails on this one.
-stalled           bool      The answer is the previous attempt's, unchanged.
-answer            str       The text that was graded, on the first row of its iteration only
-                            (empty on the iteration's other criterion rows, so a long answer
-                            is written once per pass, not once per criterion).
-cached_input_...  Int64     ``cached_input_tokens``: of the grader's input tokens, those read
-                            from the provider's prompt cache (added last, after the others).
-================  ========  ==================================================================
+====================  ========  ==============================================================
+Column                Type      Meaning
+====================  ========  ==============================================================
+run_id                str       Id of the run in the run index (empty when exported without one).
+run_title             str       The run's human label.
+worker_model          str       ``provider:model`` of the worker agent.
+grader_model          str       ``provider:model`` of the grader.
+run_status            str       The run's final (or current) status, e.g. ``satisfied``.
+grading_run_id        str       Shared by every pass of one rubric attempt.
+iteration             int       0-based grader pass within its grading run.
+criterion_index       Int64     0-based position of the criterion in the grader's answer
+                                (rubric order); empty on a ``grader_error`` row.
+criterion             str       The criterion as the grader named it; empty on a ``grader_error``.
+passed                boolean   Whether the answer met the criterion; empty on a ``grader_error``.
+gap                   str       What was missing or wrong; empty when the criterion passed.
+result                str       The grader's verdict for the pass (``satisfied``,
+                                ``needs_revision``, ``failed`` or ``grader_error``).
+status                str       The grading run's status after the pass (adds
+                                ``max_iterations_reached``).
+unverified            bool      True when the grader left criteria unanswered.
+explanation           str       The grader's summary of the pass (the error for ``grader_error``).
+duration_s            float     Wall-clock seconds of the pass.
+input_tokens          Int64     Grader input tokens, where the provider reports usage.
+output_tokens         Int64     Grader output tokens, where the provider reports usage.
+agreement             float     With grader repeats: the share of repeats whose verdict on the
+                                criterion agrees with the consensus; empty when graded once.
+unstable              bool      The grader repeats did not all agree on the criterion.
+regressed             bool      The criterion passed on the previous pass and fails on this one.
+stalled               bool      The answer is the previous attempt's, unchanged.
+answer                str       The text that was graded, on the first row of its iteration only
+                                (empty on the iteration's other criterion rows, so a long answer
+                                is written once per pass, not once per criterion).
+cached_input_tokens   Int64     Of the grader's input tokens, those read from the provider's prompt
+                                cache (added last, after the others were published).
+====================  ========  ==============================================================
 
-JSON exports with call traces (``export_rows(..., calls=True)``, `JSON_COLUMNS`) add one
+JSON exports with call traces (``export_rows(..., calls=store)``, `JSON_COLUMNS`) add one
 field, ``calls``: on the first row of each pass, the model calls of that pass (the worker's
 answer and the grader's calls, `rubric_core.types.ModelCallRecord`); the calls of a pass that
 has no evaluation (a worker call that raised) go on the run's last row, each naming its own
@@ -86,7 +86,7 @@ EXPORT_COLUMNS: tuple[str, ...] = (
 """Export columns in their documented, stable order (see the module docstring)."""
 
 JSON_COLUMNS: tuple[str, ...] = (*EXPORT_COLUMNS, "calls")
-"""The JSON export's fields when it carries call traces (``export_rows(..., calls=True)``)."""
+"""The JSON export's fields when it carries call traces (``export_rows(..., calls=...)``)."""
 
 FORMULA_PREFIXES: tuple[str, ...] = ("=", "+", "-", "@", "＝", "＋", "－", "＠", "\t", "\r")
 """Leading characters that make a spreadsheet treat a cell as a formula."""
