@@ -75,6 +75,9 @@ to this length that straddles a cut is whole when scrubbed, and none of it is ke
 _TOOLS_KEPT = 64
 """Tool names kept per call."""
 
+_CACHED_MESSAGES = 256
+"""Kept messages a run's `MessageCache` holds before it starts afresh."""
+
 
 def bounded_text(text: str, limit: int, secrets: Sequence[str] | None = None) -> str:
     """``text`` scrubbed of secrets and cut to about ``limit`` characters around a marker.
@@ -137,20 +140,50 @@ def call_message(message: BaseMessage, limit: int, secrets: Sequence[str] | None
     return kept
 
 
-def sent_messages(messages: Sequence[BaseMessage], secrets: Sequence[str] | None = None
-                  ) -> list[CallMessage]:
+class MessageCache:
+    """Messages already kept by a run's earlier calls, so each is cut and scrubbed once.
+
+    A run's calls send the same messages again and again (the worker's conversation grows by
+    a turn a pass; every grader call starts with the same instructions), and scrubbing is
+    most of what a trace costs. Keyed by the message's kind, name and text (a text's hash is
+    computed once per string object); a message carrying tool calls is not cached. Emptied
+    when the configured secrets change, and when it holds `_CACHED_MESSAGES` entries.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str | None, str, str | None], CallMessage] = {}
+        self._secrets: Sequence[str] = ()
+
+    def kept(self, message: BaseMessage, secrets: Sequence[str]) -> CallMessage:
+        """``call_message(message)`` (the trace's form of a sent message), once per text."""
+        if isinstance(message, AIMessage) and (message.tool_calls
+                                               or message.invalid_tool_calls):
+            return call_message(message, CALL_MESSAGE_CHAR_LIMIT, secrets)
+        if secrets != self._secrets or len(self._kept) >= _CACHED_MESSAGES:
+            self._kept, self._secrets = {}, list(secrets)
+        content = message.content
+        text = content if isinstance(content, str) else message_text(message)
+        key = (message.type, message.name, text, getattr(message, "tool_call_id", None))
+        shaped = self._kept.get(key)
+        if shaped is None:
+            shaped = self._kept[key] = call_message(message, CALL_MESSAGE_CHAR_LIMIT, secrets)
+        return shaped
+
+
+def sent_messages(messages: Sequence[BaseMessage], secrets: Sequence[str] | None = None,
+                  cache: MessageCache | None = None) -> list[CallMessage]:
     """The messages of a call as its trace keeps them: the start, the end, a marker between."""
     known = secret_values() if secrets is None else secrets
+    cache = cache or MessageCache()
     if len(messages) <= CALL_MESSAGES_KEPT:
-        return [call_message(m, CALL_MESSAGE_CHAR_LIMIT, known) for m in messages]
+        return [cache.kept(m, known) for m in messages]
     tail_n = CALL_MESSAGES_KEPT - CALL_HEAD_MESSAGES
     left_out = len(messages) - CALL_MESSAGES_KEPT
     marker: CallMessage = {"role": "marker",
                            "text": f"[… {left_out:,} messages omitted by Rubric Studio …]"}
-    return [*(call_message(m, CALL_MESSAGE_CHAR_LIMIT, known)
-              for m in messages[:CALL_HEAD_MESSAGES]),
+    return [*(cache.kept(m, known) for m in messages[:CALL_HEAD_MESSAGES]),
             marker,
-            *(call_message(m, CALL_MESSAGE_CHAR_LIMIT, known) for m in messages[-tail_n:])]
+            *(cache.kept(m, known) for m in messages[-tail_n:])]
 
 
 class CallLog:
@@ -166,6 +199,8 @@ class CallLog:
         """The pass the worker's next answer is for (the pass after the last grader call)."""
         self.grading_run_id: str | None = None
         """The grading run of the last grader call seen."""
+        self.messages = MessageCache()
+        """The run's messages as kept so far (each message is cut and scrubbed once)."""
 
     def add(self, record: ModelCallRecord) -> None:
         """Keep one finished call."""
@@ -285,7 +320,7 @@ class CallTracer(BaseCallbackHandler):
         self._open[run_id] = _Open(
             log, role, iteration, grading_run_id, int(meta.get(GRADER_ATTEMPT_KEY) or 0),
             meta.get("ls_provider"), _requested_model(serialized, meta, params),
-            sent_messages(sent), len(sent), _tool_names(params), retries)
+            sent_messages(sent, cache=log.messages), len(sent), _tool_names(params), retries)
 
     def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:  # noqa: ARG002
         """Note when the first streamed token came."""
@@ -306,8 +341,13 @@ class CallTracer(BaseCallbackHandler):
             meta = message.response_metadata or {}
             reported = meta.get("model_name") or meta.get("model")
         reported = reported or (response.llm_output or {}).get("model_name")
-        reply = (call_message(message, CALL_REPLY_CHAR_LIMIT)
-                 if isinstance(message, AIMessage) else None)
+        reply = None
+        if isinstance(message, AIMessage):
+            known = secret_values()
+            # A reply that needs no cut is kept as the run's next call will send it: once.
+            short = len(message_text(message)) <= CALL_MESSAGE_CHAR_LIMIT
+            reply = (call.log.messages.kept(message, known) if short
+                     else call_message(message, CALL_REPLY_CHAR_LIMIT, known))
         call.log.add(self._record(run_id, call, str(reported or call.model), usage, reply, None))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID,
@@ -361,6 +401,7 @@ __all__ = [
     "CALL_TRACER",
     "CallLog",
     "CallTracer",
+    "MessageCache",
     "attach",
     "bounded_text",
     "call_message",
