@@ -367,3 +367,19 @@ def test_cli_eval_sums_cached_tokens_per_configuration(scripted: Any, tmp_path: 
     [row] = list(csv.DictReader(summary.open(encoding="utf-8")))
     assert list(row)[-1] == "cached_input_tokens" and int(row["cached_input_tokens"]) == total
     assert "cached_input_tokens" in proc.stdout
+
+
+def test_a_recorded_run_whose_worker_raises_keeps_the_failed_call(store: Store,
+                                                                  scripted: Any) -> None:
+    s = scripted([text("draft"), error(400, "context too long")], [FAIL])
+    settings = RunSettings(prompt=PROMPT, rubric=RUBRIC, worker_model="openai-compatible:w",
+                           grader_model="openai-compatible:g", base_url=s.server.base_url)
+    run = session.start(store, settings, models=model_resolver(api_key="test-key"))
+    for _ in run:
+        pass
+    record = store.get_run(run.run_id)
+    assert record is not None and record.status == "error"  # as before
+    calls = store.calls(run.run_id)
+    assert [(c["role"], c["iteration"], c["status"]) for c in calls] == [
+        ("worker", 0, "ok"), ("grader", 0, "ok"), ("worker", 1, "error")]
+    assert "context too long" in (calls[-1]["error"] or "")
