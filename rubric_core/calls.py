@@ -233,10 +233,14 @@ def open_log(thread_id: str, *, iteration: int = 0) -> CallLog:
 
 
 def close_log(thread_id: str, log: CallLog) -> None:
-    """Stop tracing ``thread_id`` (if ``log`` is still the one that traces it)."""
+    """Stop tracing ``thread_id`` (if ``log`` is still the one that traces it).
+
+    Calls of the log still open (a call whose end was never reported) are forgotten.
+    """
     with _logs_lock:
         if _logs.get(thread_id) is log:
             del _logs[thread_id]
+    CALL_TRACER.forget(log)
 
 
 class _Open:
@@ -356,6 +360,12 @@ class CallTracer(BaseCallbackHandler):
         call = self._open.pop(run_id, None)
         if call is not None:
             call.log.add(self._record(run_id, call, call.model, None, None, error_text(error)))
+
+    def forget(self, log: CallLog) -> None:
+        """Drop the open calls of a log that was closed."""
+        for run_id, call in list(self._open.items()):
+            if call.log is log:
+                self._open.pop(run_id, None)
 
     @staticmethod
     def _record(run_id: UUID, call: _Open, model: str, usage: Any, reply: CallMessage | None,
