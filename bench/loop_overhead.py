@@ -16,6 +16,11 @@ Run from the repository root:
 
     .venv/bin/python bench/loop_overhead.py            # print the table
     .venv/bin/python bench/loop_overhead.py --check    # also exit 1 if ratio at N=10 > 0.7
+    .venv/bin/python bench/loop_overhead.py --calls    # also ours with call traces on
+
+With ``--calls`` a third contender, ``ours+calls``, runs ours with every model call traced as
+the runner traces a run's calls (`rubric_core.calls`: the handler on both models, a log open
+for the run's thread), so the cost of call traces reads off beside ours.
 """
 
 from __future__ import annotations
@@ -125,17 +130,32 @@ def run_once(name: str, middleware_class: Callable[..., Any], passes: int) -> Ru
     """Build a fresh agent, time one rubric loop of ``passes`` iterations, and check it ran."""
     worker = ScriptedChatModel(script=worker_script)
     grader = ScriptedChatModel(script=grader_script(passes))
+    thread_id = f"bench-{name}-{uuid.uuid4().hex}"
+    traced = name == "ours+calls"
+    if traced:
+        from rubric_core.calls import attach, close_log, open_log
+
+        attach(worker)
+        attach(grader)
+        log = open_log(thread_id)
     middleware = middleware_class(model=grader, max_iterations=passes)
     agent = create_agent(model=worker, middleware=[middleware], checkpointer=InMemorySaver())
     config: Any = {
-        "configurable": {"thread_id": f"bench-{name}-{uuid.uuid4().hex}"},
+        "configurable": {"thread_id": thread_id},
         "recursion_limit": 20 * passes + 20,
     }
     payload: Any = {"messages": [HumanMessage(PROMPT)], "rubric": RUBRIC}
     gc.collect()
     started = time.perf_counter()
     agent.invoke(payload, config)
+    if traced:
+        calls = log.drain()  # the runner hands a pass's calls over as the pass ends
     wall = time.perf_counter() - started
+    if traced:
+        close_log(thread_id, log)
+        if len(calls) != 2 * passes:
+            msg = f"{name}: expected {2 * passes} traced calls, got {len(calls)}"
+            raise RuntimeError(msg)
 
     status = agent.get_state(config).values.get("_rubric_status")
     if (worker.calls, grader.calls, status) != (passes, passes, "satisfied"):
@@ -234,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"exit 1 if ours/deepagents at N={max(ITERATIONS)} is above {CHECK_MAX_RATIO}",
     )
+    parser.add_argument("--calls", action="store_true",
+                        help="also run ours with call traces on (ours+calls)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -246,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rubric_core.RubricMiddleware is not available ({ours}); measuring deepagents only.")
     else:
         contenders["ours"] = ours
+        if args.calls:
+            contenders["ours+calls"] = ours
     contenders["deepagents"] = load_deepagents()
 
     # No traces leave the machine, and tracing costs are the same (none) for both.

@@ -45,6 +45,27 @@ def show_messages(messages: list[sup.UiMessage]) -> None:
         getattr(st, message.level)(message.text)
 
 
+def draw_calls(run_id: str) -> None:
+    """The Calls view: the run's model calls per pass, and one call's messages and reply."""
+    calls = store.calls(run_id)
+    st.caption(sup.calls_summary(calls))
+    if not calls:
+        return
+    st.dataframe(sup.calls_frame(calls), hide_index=True, width="stretch", key="review_calls")
+    index = st.selectbox("Call", range(len(calls)), key=f"review_call_{run_id}",
+                         format_func=lambda i: sup.call_label(calls, i))
+    detail = sup.call_detail(calls[index])
+    st.caption(detail.facts)
+    for note in detail.notes:
+        st.info(note)
+    for message in detail.messages:
+        st.markdown(f"**{message.heading}**")
+        st.text(message.text)
+    if detail.reply is not None:
+        st.markdown(f"**Reply · {detail.reply.heading}**")
+        st.text(detail.reply.text)
+
+
 def side_by_side(label_a: str, ev_a: dict, label_b: str, ev_b: dict,
                  rubrics: tuple[str, str] | None = None) -> None:
     left, right = st.columns(2)
@@ -112,6 +133,8 @@ tokens = None if record.input_tokens is None and record.output_tokens is None el
     (record.input_tokens or 0) + (record.output_tokens or 0))
 cols[3].metric("Grader tokens", "n/a" if tokens is None else tokens,
                help="Reported by the grader's provider; offline graders report none.")
+if caption := sup.tokens_caption(record):
+    st.caption(caption)
 with st.expander("Prompt, rubric and models"):
     st.markdown(f"**Prompt**\n\n{record.prompt}\n\n**Rubric**\n\n{record.rubric}")
     for label, text in (("Worker system prompt", record.worker_system_prompt),
@@ -132,8 +155,10 @@ for i, answer in enumerate(sup.shown_answers(evaluations)):
         st.markdown(sup.answer_markdown(answer.text))
 
 (table_tab, heat_tab, compare_tab, labels_tab, agreement_tab, analytics_tab,
- export_tab) = st.tabs(["Iterations", "Heatmap", "Side by side", "Labels", "Agreement",
-                        "Loop analytics", "Export"])
+ export_tab, calls_tab) = st.tabs(["Iterations", "Heatmap", "Side by side", "Labels",
+                                   "Agreement", "Loop analytics", "Export", "Calls"])
+with calls_tab:
+    draw_calls(run_id)
 with table_tab:
     table = sup.iteration_table(evaluations)
     st.dataframe(table, hide_index=True, width="stretch", column_config=ITERATION_COLUMNS)
@@ -269,7 +294,7 @@ with analytics_tab:
                                icon=":material/download:")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
-    csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)]))
+    csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)], calls=store))
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", csv_data, f"run-{run_id[:8]}.csv", "text/csv",
                        key="download_run_csv", on_click="ignore", icon=":material/download:")

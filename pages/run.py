@@ -64,10 +64,35 @@ def show_result(run_id: str) -> None:
         cols[1].metric("Grader passes", record.iterations)
         cols[2].metric("Duration", f"{record.duration_s or 0:.1f} s")
         cols[3].metric("Run id", record.run_id[:8])
+        if caption := sup.tokens_caption(record):
+            st.caption(caption)
     for i, answer in enumerate(sup.shown_answers(evaluations)):
         with st.container(key=f"final_answer_{i}", border=i > 0):
             st.markdown(sup.answer_heading(answer, first=i == 0))
             st.markdown(sup.answer_markdown(answer.text))
+    with st.expander("Calls: every model call of this run"):
+        draw_calls(run_id)
+
+
+def draw_calls(run_id: str) -> None:
+    """The Calls view: the run's model calls per pass, and one call's messages and reply."""
+    calls = store.calls(run_id)
+    st.caption(sup.calls_summary(calls))
+    if not calls:
+        return
+    st.dataframe(sup.calls_frame(calls), hide_index=True, width="stretch", key="run_calls")
+    index = st.selectbox("Call", range(len(calls)), key=f"run_call_{run_id}",
+                         format_func=lambda i: sup.call_label(calls, i))
+    detail = sup.call_detail(calls[index])
+    st.caption(detail.facts)
+    for note in detail.notes:
+        st.info(note)
+    for message in detail.messages:
+        st.markdown(f"**{message.heading}**")
+        st.text(message.text)
+    if detail.reply is not None:
+        st.markdown(f"**Reply · {detail.reply.heading}**")
+        st.text(detail.reply.text)
 
 
 def live(run: session.Session) -> None:

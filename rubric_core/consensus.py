@@ -126,6 +126,7 @@ def combine(
         missing=missing,
         input_tokens=token_sum(*(o.input_tokens for o in outcomes)),
         output_tokens=token_sum(*(o.output_tokens for o in outcomes)),
+        cached_input_tokens=token_sum(*(o.cached_input_tokens for o in outcomes)),
         model_calls=sum(o.model_calls for o in outcomes),
         tool_calls=[name for o in outcomes for name in o.tool_calls],
         unknown_criteria=unknown,

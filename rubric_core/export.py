@@ -3,39 +3,47 @@
 One row per (run, iteration, criterion). A ``grader_error`` pass, which has no criteria,
 gives a single row whose criterion columns are empty. Columns, in this stable order:
 
-================  ========  ==================================================================
-Column            Type      Meaning
-================  ========  ==================================================================
-run_id            str       Id of the run in the run index (empty when exported without one).
-run_title         str       The run's human label.
-worker_model      str       ``provider:model`` of the worker agent.
-grader_model      str       ``provider:model`` of the grader.
-run_status        str       The run's final (or current) status, e.g. ``satisfied``.
-grading_run_id    str       Shared by every pass of one rubric attempt.
-iteration         int       0-based grader pass within its grading run.
-criterion_index   Int64     0-based position of the criterion in the grader's answer
-                            (rubric order); empty on a ``grader_error`` row.
-criterion         str       The criterion as the grader named it; empty on a ``grader_error``.
-passed            boolean   Whether the answer met the criterion; empty on a ``grader_error``.
-gap               str       What was missing or wrong; empty when the criterion passed.
-result            str       The grader's verdict for the pass (``satisfied``,
-                            ``needs_revision``, ``failed`` or ``grader_error``).
-status            str       The grading run's status after the pass (adds
-                            ``max_iterations_reached``).
-unverified        bool      True when the grader left criteria unanswered.
-explanation       str       The grader's summary of the pass (the error for ``grader_error``).
-duration_s        float     Wall-clock seconds of the pass.
-input_tokens      Int64     Grader input tokens, where the provider reports usage.
-output_tokens     Int64     Grader output tokens, where the provider reports usage.
-agreement         float     With grader repeats: the share of repeats whose verdict on the
-                            criterion agrees with the consensus; empty when graded once.
-unstable          bool      The grader repeats did not all agree on the criterion.
-regressed         bool      The criterion passed on the previous pass and fails on this one.
-stalled           bool      The answer is the previous attempt's, unchanged.
-answer            str       The text that was graded, on the first row of its iteration only
-                            (empty on the iteration's other criterion rows, so a long answer
-                            is written once per pass, not once per criterion).
-================  ========  ==================================================================
+====================  ========  ==============================================================
+Column                Type      Meaning
+====================  ========  ==============================================================
+run_id                str       Id of the run in the run index (empty when exported without one).
+run_title             str       The run's human label.
+worker_model          str       ``provider:model`` of the worker agent.
+grader_model          str       ``provider:model`` of the grader.
+run_status            str       The run's final (or current) status, e.g. ``satisfied``.
+grading_run_id        str       Shared by every pass of one rubric attempt.
+iteration             int       0-based grader pass within its grading run.
+criterion_index       Int64     0-based position of the criterion in the grader's answer
+                                (rubric order); empty on a ``grader_error`` row.
+criterion             str       The criterion as the grader named it; empty on a ``grader_error``.
+passed                boolean   Whether the answer met the criterion; empty on a ``grader_error``.
+gap                   str       What was missing or wrong; empty when the criterion passed.
+result                str       The grader's verdict for the pass (``satisfied``,
+                                ``needs_revision``, ``failed`` or ``grader_error``).
+status                str       The grading run's status after the pass (adds
+                                ``max_iterations_reached``).
+unverified            bool      True when the grader left criteria unanswered.
+explanation           str       The grader's summary of the pass (the error for ``grader_error``).
+duration_s            float     Wall-clock seconds of the pass.
+input_tokens          Int64     Grader input tokens, where the provider reports usage.
+output_tokens         Int64     Grader output tokens, where the provider reports usage.
+agreement             float     With grader repeats: the share of repeats whose verdict on the
+                                criterion agrees with the consensus; empty when graded once.
+unstable              bool      The grader repeats did not all agree on the criterion.
+regressed             bool      The criterion passed on the previous pass and fails on this one.
+stalled               bool      The answer is the previous attempt's, unchanged.
+answer                str       The text that was graded, on the first row of its iteration only
+                                (empty on the iteration's other criterion rows, so a long answer
+                                is written once per pass, not once per criterion).
+cached_input_tokens   Int64     Of the grader's input tokens, those read from the provider's prompt
+                                cache (added last, after the others were published).
+====================  ========  ==============================================================
+
+JSON exports with call traces (``export_rows(..., calls=store)``, `JSON_COLUMNS`) add one
+field, ``calls``: on the first row of each pass, the model calls of that pass (the worker's
+answer and the grader's calls, `rubric_core.types.ModelCallRecord`); the calls of a pass that
+has no evaluation (a worker call that raised) go on the run's last row, each naming its own
+``iteration``. The CSV has no such column.
 
 Every text cell is scrubbed of secrets first (`rubric_core.redact`), and :func:`to_csv` and
 :func:`to_json` scrub any frame they are given again (:func:`scrub_frame`). `write_csv` and
@@ -62,20 +70,23 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import pandas as pd
 
-from rubric_core.redact import redact, secret_values
+from rubric_core.redact import redact, redact_data, secret_values
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import RunRecord, Store
 
 if TYPE_CHECKING:
-    from rubric_core.types import RubricEvaluation
+    from rubric_core.types import ModelCallRecord, RubricEvaluation
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "run_id", "run_title", "worker_model", "grader_model", "run_status", "grading_run_id",
     "iteration", "criterion_index", "criterion", "passed", "gap", "result", "status",
     "unverified", "explanation", "duration_s", "input_tokens", "output_tokens", "agreement",
-    "unstable", "regressed", "stalled", "answer",
+    "unstable", "regressed", "stalled", "answer", "cached_input_tokens",
 )
 """Export columns in their documented, stable order (see the module docstring)."""
+
+JSON_COLUMNS: tuple[str, ...] = (*EXPORT_COLUMNS, "calls")
+"""The JSON export's fields when it carries call traces (``export_rows(..., calls=...)``)."""
 
 FORMULA_PREFIXES: tuple[str, ...] = ("=", "+", "-", "@", "＝", "＋", "－", "＠", "\t", "\r")
 """Leading characters that make a spreadsheet treat a cell as a formula."""
@@ -90,6 +101,7 @@ _DTYPES: dict[str, str] = {
     "iteration": "int64", "criterion_index": "Int64", "passed": "boolean", "unverified": "bool",
     "duration_s": "float64", "input_tokens": "Int64", "output_tokens": "Int64",
     "agreement": "float64", "unstable": "bool", "regressed": "bool", "stalled": "bool",
+    "cached_input_tokens": "Int64",
 }
 _ESCAPED_PREFIXES = (*FORMULA_PREFIXES, ESCAPE)
 _RUNS_PER_READ = 100  # runs whose evaluations are read from the store at a time
@@ -146,6 +158,7 @@ def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Itera
 
     head = _run_columns(run, _text)
     for ev in evaluations:
+        cached = ev.get("cached_input_tokens")
         start = (*head, _text(ev.get("grading_run_id")), ev.get("iteration"))
         middle = (
             ev.get("result"), ev.get("status"), bool(ev.get("unverified", False)),
@@ -157,7 +170,28 @@ def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Itera
         for n, row in enumerate(criterion_rows(ev)):
             yield (*start, row["index"], _text(row["criterion"]), row["passed"],
                    _text(row["gap"]), *middle, row["agreement"], row["unstable"],
-                   row["regressed"], stalled, answer if n == 0 else None)
+                   row["regressed"], stalled, answer if n == 0 else None, cached)
+
+
+def _rows_with_calls(evaluations: Sequence[RubricEvaluation], run: RunLike | None,
+                     calls: Sequence[ModelCallRecord]) -> Iterator[tuple]:
+    """`_rows` with the `JSON_COLUMNS` ``calls`` field (see the module docstring)."""
+    pending = redact_data(list(calls))
+    rows = list(_rows(evaluations, run))
+    index = 0
+    for ev in evaluations:
+        # A pass's calls: its grader calls, and the worker's answer it judged (a worker call
+        # names the grading run of the grader call before it, None before the first pass).
+        mine = [c for c in pending if c["iteration"] == ev.get("iteration") and (
+            c["role"] == "worker" or c.get("grading_run_id") == ev.get("grading_run_id"))]
+        pending = [c for c in pending if c not in mine]
+        for n in range(max(1, len(ev.get("criteria") or []))):
+            last = index == len(rows) - 1
+            row_calls = mine if n == 0 else None
+            if last and pending:  # calls of a pass with no evaluation close the run
+                row_calls = [*(row_calls or []), *pending]
+            yield (*rows[index], row_calls)
+            index += 1
 
 
 def _pairs(
@@ -177,16 +211,26 @@ def _pairs(
 
 def export_rows(
     source: Store | Iterable[tuple[RunLike, Sequence[RubricEvaluation]]],
+    *,
+    calls: Store | Mapping[str, Sequence[ModelCallRecord]] | None = None,
 ) -> Iterator[tuple]:
     """Rows in :data:`EXPORT_COLUMNS` order for many runs, produced lazily.
 
     Args:
         source: A :class:`~rubric_core.store.Store` (every run in it), or ``(run,
             evaluations)`` pairs.
+        calls: Also give each row the `JSON_COLUMNS` ``calls`` field (for JSON only): the
+            runs' call traces from this store, or by run id.
 
     """
     for run, evaluations in _pairs(source):
-        yield from _rows(evaluations, run)
+        if calls is None:
+            yield from _rows(evaluations, run)
+            continue
+        run_id = (run.get("run_id") if isinstance(run, Mapping)
+                  else getattr(run, "run_id", None)) or ""
+        traced = calls.calls(run_id) if isinstance(calls, Store) else calls.get(run_id, [])
+        yield from _rows_with_calls(evaluations, run, traced)
 
 
 def _csv_cell(value: Any) -> Any:

@@ -12,6 +12,7 @@ experiments (an HTTP client whose 429/5xx retries are shared by every request) b
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import functools
 import itertools
@@ -117,6 +118,24 @@ def exception_retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
+class RetryCount:
+    """HTTP requests sent again after a 429 or 5xx while one model call was under way."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Requests sent again so far."""
+
+
+CALL_HTTP_RETRIES: contextvars.ContextVar[RetryCount | None] = contextvars.ContextVar(
+    "rubric_call_http_retries", default=None)
+"""The `RetryCount` of the model call under way in this context, if anyone counts: call traces
+(`rubric_core.calls`) set a fresh one when a call starts, and `SharedBackoff.retry` adds each
+request it sends again. A context (a thread, an asyncio task) makes one model call at a time,
+so the count is that call's."""
+
+
 class SharedBackoff:
     """One wait shared by every request of an experiment, raised by each 429 or 5xx.
 
@@ -173,6 +192,8 @@ class SharedBackoff:
                 self.succeeded()
             return False
         self.failed(response.status_code, retry_after_s(response.headers))
+        if (counted := CALL_HTTP_RETRIES.get()) is not None:
+            counted.count += 1
         return True
 
     def failed(self, status_code: int, retry_after: float | None) -> float:
@@ -255,6 +276,6 @@ def _backoff_client_classes() -> tuple[type, type]:
 
 
 __all__ = [
-    "RETRY_AFTER_MAX_S", "RETRY_STATUS_CODES", "SharedBackoff", "exception_retry_after_s",
-    "http_status", "is_transient", "retry_after_s",
+    "CALL_HTTP_RETRIES", "RETRY_AFTER_MAX_S", "RETRY_STATUS_CODES", "RetryCount", "SharedBackoff",
+    "exception_retry_after_s", "http_status", "is_transient", "retry_after_s",
 ]

@@ -46,6 +46,8 @@ from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
 from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
 from rubric_core.types import (
+    PASS_GRADING_RUN_KEY,
+    PASS_ITERATION_KEY,
     REVISION_SOURCE,
     TERMINAL_STATUSES,
     CriterionVerdict,
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import RunnableConfig
     from langgraph.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -169,6 +172,9 @@ class _Pass:
     criteria: list[str]
     payload: dict[str, Any]
     started: float
+    config: RunnableConfig
+    """The grading runnable's config: the pass's iteration and grading run as run metadata
+    (`PASS_ITERATION_KEY`), which its grader calls inherit (call traces read them)."""
 
 
 class RubricMiddleware(AgentMiddleware[RubricState, Any]):
@@ -400,7 +406,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             outcome = graded
         unverified = False
         unknown: list[str] = []
-        tokens: tuple[int | None, int | None] = (None, None)
+        tokens: tuple[int | None, int | None, int | None] = (None, None, None)
         if outcome is None:
             result: RubricResult = "failed"
             explanation = "The rubric has no usable criteria: write one criterion per line."
@@ -414,7 +420,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             explanation = outcome.response.explanation
             verdicts = outcome.criteria
             unknown = list(outcome.unknown_criteria or [])
-            tokens = (outcome.input_tokens, outcome.output_tokens)
+            tokens = (outcome.input_tokens, outcome.output_tokens, outcome.cached_input_tokens)
             if outcome.missing and result != "failed":
                 unverified = True
                 verdicts = _merge_missing(criteria, verdicts)
@@ -437,6 +443,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             "input_tokens": tokens[0],
             "output_tokens": tokens[1],
             "answer": latest_attempt(state["messages"]).answer,
+            "cached_input_tokens": tokens[2],
         }
         if unknown:
             evaluation["unknown_criteria"] = unknown
@@ -523,7 +530,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             return self._finish(state, runtime, replay), None
         started = time.perf_counter()
         criteria, payload = self._prepare(state, runtime)
-        return None, _Pass(criteria, payload, started)
+        metadata = {PASS_ITERATION_KEY: state.get("_rubric_iterations") or 0,
+                    PASS_GRADING_RUN_KEY: state.get("_current_grading_run_id") or ""}
+        return None, _Pass(criteria, payload, started, {"metadata": metadata})
 
     def _end(
         self, state: RubricState, runtime: Runtime[Any], work: _Pass,
@@ -543,7 +552,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
-                outcome = self._runnable.invoke(work.payload)
+                outcome = self._runnable.invoke(work.payload, work.config)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
@@ -561,7 +570,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
-                outcome = await self._runnable.ainvoke(work.payload)
+                outcome = await self._runnable.ainvoke(work.payload, work.config)
             except GraphBubbleUp:
                 raise
             except Exception as exc:

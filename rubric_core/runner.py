@@ -16,7 +16,7 @@ import uuid
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NotRequired
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
@@ -24,12 +24,18 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.stream import CustomTransformer
 from typing_extensions import TypedDict
 
+from rubric_core.calls import attach, close_log, open_log
 from rubric_core.grader import message_text
 from rubric_core.middleware import RubricMiddleware
 from rubric_core.models import resolve_model
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.settings import validate_judging, validate_run_text
-from rubric_core.types import MAX_ITERATIONS, TERMINAL_STATUSES, RubricEvaluation
+from rubric_core.types import (
+    MAX_ITERATIONS,
+    TERMINAL_STATUSES,
+    ModelCallRecord,
+    RubricEvaluation,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
+    from rubric_core.calls import CallLog
     from rubric_core.consensus import Consensus
 
 
@@ -80,6 +87,10 @@ class EvaluationFinished(TypedDict):
 
     type: Literal["evaluation_finished"]
     evaluation: RubricEvaluation
+    calls: NotRequired[list[ModelCallRecord]]
+    """The model calls that ended since the last event that carried calls: the worker's answer
+    for this pass and this pass's grader calls (`rubric_core.calls`), each filed by its own
+    ``iteration``."""
 
 
 class RunFinished(TypedDict):
@@ -92,6 +103,9 @@ class RunFinished(TypedDict):
     evaluations: list[RubricEvaluation]
     duration_s: float
     error: str | None
+    calls: NotRequired[list[ModelCallRecord]]
+    """The model calls that ended since the last `EvaluationFinished` (a worker call that
+    raised, say)."""
 
 
 RunEvent = WorkerStarted | WorkerToken | WorkerMessage | EvaluationStarted | EvaluationFinished | (
@@ -196,6 +210,9 @@ def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     grader: str | BaseChatModel = run.grader
     if isinstance(grader, str):
         grader = _model(grader, run)
+    worker = _model(run.worker, run)
+    for model in (worker, grader):
+        attach(model)  # call traces (rubric_core.calls): records only on traced threads
     middleware = RubricMiddleware(
         model=grader,
         system_prompt=run.grader_system_prompt,
@@ -207,7 +224,7 @@ def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return_best=run.return_best,
     )
     return create_agent(
-        model=_model(run.worker, run),
+        model=worker,
         system_prompt=run.worker_system_prompt,
         middleware=[middleware],
         checkpointer=checkpointer,
@@ -226,18 +243,20 @@ def _last_answer(values: dict[str, Any]) -> str:
     return ""
 
 
-def _custom_event(item: Any) -> RunEvent | None:
+def _custom_event(item: Any, calls: CallLog) -> RunEvent | None:
     """The runner's event for one of the middleware's custom stream items, if it is one."""
     if isinstance(item, dict) and item.get("type") == "rubric_evaluation_start":
         return {"type": "evaluation_started", "iteration": item["iteration"],
                 "grading_run_id": item["grading_run_id"]}
     if isinstance(item, dict) and item.get("type") == "rubric_evaluation_end":
-        return {"type": "evaluation_finished", "evaluation": item["evaluation"]}
+        # The pass's grader calls have ended: the middleware reports a pass after them.
+        return {"type": "evaluation_finished", "evaluation": item["evaluation"],
+                "calls": calls.drain()}
     return None
 
 
 def _watched(agent: Any, payload: dict[str, Any] | None, config: dict[str, Any],
-             iteration: int) -> Iterator[RunEvent]:
+             iteration: int, calls: CallLog) -> Iterator[RunEvent]:
     """The run through LangGraph's v3 event stream: the worker's tokens, then custom events."""
     with warnings.catch_warnings():
         # The v3 event protocol is marked beta; we rely on it knowingly (see README).
@@ -260,7 +279,7 @@ def _watched(agent: Any, payload: dict[str, Any] | None, config: dict[str, Any],
                 yield {"type": "worker_message", "iteration": iteration,
                        "text": redact("".join(parts))}
                 continue
-            event = _custom_event(item)
+            event = _custom_event(item, calls)
             if event is not None:
                 if event["type"] == "evaluation_finished":
                     iteration = event["evaluation"]["iteration"] + 1
@@ -284,12 +303,19 @@ class _Run:
             "rubric": run.rubric,
         }
         self.iteration = 0
+        self.calls = open_log(self.thread_id)
+        """This run's model calls (`rubric_core.calls`), until `close`."""
+
+    def close(self) -> None:
+        """Stop tracing the run's model calls."""
+        close_log(self.thread_id, self.calls)
 
     def resume_from(self, snapshot: Any) -> RunFinished | None:
         """Set the input that continues the stored thread; its result if it had ended."""
         values = snapshot.values or {}
         if values.get("messages"):
             self.iteration = values.get("_rubric_iterations") or 0
+            self.calls.worker_iteration = self.iteration
             if snapshot.next or snapshot.tasks:
                 # Finish the step that was cut off. `next` can be empty while a finished node's
                 # writes wait uncommitted (get_state shows them applied); new input would
@@ -305,7 +331,9 @@ class _Run:
         """The closing event, from the thread's final state."""
         if not status:
             status = values.get("_rubric_status") or "interrupted"
-        return _finished(self.thread_id, values, self.started, status, error)
+        finished = _finished(self.thread_id, values, self.started, status, error)
+        finished["calls"] = self.calls.drain()
+        return finished
 
 
 def run_rubric(
@@ -332,6 +360,13 @@ def run_rubric(
 
     """
     state = _Run(run, checkpointer, thread_id)
+    try:
+        yield from _run_sync(run, state, resume=resume)
+    finally:
+        state.close()
+
+
+def _run_sync(run: RunSpec, state: _Run, *, resume: bool) -> Iterator[RunEvent]:
     agent, config = state.agent, state.config
     if resume and (done := state.resume_from(agent.get_state(config))) is not None:
         yield done
@@ -339,13 +374,13 @@ def run_rubric(
     status, error = "interrupted", None
     try:
         if run.watch_worker:
-            yield from _watched(agent, state.payload, config, state.iteration)
+            yield from _watched(agent, state.payload, config, state.iteration, state.calls)
         else:
             # Closed with the runner (a Stop), which aborts the graph as the v3 stream does.
             with contextlib.closing(agent.stream(state.payload, config,
                                                  stream_mode="custom")) as items:
                 for item in items:
-                    event = _custom_event(item)
+                    event = _custom_event(item, state.calls)
                     if event is not None:
                         yield event
         status = ""
@@ -385,6 +420,16 @@ async def arun_rubric(
         msg = "arun_rubric streams no worker tokens: set RunSpec.watch_worker = False"
         raise ValueError(msg)
     state = _Run(run, checkpointer, thread_id)
+    try:
+        async with contextlib.aclosing(_run_async(state, resume=resume, stop=stop)) as events:
+            async for event in events:
+                yield event
+    finally:
+        state.close()
+
+
+async def _run_async(state: _Run, *, resume: bool, stop: Callable[[], bool] | None
+                     ) -> AsyncGenerator[RunEvent, None]:
     agent, config = state.agent, state.config
     if resume and (done := state.resume_from(await agent.aget_state(config))) is not None:
         yield done
@@ -399,7 +444,7 @@ async def arun_rubric(
                     if stop is not None and stop():
                         return  # at a step's end: closing the stream keeps that step
                     continue
-                event = _custom_event(item)
+                event = _custom_event(item, state.calls)
                 if event is not None:
                     yield event
         status = ""

@@ -521,13 +521,21 @@ class _Recording:
             raise RunTakenOver(self.run_id)
 
     def record(self, event: RunEvent) -> None:
-        """Write what an event says: an evaluation (once), or the run's ending."""
+        """Write what an event says: an evaluation (once) and its calls, or the run's ending.
+
+        The calls (`rubric_core.calls`) come scrubbed and cut to size; the store keeps a run's
+        calls within its bounds and each call once.
+        """
         try:
             if event["type"] == "evaluation_finished":
                 self._add(event["evaluation"])
+                if calls := event.get("calls"):
+                    self.store.add_calls(self.run_id, calls, owner=self.owner)
             elif event["type"] == "run_finished":
                 for evaluation in event["evaluations"]:
                     self._add(evaluation)
+                if calls := event.get("calls"):
+                    self.store.add_calls(self.run_id, calls, owner=self.owner)
                 self.store.finish_run(self.run_id, event["status"],
                                       error=redact(event["error"] or "") or None,
                                       duration_s=round(self.elapsed(), 3), owner=self.owner)

@@ -76,6 +76,17 @@ ERROR_STATUSES: frozenset[str] = frozenset({"error", "grader_error"})
 REVISION_SOURCE = "rubric_grader"
 """`name` and `additional_kwargs["lc_source"]` of the revision turn the middleware injects."""
 
+PASS_ITERATION_KEY = "rubric_iteration"
+"""Run metadata of a grading pass's runnable (and so of its grader calls): the pass's 0-based
+``iteration``. Call traces (`rubric_core.calls`) file each call under it."""
+
+PASS_GRADING_RUN_KEY = "rubric_grading_run_id"
+"""Run metadata of a grading pass's runnable: its ``grading_run_id``."""
+
+GRADER_ATTEMPT_KEY = "rubric_grader_attempt"
+"""Run metadata of a grader call that retries a request after a transient error: which retry
+it is (`rubric_core.grader.steps.CallModel.attempt`). A first try carries none."""
+
 # -- limits: the bounds every entry point (middleware, settings, app, CLI) checks against --------
 
 MAX_ITERATIONS = 50
@@ -109,6 +120,126 @@ MAX_REPEATS = 20
 
 MAX_CELLS = 100_000
 """Most cells (rows × configurations × repeats) in one experiment."""
+
+# -- call traces: what one model call leaves behind (`rubric_core.calls`) -------------------------
+
+CALL_MESSAGE_CHAR_LIMIT = 4_000
+"""Characters of one message's text kept in a call trace (head and tail around a marker)."""
+
+CALL_MESSAGES_KEPT = 12
+"""Messages of one call kept in its trace: the first `CALL_HEAD_MESSAGES` (the system prompt
+and the request: the call's stable start) and the last ones, around a marker message."""
+
+CALL_HEAD_MESSAGES = 2
+"""Of `CALL_MESSAGES_KEPT`, how many are taken from the start of the call's messages."""
+
+CALL_REPLY_CHAR_LIMIT = 8_000
+"""Characters of a reply's text kept in a call trace."""
+
+CALL_TOOL_CALLS_KEPT = 16
+"""Tool calls kept per message (and per reply) in a call trace."""
+
+CALL_TOOL_ARGS_CHAR_LIMIT = 2_000
+"""Characters of one tool call's JSON arguments kept in a call trace."""
+
+CALL_CONTENT_BUDGET_CHARS = 2_000_000
+"""Characters of messages and replies one run's call traces may hold in the database; later
+calls keep their numbers (tokens, latency, retries) but not their text."""
+
+MAX_CALLS_PER_RUN = 2_000
+"""Call traces one run keeps at most (a 50-pass run with 9 grader repeats and evidence tools
+could make several thousand calls); the evaluations still count every call's tokens."""
+
+CallRole = Literal["worker", "grader"]
+"""Who made a model call: the agent (``worker``) or the rubric's grader."""
+
+CallStatus = Literal["ok", "error"]
+"""How a model call ended: a reply, or an exception (its text in `ModelCallRecord.error`)."""
+
+
+class CallToolCall(TypedDict):
+    """A tool call as a call trace keeps it."""
+
+    name: str
+    """The tool's name."""
+    args: str
+    """Its arguments as JSON text, cut to `CALL_TOOL_ARGS_CHAR_LIMIT` with a marker."""
+    id: NotRequired[str]
+    """The provider's id for the call."""
+
+
+class CallMessage(TypedDict):
+    """One message sent to (or the reply of) a model call, as a call trace keeps it."""
+
+    role: str
+    """LangChain's message type: ``system``, ``human``, ``ai``, ``tool`` (or ``marker`` for
+    the line that stands for messages left out)."""
+    text: str
+    """The message's text, scrubbed of secrets and cut with a visible marker."""
+    name: NotRequired[str]
+    """The message's ``name`` (a tool's name, the revision turn's source)."""
+    tool_calls: NotRequired[list[CallToolCall]]
+    """Tool calls an assistant message asked for."""
+    tool_call_id: NotRequired[str]
+    """For a tool result: the call it answers."""
+
+
+class ModelCallRecord(TypedDict):
+    """One model call of a run, worker or grader: what LangSmith shows for an LLM run.
+
+    Usage is kept as the provider reported it, so that a price table can cost each call
+    (`model` as the provider names it, and the four token counts).
+    """
+
+    call_id: str
+    """LangChain's run id of the call (unique within the run)."""
+    role: CallRole
+    """The worker or the grader."""
+    iteration: int
+    """0-based grader pass the call belongs to: the worker's answer judged by that pass, or
+    one of that pass's grader calls."""
+    grading_run_id: str | None
+    """The grading run of that pass (None for a worker call before the first pass)."""
+    attempt: int
+    """For the grader: its bounded retry of this request (0 the first try, 1 the first retry
+    after a transient error, ...); 0 for the worker."""
+    provider: str | None
+    """LangChain's provider name (``openai``, ``anthropic``, ...) where the model says it."""
+    model: str
+    """The model as the provider's reply names it (e.g. a dated snapshot), else as requested."""
+    status: CallStatus
+    """``ok`` or ``error``."""
+    error: str | None
+    """``Type: message`` of the exception that ended the call, scrubbed; None when ok."""
+    started_at: str
+    """ISO 8601 UTC time the call started."""
+    latency_s: float
+    """Wall-clock seconds from the call's start to its reply or error."""
+    first_token_s: float | None
+    """Seconds to the first streamed token (None when the reply was not streamed)."""
+    input_tokens: int | None
+    """Input tokens the provider reported (None when it reported no usage)."""
+    cached_input_tokens: int | None
+    """Of those, read from the provider's prompt cache (``cache_read``)."""
+    cache_creation_tokens: int | None
+    """Of those, written to the provider's prompt cache (``cache_creation``)."""
+    output_tokens: int | None
+    """Output tokens the provider reported."""
+    http_retries: int
+    """Requests sent again after a 429 or 5xx inside this call (the shared backoff's HTTP
+    client, `rubric_core.http_retry.SharedBackoff`); 0 for other clients."""
+    messages: list[CallMessage]
+    """The messages as sent, bounded (`CALL_MESSAGES_KEPT`, `CALL_MESSAGE_CHAR_LIMIT`)."""
+    messages_total: int
+    """How many messages were sent (more than `messages` holds when some were left out)."""
+    reply: CallMessage | None
+    """The reply with its tool calls (None for an error)."""
+    tools: list[str]
+    """Names of the tools the call offered the model."""
+    content_kept: bool
+    """False when the run's trace budget (`CALL_CONTENT_BUDGET_CHARS`) was spent: the
+    messages and reply were not stored, the numbers were."""
+
 
 # -- models ---------------------------------------------------------------------------------------
 
@@ -159,6 +290,10 @@ class RubricEvaluation(TypedDict):
     """Grader output tokens over the pass, where the provider reports usage."""
     answer: str
     """The text that was graded (the agent's latest answer)."""
+    cached_input_tokens: NotRequired[int | None]
+    """Of `input_tokens`, those the provider read from its prompt cache (LangChain's
+    ``input_token_details["cache_read"]``; 0 when usage came without it); None when no usage
+    was reported. Absent from evaluations recorded before it was kept."""
     unknown_criteria: NotRequired[list[str]]
     """Verdict names that match no rubric criterion (`grader.criterion_key`); never counted."""
     repeats: NotRequired[int]

@@ -552,3 +552,57 @@ class DelayedServer:
         if max(seen, default=self.passes) < self.passes:
             return verdict("needs_revision", ("answers the question",), ("answers the question",))
         return self.grader_reply
+
+
+class CachingOpenAI(FakeOpenAI):
+    """A `FakeOpenAI` that reports prompt caching the way OpenAI does.
+
+    Every reply's usage carries ``prompt_tokens_details.cached_tokens``: the start this
+    request's message text shares with the most similar earlier request's (the last 64 kept),
+    counted in the server's 4-character tokens, and reported only when it is at least
+    ``min_cached_tokens`` (OpenAI caches from 1,024 tokens on; 0 below that). Streamed replies
+    carry it on their usage chunk (``stream_options.include_usage``).
+
+    Attributes:
+        cached: The cached tokens reported for each answered request, in order.
+    """
+
+    def __init__(self, *, min_cached_tokens: int = 256, **kwargs: Any) -> None:
+        self.min_cached_tokens = min_cached_tokens
+        self.cached: list[int] = []
+        self._prompts: deque[str] = deque(maxlen=64)
+        self._cache_lock = threading.Lock()
+        super().__init__(**kwargs)
+
+    def _cached_tokens(self, body: dict[str, Any]) -> int:
+        prompt = _message_text(body.get("messages"))
+        with self._cache_lock:
+            shared = max((_shared_start(prompt, p) for p in self._prompts), default=0)
+            self._prompts.append(prompt)
+            tokens = shared // 4 if shared // 4 >= self.min_cached_tokens else 0
+            self.cached.append(tokens)
+        return tokens
+
+    def _completion(self, body: dict[str, Any], reply: Text | ToolCall) -> dict[str, Any]:
+        completion = super()._completion(body, reply)
+        completion["usage"]["prompt_tokens_details"] = {"cached_tokens": self._cached_tokens(body)}
+        return completion
+
+    def _chunks(self, body: dict[str, Any], reply: Text | ToolCall) -> list[dict[str, Any]]:
+        events = super()._chunks(body, reply)
+        cached = self._cached_tokens(body)
+        if events and events[-1].get("usage"):
+            events[-1]["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        return events
+
+
+def _shared_start(a: str, b: str) -> int:
+    """How many leading characters two texts share (a binary search over slice compares)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low

@@ -416,7 +416,7 @@ def test_review_side_by_side_and_export(app: AppTest, captured_files: dict[str, 
     assert tuple(csv.columns) == EXPORT_COLUMNS and len(csv) == n_rows
     assert set(csv["run_id"]) == {run_id}
     records = json.loads(captured_files[f"run-{run_id[:8]}.json"])
-    assert len(records) == n_rows and set(records[0]) == set(EXPORT_COLUMNS)
+    assert len(records) == n_rows and set(records[0]) == {*EXPORT_COLUMNS, "calls"}
 
     app.button(key="prepare_export").click().run()
     all_csv = pd.read_csv(io.BytesIO(captured_files["rubric-runs.csv"]))
@@ -1210,3 +1210,65 @@ def test_tampered_grader_repeats_never_reach_a_run(
     with Store(db_path) as store:
         repeats = [r.settings.grader_repeats for r in store.list_runs()]
     assert all(isinstance(n, int) and 1 <= n <= 9 for n in repeats), repeats
+
+
+# --------------------------------------------------------------------------- call traces
+
+
+def test_calls_and_cached_tokens_are_recorded_and_shown(
+        db_path: Path, monkeypatch: pytest.MonkeyPatch,
+        captured_files: dict[str, bytes]) -> None:
+    from openai_server import CachingOpenAI
+
+    from rubric_core.export import JSON_COLUMNS
+
+    graded: list[int] = []
+
+    def respond(body: dict[str, Any]) -> Any:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        if "GraderResponse" not in names:
+            return text(f"draft {len(graded) + 1}")
+        graded.append(1)
+        return verdict("satisfied") if len(graded) > 1 else verdict("needs_revision", ("c2",))
+
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    with CachingOpenAI(default=respond) as server:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+        at.session_state["db_path"] = str(db_path)
+        at.session_state["prompt"] = "Write a note. " + "Context kept the same. " * 60
+        at.session_state["rubric_text"] = "- c1\n- c2"
+        at.run()
+        at.sidebar.text_input(key="base_url").input(server.base_url).run()
+        for role in ("worker_model", "grader_model"):
+            at.sidebar.selectbox(key=role).set_value("openai-compatible:llama3.1").run()
+        store = run_loop(at)
+        run_id = at.session_state["last_run_id"]
+        record = store.get_run(run_id)
+        assert record is not None and record.status == "satisfied", _messages(at)
+        calls = store.calls(run_id)
+        assert [(c["role"], c["iteration"]) for c in calls] == [
+            ("worker", 0), ("grader", 0), ("worker", 1), ("grader", 1)]
+        assert [c["cached_input_tokens"] for c in calls] == server.cached
+        cached = calls[3]["cached_input_tokens"]
+        assert cached > 0 and record.cached_input_tokens == cached
+        assert [e["cached_input_tokens"] for e in store.evaluations(run_id)] == [0, cached]
+        # Visible on the Run page (its Calls view and the run's tokens) ...
+        shown = _texts(at.caption)
+        assert f"({cached:,} read from the provider's prompt cache)" in shown
+        assert "4 call(s): 2 worker, 2 grader" in shown
+        table = next(d.value for d in at.dataframe if "cached" in d.value.columns)
+        assert list(table["cached"]) == server.cached and list(table["pass"]) == [1, 1, 2, 2]
+        # ... and in Review, where a selected call's messages and reply are readable.
+        goto(at, "review")
+        assert f"({cached:,} read from the provider's prompt cache)" in _texts(at.caption)
+        at.selectbox(key=f"review_call_{run_id}").set_value(3).run()
+        assert "grader · llama3.1" in _texts(at.caption)
+        assert "GraderResponse" in _texts(at.markdown) + _texts(at.text)
+        records = json.loads(captured_files[f"run-{run_id[:8]}.json"])
+        assert set(records[0]) == set(JSON_COLUMNS)
+        exported = [c for r in records for c in (r["calls"] or [])]
+        assert [c["cached_input_tokens"] for c in exported] == server.cached
+        csv = pd.read_csv(io.BytesIO(captured_files[f"run-{run_id[:8]}.csv"]))
+        assert list(csv.columns)[-1] == "cached_input_tokens" and "calls" not in csv.columns
+        assert sorted(set(csv["cached_input_tokens"])) == [0, cached]

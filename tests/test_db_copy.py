@@ -47,7 +47,17 @@ def _fill(location: str | Path) -> None:
                 "grading_run_id": "g", "iteration": 0, "result": "satisfied",
                 "explanation": "ok", "status": "satisfied", "unverified": False,
                 "duration_s": 0.1, "input_tokens": 3, "output_tokens": None, "answer": "x",
+                "cached_input_tokens": 2,
                 "criteria": [{"name": "a", "passed": True}, {"name": "b", "passed": True}]})
+            store.add_calls(run.run_id, [{
+                "call_id": f"call-{i}", "role": "grader", "iteration": 0, "grading_run_id": "g",
+                "attempt": 0, "provider": "openai", "model": "gpt-x", "status": "ok",
+                "error": None, "started_at": "2026-12-05T10:00:00.000000+00:00",
+                "latency_s": 0.25, "first_token_s": None, "input_tokens": 3,
+                "cached_input_tokens": 2, "cache_creation_tokens": 0, "output_tokens": 1,
+                "http_retries": 0, "messages": [{"role": "human", "text": "Straße"}],
+                "messages_total": 1, "reply": {"role": "ai", "text": "ok"}, "tools": [],
+                "content_kept": True}])
             store.set_label(run.run_id, 0, "a", "ana", agree=True, note=f"note {i}")
         store.save_rubric_version("r", "- a", settings=RunSettings(prompt="q", rubric="- a"))
         store.save_rubric("r", "- a\n- b")
@@ -73,6 +83,7 @@ def _view(location: str | Path) -> dict[str, Any]:
         return {
             "runs": runs, "search": [r.run_id for r in store.list_runs(text="STRASSE")],
             "evaluations": store.evaluations_for_runs(r.run_id for r in runs),
+            "calls": store.calls_for_runs(r.run_id for r in runs),
             "labels": store.labels(), "rubrics": store.list_rubrics(),
             "versions": store.rubric_versions("r"), "preset": store.load_preset("r", 1),
             "datasets": store.list_datasets(), "dataset": store.load_dataset(demo_dataset().name),
@@ -99,6 +110,7 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path, pg_url: 
     assert "runs" in out and "checkpoints" in out
     counts = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()[1:]}
     assert counts["runs"] == 4 and counts["evaluations"] == 3 and counts["labels"] == 3
+    assert counts["model_calls"] == 3
     assert counts["experiment_cells"] == 2 and counts["checkpoints"] > 6
     assert _view(pg_url) == _view(original)
     back = tmp_path / "back.sqlite3"

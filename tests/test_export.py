@@ -85,7 +85,8 @@ def test_columns_in_documented_order() -> None:
     df = evaluations_frame([_ev(0, {"a": True})])
     assert tuple(df.columns) == EXPORT_COLUMNS
     assert EXPORT_COLUMNS[:3] == ("run_id", "run_title", "worker_model")
-    assert EXPORT_COLUMNS[-1] == "answer"
+    # Columns are only ever appended: the answer was last until cached tokens came after it.
+    assert EXPORT_COLUMNS[-2:] == ("answer", "cached_input_tokens")
     assert tuple(evaluations_frame([]).columns) == EXPORT_COLUMNS
 
 
@@ -446,7 +447,7 @@ def test_export_rows_from_a_store_reads_runs_in_creation_order(tmp_path: Path) -
     finally:
         store.close()
     assert [row[0] for row in rows] == ids
-    assert [row[-1] for row in rows] == ["a0", "a1", "a2"]
+    assert [row[EXPORT_COLUMNS.index("answer")] for row in rows] == ["a0", "a1", "a2"]
 
 
 def test_criterion_rows_is_the_one_flattening() -> None:
@@ -466,3 +467,31 @@ def test_criterion_rows_is_the_one_flattening() -> None:
         {**c, "agreement": a} for c, a in zip(ev["criteria"], agreements, strict=True)]}
     flat = [(r["agreement"], r["unstable"], r["regressed"]) for r in criterion_rows(repeated)]
     assert flat == [(1.0, False, False), (0.6, True, True)]
+
+
+def test_cached_tokens_column_and_json_calls_per_pass(tmp_path: Path) -> None:
+    from rubric_core.export import JSON_COLUMNS
+
+    evs = [{**_ev(0, {"a": False, "b": True}), "cached_input_tokens": 0},
+           {**_ev(1, {"a": True, "b": True}), "cached_input_tokens": 900}]
+    grading_run = evs[0]["grading_run_id"]
+    calls = [{"role": "worker", "iteration": 0, "grading_run_id": None, "model": "w"},
+             {"role": "grader", "iteration": 0, "grading_run_id": grading_run, "model": "g"},
+             {"role": "worker", "iteration": 1, "grading_run_id": grading_run, "model": "w"},
+             {"role": "grader", "iteration": 1, "grading_run_id": grading_run, "model": "g"},
+             {"role": "worker", "iteration": 2, "grading_run_id": grading_run, "model": "w",
+              "error": "Bearer sk-abcdefghijklmnopqrstuvwxyz123456 refused"}]
+    plain = list(export_rows([(_run(), evs)]))
+    assert [row[-1] for row in plain] == [0, 0, 900, 900]
+    assert evaluations_frame(evs)["cached_input_tokens"].tolist() == [0, 0, 900, 900]
+    traced = list(export_rows([(_run(), evs)], calls={"r1": calls}))
+    assert [row[:-1] for row in traced] == plain  # the same rows, one field more
+    shown = [[(c["role"], c["iteration"]) for c in row[-1]] if row[-1] else None
+             for row in traced]
+    assert shown == [[("worker", 0), ("grader", 0)], None,
+                     [("worker", 1), ("grader", 1)], [("worker", 2)]]
+    assert "sk-abcdefghijklmnop" not in json.dumps(traced[-1][-1])  # scrubbed again on export
+    out = io.StringIO()
+    write_json(traced, out, JSON_COLUMNS)
+    assert [r["calls"] is not None for r in json.loads(out.getvalue())] == [True, False, True,
+                                                                           True]

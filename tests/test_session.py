@@ -240,6 +240,10 @@ def test_a_paused_owner_whose_run_was_taken_over_writes_nothing_more(
         assert record is not None
         assert (record.status, record.owner) == ("running", "elsewhere:1:x")
         assert len(store.evaluations(paused.run_id)) == 1  # its second pass was not recorded
+        # Nor its second pass's model calls: only the first pass's worker and grader calls.
+        assert [c["role"] for c in store.calls(paused.run_id)] == ["worker", "grader"]
+        with pytest.raises(RunTakenOver):
+            store.add_calls(paused.run_id, store.calls(paused.run_id)[:1], owner=paused.owner)
         with pytest.raises(RunTakenOver):
             store.finish_run(paused.run_id, "interrupted", owner=paused.owner)
         assert store.touch_run(paused.run_id, owner="elsewhere:1:x")

@@ -45,6 +45,16 @@ from rubric_core.app_support.authoring import (
     tool_options,
     welcome_message,
 )
+from rubric_core.app_support.calls import (
+    CALL_COLUMNS,
+    CallDetail,
+    ShownMessage,
+    call_detail,
+    call_label,
+    calls_frame,
+    calls_summary,
+    tokens_caption,
+)
 from rubric_core.app_support.experimenting import (
     MAX_CONCURRENCY,
     MAX_CONFIGS,
@@ -168,6 +178,7 @@ from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
 
 __all__ = [
     "ANALYTICS_SCOPES",
+    "CALL_COLUMNS",
     "CHART_MEASURES",
     "CONSENSUS_MODES",
     "CORRECT_CHOICES",
@@ -189,12 +200,14 @@ __all__ = [
     "Advice",
     "AgreementView",
     "AlignmentInputs",
+    "CallDetail",
     "ComparisonView",
     "LabelInput",
     "Level",
     "ModelChoice",
     "ResultsGrid",
     "RunFilters",
+    "ShownMessage",
     "StoredDataset",
     "UiMessage",
     "agreement_view",
@@ -215,6 +228,10 @@ __all__ = [
     "base_url_trusted",
     "build_model",
     "build_tools",
+    "call_detail",
+    "call_label",
+    "calls_frame",
+    "calls_summary",
     "can_resume",
     "cell_label",
     "changes_summary",
@@ -299,6 +316,7 @@ __all__ = [
     "sync_rubric_from_editor",
     "target_label",
     "token_delay",
+    "tokens_caption",
     "tool_options",
     "uses_openai_client",
     "verdict_frame",

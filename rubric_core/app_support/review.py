@@ -16,6 +16,8 @@ from rubric_core.app_support._common import (
     pass_notes,
 )
 from rubric_core.export import (
+    EXPORT_COLUMNS,
+    JSON_COLUMNS,
     criteria_changes,
     criterion_rows,
     heatmap_frame,
@@ -206,14 +208,18 @@ def changes_summary(
 def export_bytes(rows: Iterable[Sequence[Any]] | pd.DataFrame) -> tuple[bytes, bytes]:
     """CSV (formula-safe, UTF-8) and JSON bytes of export rows, written as a stream.
 
-    ``rows`` come from `rubric_core.export.export_rows`; a DataFrame is accepted too.
+    ``rows`` come from `rubric_core.export.export_rows`; a DataFrame is accepted too. Rows
+    with call traces (``export_rows(..., calls=...)``) give JSON with its ``calls`` field and
+    the CSV without it.
     """
     if isinstance(rows, pd.DataFrame):
         return to_csv(rows).encode("utf-8"), to_json(rows).encode("utf-8")
     materialised = rows if isinstance(rows, list) else list(rows)
     csv_out, json_out = io.StringIO(), io.StringIO()
-    write_csv(materialised, csv_out)
-    write_json(materialised, json_out)
+    width = len(EXPORT_COLUMNS)
+    traced = bool(materialised) and len(materialised[0]) > width
+    write_csv([row[:width] for row in materialised] if traced else materialised, csv_out)
+    write_json(materialised, json_out, JSON_COLUMNS if traced else EXPORT_COLUMNS)
     return csv_out.getvalue().encode("utf-8"), json_out.getvalue().encode("utf-8")
 
 

@@ -164,6 +164,10 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
             mark = "PASS" if row["passed"] else "FAIL"
             gap = "" if row["passed"] else f" — {row['gap'] or ''}"
             lines.append(f"  [{mark}] {row['criterion']}{gap}\n")
+        if ev.get("input_tokens") is not None:
+            lines.append(f"  grader tokens: {ev['input_tokens']} in "
+                         f"({ev.get('cached_input_tokens') or 0} cached), "
+                         f"{ev.get('output_tokens') or 0} out\n")
     if lines:
         out.write(redact("".join(lines)))
     out.flush()

@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "config_index", "configuration", "worker_model", "grader_model", "cells", "done",
     "satisfied_pct", "first_pass_satisfied_pct", "mean_passes", "errors", "input_tokens",
-    "output_tokens", "mean_duration_s",
+    "output_tokens", "mean_duration_s", "cached_input_tokens",
 )
-"""Columns of `ExperimentResults.summary`, in order."""
+"""Columns of `ExperimentResults.summary`, in order (``cached_input_tokens``, the grader's
+input tokens read from a prompt cache, came last, after the others were published)."""
 
 CRITERIA_COLUMNS: tuple[str, ...] = (
     "config_index", "criterion", "cells", "first_pass_rate", "final_pass_rate",
@@ -124,6 +125,7 @@ class ExperimentResults:
             "errors": t.errors, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
             "mean_duration_s": (round(sum(t.durations) / len(t.durations), 3)
                                 if t.durations else None),
+            "cached_input_tokens": t.cached_input_tokens,
         } for (index, config), t in zip(enumerate(self.experiment.configurations), tallies,
                                         strict=True)]
         return pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))
@@ -180,6 +182,7 @@ class _ConfigTally(Tally):
     passes: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
     durations: list[float] = dataclasses.field(default_factory=list)
 
     def add_cell(self, cell: CellOutcome) -> None:
@@ -191,6 +194,7 @@ class _ConfigTally(Tally):
         self.passes += len(cell.passes)
         self.input_tokens += cell.input_tokens or 0
         self.output_tokens += cell.output_tokens or 0
+        self.cached_input_tokens += cell.cached_input_tokens or 0
         if cell.duration_s is not None:
             self.durations.append(cell.duration_s)
 

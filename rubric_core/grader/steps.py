@@ -47,7 +47,8 @@ from rubric_core.grader.failure import (
 from rubric_core.grader.reply import VERDICT_TOOL, raw_reply_text, verdict_args
 from rubric_core.grader.transcript import shorten
 from rubric_core.http_retry import exception_retry_after_s, http_status, is_transient
-from rubric_core.types import GraderResponse
+from rubric_core.types import GRADER_ATTEMPT_KEY, GraderResponse
+from rubric_core.usage import usage_counts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Sequence
@@ -71,6 +72,8 @@ class CallModel:
     """Step: call the grader model with these messages."""
 
     messages: list[BaseMessage]
+    attempt: int = 0
+    """0 for a first try; n for the n-th retry of the same request after a transient error."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class GradeOutcome:
     """Grader input tokens over the pass, where the provider reports usage."""
     output_tokens: int | None = None
     """Grader output tokens over the pass, where the provider reports usage."""
+    cached_input_tokens: int | None = None
+    """Of the input tokens, those read from the provider's prompt cache (None: no usage)."""
     model_calls: int = 0
     """Grader model calls that returned a reply."""
     tool_calls: list[str] = field(default_factory=list)
@@ -124,6 +129,7 @@ class _Tally:
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_input_tokens: int | None = None
     model_calls: int = 0
     retries: int = 0
     tool_calls: list[str] = field(default_factory=list)
@@ -131,11 +137,13 @@ class _Tally:
     def count_reply(self, reply: AIMessage) -> None:
         """Count one reply and the tokens it reports (usage stays None until one reports)."""
         self.model_calls += 1
-        usage = reply.usage_metadata
-        if not usage:
+        if not reply.usage_metadata:
             return
-        self.input_tokens = (self.input_tokens or 0) + int(usage.get("input_tokens", 0))
-        self.output_tokens = (self.output_tokens or 0) + int(usage.get("output_tokens", 0))
+        counts = usage_counts(reply.usage_metadata)
+        self.input_tokens = (self.input_tokens or 0) + (counts.input_tokens or 0)
+        self.output_tokens = (self.output_tokens or 0) + (counts.output_tokens or 0)
+        self.cached_input_tokens = ((self.cached_input_tokens or 0)
+                                    + (counts.cached_input_tokens or 0))
 
     def outcome(self, response: GraderResponse, match: CriteriaMatch) -> GradeOutcome:
         """The outcome of `response` as matched, counts not yet written (see `settle`).
@@ -151,6 +159,7 @@ class _Tally:
     def settle(self, outcome: GradeOutcome) -> GradeOutcome:
         """`outcome` with the pass's totals written into it, as it is returned."""
         outcome.input_tokens, outcome.output_tokens = self.input_tokens, self.output_tokens
+        outcome.cached_input_tokens = self.cached_input_tokens
         outcome.model_calls, outcome.retries = self.model_calls, self.retries
         return outcome
 
@@ -173,7 +182,7 @@ def _call_model(
     attempt = 0
     while True:
         try:
-            reply = yield CallModel(convo)
+            reply = yield CallModel(convo, attempt)
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -360,6 +369,14 @@ def bind_grader(model: BaseChatModel, tools: Sequence[BaseTool]) -> Any:
     return model.bind_tools([*tools, GraderResponse])
 
 
+def _call_config(config: RunnableConfig | None, step: CallModel) -> RunnableConfig | None:
+    """The config of a grader call: a retry says which attempt it is (`GRADER_ATTEMPT_KEY`)."""
+    if not step.attempt:
+        return config
+    metadata = {**((config or {}).get("metadata") or {}), GRADER_ATTEMPT_KEY: step.attempt}
+    return {**(config or {}), "metadata": metadata}
+
+
 def _advance(
     steps: Generator[Step, Any, GradeOutcome], send: Any, error: BaseException | None, bound: Any
 ) -> Step | GradeOutcome:
@@ -389,7 +406,7 @@ def drive_sync(
         try:
             if isinstance(step, CallModel):
                 messages, options = cache_hints(bound, step.messages)
-                send = bound.invoke(messages, config, **options)
+                send = bound.invoke(messages, _call_config(config, step), **options)
             elif isinstance(step, CallTool):
                 send = step.tool.invoke({**step.call, "type": "tool_call"}, config)
             else:
@@ -412,7 +429,7 @@ async def drive_async(
         try:
             if isinstance(step, CallModel):
                 messages, options = cache_hints(bound, step.messages)
-                send = await bound.ainvoke(messages, config, **options)
+                send = await bound.ainvoke(messages, _call_config(config, step), **options)
             elif isinstance(step, CallTool):
                 send = await step.tool.ainvoke({**step.call, "type": "tool_call"}, config)
             else:

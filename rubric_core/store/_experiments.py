@@ -195,7 +195,7 @@ class ExperimentStore(StoreCore):
         """
         select = ("SELECT c.seq AS cell_seq, c.row_id, c.config_index, c.repeat_index, "
                   "r.run_id, r.status, r.iterations, r.input_tokens, r.output_tokens, "
-                  "r.duration_s")
+                  "r.duration_s, r.cached_input_tokens")
         joins = f"FROM experiment_cells c LEFT JOIN runs r ON r.rowid = ({LATEST_RUN})"
         order = "c.seq"
         if verdicts:

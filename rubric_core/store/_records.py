@@ -57,7 +57,7 @@ _PROMPT_COLUMNS = ("worker_system_prompt", "grader_system_prompt", "grader_tools
 RUN_COLUMNS = ("run_id", "thread_id", "title", "prompt", "rubric", "worker_model",
                "grader_model", "max_iterations", "status", "created_at", "updated_at",
                "duration_s", "iterations", "input_tokens", "output_tokens", "error",
-               *_PROMPT_COLUMNS, "settings_json", "owner")
+               *_PROMPT_COLUMNS, "settings_json", "owner", "cached_input_tokens")
 """The ``runs`` columns a `RunRecord` is read from and written to (not ``search_text``)."""
 
 EVALUATION_COLUMNS = frozenset({
@@ -104,6 +104,9 @@ class RunRecord:
     owner: str | None = None
     """Who records the run now (``host:pid:id`` of a session); None for runs stored before
     schema 7 or by scripts. Only the owner's heartbeat, evaluations and ending are written."""
+    cached_input_tokens: int | None = None
+    """Of `input_tokens`, those the grader's provider read from its prompt cache, summed over
+    evaluations (None when never reported, and for runs stored before schema 9)."""
     prompts_recorded: bool = True
     """False for runs stored before schema 2, which did not record their system prompts and
     grader tools: `settings` holds defaults derived for them, and `worker_system_prompt`,
@@ -117,7 +120,7 @@ class RunRecord:
                  input_tokens: int | None, output_tokens: int | None, error: str | None,
                  settings: RunSettings | None = None, owner: str | None = None,
                  prompts_recorded: bool | None = None, observed_at: str | None = None,
-                 **columns: Any) -> None:
+                 cached_input_tokens: int | None = None, **columns: Any) -> None:
         if settings is None:
             recorded = any(columns.get(name) is not None for name in _PROMPT_COLUMNS)
             settings = RunSettings.from_columns(**{**dict.fromkeys(_PROMPT_COLUMNS), **columns})
@@ -130,7 +133,8 @@ class RunRecord:
                   "status": status, "created_at": created_at, "updated_at": updated_at,
                   "duration_s": duration_s, "iterations": iterations,
                   "input_tokens": input_tokens, "output_tokens": output_tokens, "error": error,
-                  "owner": owner, "prompts_recorded": recorded, "observed_at": observed_at}
+                  "owner": owner, "prompts_recorded": recorded, "observed_at": observed_at,
+                  "cached_input_tokens": cached_input_tokens}
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -286,6 +290,8 @@ class CellOutcome(NamedTuple):
     passes: tuple[PassVerdicts, ...] = ()
     """With ``verdicts=True``: the passes of the run's last grading run, in order (empty before
     it graded anything, and without ``verdicts``)."""
+    cached_input_tokens: int | None = None
+    """Of the run's grader input tokens, those read from a prompt cache (None: not reported)."""
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -314,6 +320,7 @@ def run_from_row(row: Any, observed_at: str | None = None) -> RunRecord:
         "duration_s": row["duration_s"], "iterations": row["iterations"],
         "input_tokens": row["input_tokens"], "output_tokens": row["output_tokens"],
         "error": row["error"], "owner": row["owner"], "observed_at": observed_at,
+        "cached_input_tokens": row["cached_input_tokens"],
     }
     if row["settings_json"] is not None:
         return RunRecord(**lifecycle, settings=RunSettings.from_json(row["settings_json"]))
@@ -343,6 +350,7 @@ def run_to_row(record: RunRecord) -> dict[str, Any]:
         "grader_system_prompt": record.grader_system_prompt,
         "grader_tools": None if tools is None else json.dumps(list(tools), ensure_ascii=False),
         "settings_json": settings.to_json(), "owner": record.owner,
+        "cached_input_tokens": record.cached_input_tokens,
     }
 
 
@@ -418,7 +426,8 @@ def outcome_from_row(row: Any, passes: tuple[PassVerdicts, ...] = ()) -> CellOut
     started = row["run_id"] is not None
     return CellOutcome(row["row_id"], row["config_index"], row["repeat_index"], row["run_id"],
                        row["status"] if started else CELL_PENDING, row["iterations"] or 0,
-                       row["input_tokens"], row["output_tokens"], row["duration_s"], passes)
+                       row["input_tokens"], row["output_tokens"], row["duration_s"], passes,
+                       row["cached_input_tokens"])
 
 
 # -- the rubric lab (schema 8): answer sets and re-grades ----------------------------------------

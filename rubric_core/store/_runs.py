@@ -150,12 +150,17 @@ class RunStore(StoreCore):
             # A pass that ends the grading run sets the run's status; one that asks for a
             # revision leaves it as it is (``running``): a run's status is its lifecycle.
             status = ev["status"] if ev["status"] in TERMINAL_STATUSES else None
+            # Cached tokens live in the pass's extra_json (an added key): the run's sum grows
+            # by each pass's count as it is recorded (each pass is recorded once).
+            cached = ev.get("cached_input_tokens")
+            cached = None if cached is None else int(cached)
             conn.execute(
                 "UPDATE runs SET iterations = ?, status = COALESCE(?, status), updated_at = ?, "
                 "input_tokens = (SELECT SUM(input_tokens) FROM evaluations WHERE run_id = ?), "
-                "output_tokens = (SELECT SUM(output_tokens) FROM evaluations WHERE run_id = ?) "
+                "output_tokens = (SELECT SUM(output_tokens) FROM evaluations WHERE run_id = ?), "
+                "cached_input_tokens = COALESCE(cached_input_tokens + ?, cached_input_tokens, ?) "
                 "WHERE run_id = ?",
-                (seq + 1, status, now, run_id, run_id, run_id),
+                (seq + 1, status, now, run_id, run_id, cached, cached, run_id),
             )
         return int(seq)
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -43,6 +43,10 @@ older files gain them in place): ``answer_sets``, ``answer_items`` and ``answer_
 versioned sets of fixed answers with people's verdicts) and ``regrade_jobs`` and
 ``regrade_results`` (re-grades of a set under grader configurations, one result row per
 configuration × item × repeat, written once).
+Version 9 added ``model_calls`` (every model call of
+a run, worker and grader, with its bounded messages, reply, tokens and latency:
+`rubric_core.store._calls`) and the runs' ``cached_input_tokens`` (the grader's input tokens
+read from a prompt cache, summed over the run's passes; NULL in upgraded rows).
 """
 
 APP_ID = "rubric-studio"
@@ -114,7 +118,7 @@ SCHEMA = (
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, duration_s {real},
         iterations INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER, output_tokens INTEGER,
         error TEXT, worker_system_prompt TEXT, grader_system_prompt TEXT, grader_tools TEXT,
-        settings_json TEXT, search_text TEXT, owner TEXT)""",
+        settings_json TEXT, search_text TEXT, owner TEXT, cached_input_tokens INTEGER)""",
     "CREATE INDEX IF NOT EXISTS rs_runs_created ON runs (created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_status ON runs (status, created_at)",
     "CREATE INDEX IF NOT EXISTS rs_runs_worker ON runs (worker_model, created_at)",
@@ -188,12 +192,24 @@ SCHEMA = (
         missing_json TEXT NOT NULL, error TEXT, input_tokens INTEGER, output_tokens INTEGER,
         duration_s {real}, created_at TEXT NOT NULL,
         PRIMARY KEY (job_id, config_index, item_id, repeat_index))""",
+    # Schema 9: call traces (see `Store.add_calls`); content_json is NULL once a run's budget
+    # of trace text is spent, content_chars counts what it holds.
+    """CREATE TABLE IF NOT EXISTS model_calls (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, call_id TEXT NOT NULL, role TEXT NOT NULL,
+        iteration INTEGER NOT NULL, grading_run_id TEXT, attempt INTEGER NOT NULL DEFAULT 0,
+        provider TEXT, model TEXT NOT NULL, status TEXT NOT NULL, error TEXT,
+        started_at TEXT NOT NULL, latency_s {real}, first_token_s {real}, input_tokens INTEGER,
+        cached_input_tokens INTEGER, cache_creation_tokens INTEGER, output_tokens INTEGER,
+        http_retries INTEGER NOT NULL DEFAULT 0, content_json TEXT,
+        content_chars INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, seq), UNIQUE (run_id, call_id))""",
 )
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "runs": {"worker_system_prompt": "TEXT", "grader_system_prompt": "TEXT",
              "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT",
-             "owner": "TEXT"},
+             "owner": "TEXT", "cached_input_tokens": "INTEGER"},
     "rubric_versions": {"settings_json": "TEXT"},
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},
@@ -202,7 +218,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
           "experiments", "experiment_cells", "answer_sets", "answer_items", "answer_labels",
-          "regrade_jobs", "regrade_results")
+          "regrade_jobs", "regrade_results", "model_calls")
 """Our tables other than ``meta``, each after the ones it refers to."""
 
 SEARCH_SEPARATOR = "\x1f"

@@ -4,7 +4,8 @@ One database holds them all (`rubric_core.store._core.StoreCore`: SQLite or Post
 
 - LangGraph's checkpoint tables, written by the saver that :meth:`Store.saver` returns, keyed by
   each run's ``thread_id``;
-- the run index, ``runs`` and ``evaluations`` (`rubric_core.store._runs`);
+- the run index, ``runs`` and ``evaluations`` (`rubric_core.store._runs`), and each run's
+  model calls, ``model_calls`` (`rubric_core.store._calls`);
 - the library, ``rubrics``, ``rubric_versions`` and ``datasets`` (`rubric_core.store._library`);
 - people's ``labels`` of criterion verdicts (`rubric_core.store._labels`);
 - ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`), whose cells are
@@ -20,6 +21,7 @@ cached and shared across threads.
 
 from __future__ import annotations
 
+from rubric_core.store._calls import CallStore
 from rubric_core.store._lab import LabStore
 from rubric_core.store._labels import LabelStore
 from rubric_core.store._leases import LeaseStore
@@ -29,8 +31,8 @@ from rubric_core.store._runs import RunStore
 __all__ = ["Store"]
 
 
-class Store(RunStore, LibraryStore, LabelStore, LeaseStore, LabStore):
-    """The Rubric Studio database: run index, library, labels, experiments and checkpoints.
+class Store(CallStore, RunStore, LibraryStore, LabelStore, LeaseStore, LabStore):
+    """The Rubric Studio database: runs and their calls, library, labels, experiments, the lab.
 
     Nothing touches the database until :meth:`open` (or the first operation, which opens
     lazily). Use it as a context manager to close the saver's connections when done::
