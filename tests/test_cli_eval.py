@@ -341,12 +341,21 @@ def _loopback_eval(tmp_path: Path, server: DelayedServer, *flags: str
 
 
 def test_workers_share_one_experiment_and_run_every_cell_once(tmp_path: Path) -> None:
-    server = _answering_server(0.05)
+    # The model limit gives each worker one cell at a time, and every call is held until two
+    # are waiting: so both processes hold a cell before any cell can end, however late the
+    # helper starts on a busy machine (it used to find every cell done, now and then).
+    server = HoldingServer(free=0)
     argv, env, db = _loopback_eval(tmp_path, server, "--concurrency", "4", "--workers", "2",
                                    "--model-limit", "openai-compatible:w=2")
     with server.fake:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240,
-                              check=False)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            server.wait_held(2, timeout_s=120)
+        finally:
+            server.release()
+            out, err = proc.communicate(timeout=240)
+    proc = subprocess.CompletedProcess(argv, proc.returncode, out, err)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "24/24 done, 100% satisfied" in proc.stdout
     assert server.peak <= 4  # the concurrency is shared out, not multiplied
