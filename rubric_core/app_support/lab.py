@@ -494,28 +494,29 @@ def _pct(value: float | None) -> str:
 def health_frame(report: HealthReport) -> pd.DataFrame:
     """Criterion health, one row per configuration × criterion, read as a person reads it."""
     return pd.DataFrame([{
-        "config": f"{h.config_index + 1}. {h.config_label}", "criterion": h.criterion,
+        "criterion": h.criterion,
         "flags": ", ".join(f"{f} ({h.redundant_with})" if f == "redundant" else f
                            for f in h.flags),
-        "graded": h.graded, "pass rate": _pct(h.pass_rate), "κ with people": _num(h.kappa),
+        "κ with people": _num(h.kappa),
         "κ 95% interval": "—" if h.kappa_low is None else
         f"[{_num(h.kappa_low)}, {_num(h.kappa_high)}]",
-        "n": h.people_n,
+        "n": h.people_n, "people vs people κ": _num(h.people_kappa),
+        "people pairs": h.people_pairs,
         "agreement": "—" if h.agree_pct is None else f"{h.agree_pct:.0f}%",
-        "people vs people κ": _num(h.people_kappa), "people pairs": h.people_pairs,
-        "stability": _pct(h.stability)} for h in report.criteria])
+        "pass rate": _pct(h.pass_rate), "graded": h.graded, "stability": _pct(h.stability),
+        "config": f"{h.config_index + 1}. {h.config_label}"} for h in report.criteria])
 
 
 def rubric_compare_frame(cmp: RubricComparison) -> pd.DataFrame:
     """The before/after table: per matched criterion, pass rates and κ of both, and flips."""
     return pd.DataFrame([{
-        "criterion (A)": c.criterion_a, "criterion (B)": " + ".join(c.criteria_b), "n": c.n,
-        "pass rate A": _pct(c.pass_rate_a), "pass rate B": _pct(c.pass_rate_b),
-        "Δ pass rate": "—" if c.pass_rate_delta is None else f"{100 * c.pass_rate_delta:+.0f}",
+        "criterion (A)": c.criterion_a, "criterion (B)": " + ".join(c.criteria_b),
         "κ A": _num(c.kappa_a), "κ B": _num(c.kappa_b),
         "Δ κ": "—" if c.kappa_delta is None else f"{c.kappa_delta:+.2f}",
-        "people n": c.people_n, "flips": len(c.flips), "McNemar p": f"{c.p_value:.3g}"}
-        for c in cmp.criteria])
+        "pass rate A": _pct(c.pass_rate_a), "pass rate B": _pct(c.pass_rate_b),
+        "Δ pass rate": "—" if c.pass_rate_delta is None else f"{100 * c.pass_rate_delta:+.0f}",
+        "flips": len(c.flips), "McNemar p": f"{c.p_value:.3g}", "n": c.n,
+        "people n": c.people_n} for c in cmp.criteria])
 
 
 def flips_frame(cmp: RubricComparison, criterion: str) -> pd.DataFrame:
