@@ -120,6 +120,7 @@ pages = [
     st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
     st.Page("pages/review.py", title="Review", icon=":material/compare_arrows:"),
     st.Page("pages/experiments.py", title="Experiments", icon=":material/table_chart:"),
+    st.Page("pages/lab.py", title="Rubric lab", icon=":material/science:"),
 ]
 page = st.navigation(pages)
 if wanted := state.pop("_wanted_page", None):

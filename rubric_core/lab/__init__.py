@@ -8,6 +8,8 @@ public names are re-exported here:
 - `rubric_core.lab.answers`: answer sets from an upload (CSV/JSONL with people's verdicts as
   ``label:<criterion>`` columns), stored runs or an experiment's cells (`parse_answers`,
   `read_answers_file`, `answers_from_runs`, `answers_from_experiment`, `AnswerSet`);
+- `rubric_core.lab.labelling`: a person's verdict on one criterion of one answer, recorded in
+  a stored set (`label_answer`);
 - `rubric_core.lab.bundled`: the bundled labelled set that runs the whole loop offline;
 - `rubric_core.lab.config`: `GraderConfig`, one grader configuration of a re-grade;
 - `rubric_core.lab.jobs`: store a re-grade (`create_regrade`), add a configuration
@@ -70,6 +72,7 @@ from rubric_core.lab.jobs import (
     job_progress,
     retry_errors,
 )
+from rubric_core.lab.labelling import label_answer
 from rubric_core.lab.refine import (
     Disagreement,
     RefineError,
@@ -140,6 +143,7 @@ __all__ = [
     "find_disagreements",
     "health_of",
     "job_progress",
+    "label_answer",
     "label_columns",
     "parse_answers",
     "read_answers_file",

@@ -195,6 +195,55 @@ class LabStore(StoreCore):
                 "l.set_version = ? ORDER BY i.seq, l.criterion, l.labeller", (name, version)))
         return [item_label_from_row(r) for r in rows]
 
+    def set_answer_label(self, set_name: str, set_version: int, label: ItemLabel,
+                         *, remove: bool = False) -> bool:
+        """Record (or replace) one person's verdict on one answer of a stored set version.
+
+        Labelling annotates the answers rather than changing them, so the label is written into
+        that version in place (a re-grade of it sees it at once); the version's digest is not
+        changed, so importing the same file again still keeps the version, labels and all. The
+        caller checks the text (`rubric_core.lab.labelling.label_answer`); it is scrubbed of
+        secrets here.
+
+        Args:
+            set_name: The set's name.
+            set_version: Its version.
+            label: The verdict, keyed by (item, criterion, labeller).
+            remove: Delete that person's verdict instead (a skip).
+
+        Returns:
+            Whether a row was written or deleted.
+
+        Raises:
+            KeyError: No such answer in that set version.
+
+        """
+        known = secret_values()
+        key = (set_name, set_version, label.item_id, redact(label.criterion, secrets=known),
+               redact(label.labeller, secrets=known))
+        with self._connect(write=True) as conn:
+            if conn.execute("SELECT 1 FROM answer_items WHERE set_name = ? AND set_version = ? "
+                            "AND item_id = ?", key[:3]).fetchone() is None:
+                msg = (f"no answer {label.item_id!r} in answer set {set_name!r} version "
+                       f"{set_version}")
+                raise KeyError(msg)
+            if remove:
+                changed = conn.execute(
+                    "DELETE FROM answer_labels WHERE set_name = ? AND set_version = ? AND "
+                    "item_id = ? AND criterion = ? AND labeller = ?", key).rowcount
+            else:
+                changed = conn.execute(
+                    "INSERT INTO answer_labels (set_name, set_version, item_id, criterion, "
+                    "labeller, passed, note) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (set_name, "
+                    "set_version, item_id, criterion, labeller) DO UPDATE SET passed = "
+                    "excluded.passed, note = excluded.note",
+                    (*key, int(bool(label.passed)), redact(label.note, secrets=known))).rowcount
+            conn.execute(
+                "UPDATE answer_sets SET label_count = (SELECT COUNT(*) FROM answer_labels WHERE "
+                "set_name = ? AND set_version = ?) WHERE name = ? AND version = ?",
+                (set_name, set_version, set_name, set_version))
+        return bool(changed)
+
     def delete_answer_set(self, name: str) -> int:
         """Delete every version of an answer set that no re-grade uses.
 
