@@ -18,8 +18,9 @@ Several processes (app servers, CLIs) may share one database: what another proce
 is read from the rows alone (status, owner and heartbeat, all timed by the database's clock,
 `Store.now`), and a resume takes the run with one conditional update (`Store.claim_run`) that
 makes the resumer its owner, so two processes never record the same run at once: a former
-owner that was only paused (not dead) finds its heartbeat, passes and ending refused, and stops
-with `rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
+owner that was only paused (not dead) finds its heartbeat, passes, ending and checkpoints
+refused (the graph runs with the run's `rubric_core.store.Fence`), and stops with
+`rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
 script threads.
 
 Why one module of over 600 lines: starting, resuming and recording a run are one ownership
