@@ -6,7 +6,15 @@ cluster, fsync off, as in the tests; a real server with fsync on pays more per c
 
 - create run: `Store.create_run` (one write transaction);
 - add evaluation: `Store.add_evaluation` (a locked read and two writes, one transaction);
-- list 1,000 runs: `Store.list_runs(limit=1000)` on a database holding ``--runs`` runs.
+- list 1,000 runs: `Store.list_runs(limit=1000)` on a database holding ``--runs`` runs;
+- checkpoint write: one ``put`` and one ``put_writes`` of the store's LangGraph saver (a
+  small checkpoint and a step's writes), unfenced and fenced (`rubric_core.store.Fence`: the
+  owner check in the write's transaction), as every step of a recorded run does;
+- recorded run: a whole run through `rubric_core.session.start` (the offline ``demo`` worker
+  and ``rules`` grader on the bundled haiku example: three passes, no network).
+
+On a version without fences (before #27 item 3) the fenced row is left out, so the same
+command measures both sides of the change.
 
 Each is the median of ``--repeats`` rounds of ``--ops`` operations, per operation, and the
 ratio PostgreSQL / SQLite (above 1: PostgreSQL is slower).
@@ -27,7 +35,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubric_core import session
+from rubric_core.examples import get_example
+from rubric_core.settings import RunSettings
 from rubric_core.store import Store
+
+try:
+    from rubric_core.store import Fence
+except ImportError:  # a version before fenced checkpoints
+    Fence = None  # type: ignore[assignment,misc]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test server
 from pg_support import create_database, postgres_server
@@ -50,6 +66,28 @@ def _run(store: Store, i: int) -> str:
                             grader_model="rules", max_iterations=3).run_id
 
 
+def _checkpoint_write(store: Store, thread_id: str, configurable: dict[str, Any]) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"messages": ["an answer " * 20], "_rubric_iterations": 1}
+    checkpoint["channel_versions"] = {"messages": 1, "_rubric_iterations": 1}
+    saver = store.saver()
+    saved = saver.put({"configurable": {"thread_id": thread_id, "checkpoint_ns": "",
+                                        **configurable}},
+                      checkpoint, {"source": "loop", "step": 1}, checkpoint["channel_versions"])
+    saver.put_writes({"configurable": {**saved["configurable"], **configurable}},
+                     [("messages", ["a revision"]), ("_rubric_iterations", 2)], task_id="t")
+
+
+def _recorded_run(store: Store) -> None:
+    example = get_example("haiku")
+    settings = RunSettings(prompt=example.prompt, rubric=example.rubric, example_name="haiku",
+                           worker_system_prompt=example.worker_system_prompt)
+    final = list(session.start(store, settings, watch=False))[-1]
+    assert final["type"] == "run_finished" and final["status"] == "satisfied", final
+
+
 def _per_op_ms(action: Callable[[int], object], ops: int, repeats: int) -> float:
     rounds = []
     for r in range(repeats):
@@ -66,13 +104,30 @@ def measure(location: str | Path, *, ops: int, repeats: int, runs: int) -> dict[
         for i in range(runs):
             _run(store, i)
         target = _run(store, -1)
-        return {
+        times = {
             "create run": _per_op_ms(lambda i: _run(store, i), ops, repeats),
             "add evaluation": _per_op_ms(
                 lambda _i: store.add_evaluation(target, EVALUATION), ops, repeats),
             "list 1,000 runs": _per_op_ms(lambda _i: store.list_runs(limit=1000),
                                           max(1, ops // 20), repeats),
         }
+        owned = store.create_run(prompt="p", rubric="- a", owner="bench").run_id
+        fenced = Fence(owned, "bench").configurable() if Fence is not None else None
+        plain_rounds: list[float] = []
+        fenced_rounds: list[float] = []
+        for r in range(repeats):  # alternating rounds: the two see the same machine
+            plain_rounds.append(_per_op_ms(
+                lambda i, r=r: _checkpoint_write(store, f"plain-{r}-{i}", {}), ops, 1))
+            if fenced is not None:
+                fenced_rounds.append(_per_op_ms(
+                    lambda i, r=r: _checkpoint_write(store, f"fenced-{r}-{i}", fenced), ops, 1))
+        times["checkpoint write"] = statistics.median(plain_rounds)
+        if fenced_rounds:
+            times["fenced ckpt write"] = statistics.median(fenced_rounds)
+        _recorded_run(store)  # warm: the first run compiles the agent
+        times["recorded run"] = _per_op_ms(lambda _i: _recorded_run(store),
+                                           max(1, ops // 20), repeats)
+        return times
 
 
 def main() -> None:

@@ -18,8 +18,9 @@ Several processes (app servers, CLIs) may share one database: what another proce
 is read from the rows alone (status, owner and heartbeat, all timed by the database's clock,
 `Store.now`), and a resume takes the run with one conditional update (`Store.claim_run`) that
 makes the resumer its owner, so two processes never record the same run at once: a former
-owner that was only paused (not dead) finds its heartbeat, passes and ending refused, and stops
-with `rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
+owner that was only paused (not dead) finds its heartbeat, passes, ending and checkpoints
+refused (the graph runs with the run's `rubric_core.store.Fence`), and stops with
+`rubric_core.store.RunTakenOver`. The registry below only answers for this process's own
 script threads.
 
 Why one module of over 600 lines: starting, resuming and recording a run are one ownership
@@ -42,7 +43,7 @@ from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.registry import ActiveRegistry, new_owner
 from rubric_core.runner import RunSpec, arun_rubric, run_rubric
-from rubric_core.store import RunTakenOver, StoreError, is_unavailable
+from rubric_core.store import Fence, RunTakenOver, StoreError, is_unavailable
 from rubric_core.types import RESUMABLE_STATUSES
 from rubric_core.types import ModelResolver as ModelResolver  # re-exported
 from rubric_core.types import Role as Role  # re-exported
@@ -590,7 +591,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
     recording.begin()
     recording.heartbeat.start_thread()
     events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                        resume=resume)
+                        resume=resume, configurable=_fence(recording))
     try:
         for event in events:
             recording.check()
@@ -615,7 +616,7 @@ async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: 
         await store.acall(recording.begin)
         recording.heartbeat.start_task()
         events = arun_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                             resume=resume, stop=stop)
+                             resume=resume, stop=stop, configurable=_fence(recording))
         try:
             async for event in events:
                 recording.check()
@@ -631,6 +632,15 @@ async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: 
             await store.acall(recording.stopped)
     finally:
         recording.end()  # on the loop: it cancels the heartbeat's task
+
+
+def _fence(recording: _Recording) -> dict[str, Any]:
+    """The graph config that stores the run's checkpoints only while this session owns it.
+
+    A refused write is a takeover like a refused heartbeat: it sets the same ``lost`` flag,
+    so `_Recording.check` stops the session with `RunTakenOver` and writes nothing more.
+    """
+    return Fence(recording.run_id, recording.owner, lost=recording.heartbeat.lost).configurable()
 
 
 def _eval_key(ev: Mapping[str, Any]) -> tuple[str, int]:

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+ALWAYS_STALE = "9999-01-01T00:00:00.000000+00:00"
+"""A ``stale_before`` after any heartbeat: `Store.claim_run` takes the run whatever its state."""
+
+
 def _haiku(**changes: Any) -> RunSettings:
     ex = get_example("haiku")
     return RunSettings(prompt=ex.prompt, rubric=ex.rubric, example_name="haiku",
@@ -252,6 +256,70 @@ def test_a_paused_owner_whose_run_was_taken_over_writes_nothing_more(
         store.finish_run(paused.run_id, "satisfied", owner="elsewhere:1:x")
         assert store.touch_run(paused.run_id, owner="elsewhere:1:x")
         assert store.get_run(paused.run_id).status == "satisfied"  # type: ignore[union-attr]
+
+
+def _checkpoint_ids(store: Store, thread_id: str) -> set[str]:
+    return {t.config["configurable"]["checkpoint_id"]
+            for t in store.saver().list({"configurable": {"thread_id": thread_id}})}
+
+
+@pytest.mark.parametrize("on_loop", [False, True], ids=["session", "async_session"])
+def test_a_taken_over_owner_stores_no_checkpoint_and_calls_no_model(
+    db_location: Path | str, on_loop: bool,
+) -> None:
+    """The paused owner wakes up after the takeover: its next checkpoint is refused (fenced),
+    which ends its graph before another model call, and it stops with `RunTakenOver`."""
+    import asyncio
+
+    from scripted import ScriptedChatModel, verdict
+
+    from rubric_core.store import RunTakenOver
+
+    fail = verdict("needs_revision", "c2 missing", ["c1", ("c2", "add c2")])
+    worker = ScriptedChatModel(replies=[], default="a draft")
+    grader = ScriptedChatModel(replies=[fail] * 5)
+
+    def models(name: str, role: session.Role, base_url: str | None) -> Any:
+        return worker if role == "worker" else grader
+
+    settings = RunSettings(prompt="write it", rubric="- c1\n- c2", max_iterations=5)
+    with Store(db_location) as store:
+
+        def take_over(run_id: str, thread_id: str) -> tuple[set[str], int]:
+            # Another process finds the owner silent and resumes the run.
+            assert store.claim_run(run_id, owner="elsewhere:1:x", stale_before=ALWAYS_STALE)
+            return _checkpoint_ids(store, thread_id), len(worker.calls) + len(grader.calls)
+
+        if on_loop:
+            async def paused_owner() -> tuple[Any, set[str], int]:
+                run = await session.astart(store, settings, models=models)
+                events = aiter(run)
+                async for event in events:
+                    if event["type"] == "evaluation_finished":
+                        break
+                seen = take_over(run.run_id, run.record.thread_id)
+                with pytest.raises(RunTakenOver):
+                    async for _ in events:
+                        pass
+                return run, *seen
+
+            run, at_claim, calls = asyncio.run(paused_owner())
+        else:
+            run = session.start(store, settings, models=models, watch=False)
+            events = iter(run)
+            for event in events:
+                if event["type"] == "evaluation_finished":
+                    break
+            at_claim, calls = take_over(run.run_id, run.record.thread_id)
+            with pytest.raises(RunTakenOver):
+                for _ in events:
+                    pass
+        assert _checkpoint_ids(store, run.record.thread_id) == at_claim
+        assert len(worker.calls) + len(grader.calls) == calls
+        assert len(store.evaluations(run.run_id)) == 1
+        record = store.get_run(run.run_id)
+        assert record is not None and (record.status, record.owner) == ("running",
+                                                                         "elsewhere:1:x")
 
 
 def test_heartbeats_are_timed_by_the_database_servers_clock(

@@ -2,9 +2,10 @@
 
 `Store` is the only thing that knows which database it talks to: a SQLite file path, or a
 ``postgresql://`` URL (``RUBRIC_STUDIO_DB`` or ``--db``). It holds LangGraph's checkpoints
-(through the saver :meth:`Store.saver` returns) and our own tables, under one versioned schema
-(`SCHEMA_VERSION`) that is upgraded in place; a database that is not ours is refused and left
-untouched. `copy_store` copies everything from one database to another, either way.
+(through the saver :meth:`Store.saver` returns; a run's writes are stored only while its owner
+holds it: `Fence`) and our own tables, under one versioned schema (`SCHEMA_VERSION`) that is
+upgraded in place; a database that is not ours is refused and left untouched. `copy_store`
+copies everything from one database to another, either way.
 
 `Store` is composed of one part per area (`rubric_core.store._store`); what it reads comes back
 as the records of `rubric_core.store._records`.
@@ -12,6 +13,7 @@ as the records of `rubric_core.store._records`.
 
 from rubric_core.store._copy import copy_store
 from rubric_core.store._core import default_db_path, shown_location
+from rubric_core.store._fence import Fence
 from rubric_core.store._labels import check_label_text
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
@@ -53,6 +55,7 @@ __all__ = [
     "CellRecord",
     "DatasetInfo",
     "ExperimentRecord",
+    "Fence",
     "ItemLabel",
     "PassVerdicts",
     "RegradeJob",

@@ -175,7 +175,10 @@ class StoreCore:
             On SQLite a ``SqliteSaver`` on a connection made with ``check_same_thread=False``
             (it serialises access with its own lock); on PostgreSQL a ``PostgresSaver`` on the
             store's connection pool. Both wrap `rubric_core.redact.RedactingSerializer`.
-            Created once per store (its tables on first use), closed by :meth:`close`.
+            Created once per store (its tables on first use), closed by :meth:`close`. A
+            graph run whose config carries a `rubric_core.store.Fence` (``configurable``) has
+            its writes stored only while the fence's owner holds its run
+            (`rubric_core.store._fence`).
 
         Raises:
             StoreError: The checkpoint tables cannot be created.

@@ -10,6 +10,12 @@ A database error inside any of the saver's operations (the server went away mid-
 comes out as the store's `StoreError`, with the message `PostgresBackend.error` writes: the
 caller (the runner, a page, the CLI) is told what happened and what to do, and never sees a
 psycopg exception or a password. Imported only with the ``postgres`` extra installed.
+
+Fenced writes (`rubric_core.store._fence`): a ``put`` or ``put_writes`` whose config carries a
+`Fence` runs in one transaction that first reads the run's owner ``FOR SHARE`` (writes of one
+owner do not wait for each other; a claim's ``UPDATE`` of the row waits for them, and a write
+after the claim reads the new owner and is refused). Unfenced, ``PostgresSaver`` runs a write's
+statements on an autocommit connection.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from typing import TYPE_CHECKING, Any, cast
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from rubric_core.redact import redact_data, scrub_checkpoint_config, secret_values
+from rubric_core.store import _fence
 from rubric_core.store._async_saver import SyncBackedAsyncSaver
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
@@ -31,6 +38,9 @@ if TYPE_CHECKING:
     from psycopg import Cursor
     from psycopg.rows import DictRow
     from psycopg_pool import ConnectionPool
+
+
+_FENCE_SQL = _fence.OWNER_SQL.replace("?", "%s") + " FOR SHARE"
 
 
 class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
@@ -58,7 +68,14 @@ class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
         # Every operation of PostgresSaver (get, list, put, writes, delete, setup) runs here.
         try:
             with super()._cursor(pipeline=pipeline) as cur:
-                yield cur
+                fence = _fence.current()
+                if fence is None:
+                    yield cur
+                else:
+                    with cur.connection.transaction():
+                        cur.execute(_FENCE_SQL, (fence.run_id,))
+                        fence.admit(cur.fetchone())
+                        yield cur
         except self._errors as exc:
             raise self._explain(exc) from exc
 
@@ -75,5 +92,17 @@ class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
                   for key, value in checkpoint["channel_values"].items()}
         scrubbed = cast("Checkpoint", {**checkpoint, "channel_values": values})
         clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
-        return super().put(cast("RunnableConfig", clean_config), scrubbed,
-                           cast("CheckpointMetadata", clean_metadata), new_versions)
+        with _fence.writing(config):
+            return super().put(cast("RunnableConfig", clean_config), scrubbed,
+                               cast("CheckpointMetadata", clean_metadata), new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Save as ``PostgresSaver`` does, fenced when the config carries a `Fence`."""
+        with _fence.writing(config):
+            super().put_writes(config, writes, task_id, task_path)

@@ -46,6 +46,16 @@ class RunTakenOver(StoreError):
                          "found this one silent and resumed it); this one stopped recording it.")
 
 
+def holds(current: str | None, owner: str | None) -> bool:
+    """Whether the writer ``owner`` may write a run whose row names ``current`` as its owner.
+
+    A writer that names no owner, and a run that has none, are not fenced; otherwise the two
+    must be the same. The one rule for the run index and the checkpoints
+    (`rubric_core.store._fence`).
+    """
+    return owner is None or current is None or current == owner
+
+
 def check_status(status: str) -> None:
     """Raise ValueError unless ``status`` is one of `rubric_core.types.RUN_STATUSES`."""
     if status not in RUN_STATUSES:
@@ -407,7 +417,7 @@ class RunStore(StoreCore):
         if row is None:
             msg = f"no run with id {run_id!r}"
             raise KeyError(msg)
-        if owner is not None and row["owner"] is not None and row["owner"] != owner:
+        if not holds(row["owner"], owner):
             raise RunTakenOver(run_id)
 
     @staticmethod

@@ -457,11 +457,16 @@ def _wal_present(path: Path) -> bool:
 def _redacting_saver_class() -> type[SqliteSaver]:
     """``SqliteSaver`` whose checkpoint metadata (JSON, past the serializer) is scrubbed too.
 
-    Its async methods (for ``astream``) run the sync ones on the event loop.
+    Its writes are fenced when their config carries a `rubric_core.store._fence.Fence`: the
+    owner check and the write are one ``BEGIN IMMEDIATE`` transaction on the saver's
+    connection (``SqliteSaver`` itself lets ``sqlite3`` open a deferred one at the first
+    ``INSERT``, and commits it even when the body raised). Its async methods (for
+    ``astream``) run the sync ones on the event loop.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from rubric_core.redact import scrub_checkpoint_config
+    from rubric_core.store import _fence
     from rubric_core.store._async_saver import SyncBackedAsyncSaver
 
     class RedactingSqliteSaver(SyncBackedAsyncSaver, SqliteSaver):
@@ -469,6 +474,34 @@ def _redacting_saver_class() -> type[SqliteSaver]:
 
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             clean_config, clean_metadata = scrub_checkpoint_config(config, metadata)
-            return super().put(clean_config, checkpoint, clean_metadata, new_versions)
+            with _fence.writing(config):
+                return super().put(clean_config, checkpoint, clean_metadata, new_versions)
+
+        def put_writes(self, config: Any, writes: Any, task_id: str,
+                       task_path: str = "") -> None:
+            with _fence.writing(config):
+                super().put_writes(config, writes, task_id, task_path)
+
+        @contextmanager
+        def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
+            fence = _fence.current()
+            if fence is None or not transaction:
+                with super().cursor(transaction) as cur:
+                    yield cur
+                return
+            with self.lock:
+                self.setup()
+                cur = self.conn.cursor()
+                try:
+                    cur.execute("BEGIN IMMEDIATE")  # no claim can commit until we do
+                    fence.admit(cur.execute(_fence.OWNER_SQL, (fence.run_id,)).fetchone())
+                    yield cur
+                    self.conn.commit()
+                except BaseException:
+                    if self.conn.in_transaction:
+                        self.conn.rollback()
+                    raise
+                finally:
+                    cur.close()
 
     return RedactingSqliteSaver
