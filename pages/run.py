@@ -7,7 +7,7 @@ from contextlib import closing
 import streamlit as st
 
 from rubric_core import app_support as sup
-from rubric_core import session
+from rubric_core import redact, session
 from rubric_core.models import ModelConfigError
 from rubric_core.rubric import parse_criteria
 from rubric_core.store import StoreError
@@ -41,8 +41,10 @@ VERDICT_COLUMNS = {
 
 
 def request_resume(run_id: str) -> None:
-    # Bound to the run the picker showed when it was drawn, not to whatever it lists next.
+    # Bound to the run the picker showed when it was drawn, not to whatever it lists next;
+    # the endpoint and models typed for it go along (the key stays in this session's memory).
     state["resume_request"] = run_id
+    state["resume_changes"] = sup.resume_changes(state, run_id)
 
 
 def show_result(run_id: str) -> None:
@@ -112,11 +114,12 @@ last = state.get("last_run_id")
 # A Stop reruns this page on a new thread while the old one is still closing the run.
 stopping = last if last and not session.wait_until_inactive(last, timeout_s=5.0) else None
 wanted = state.pop("resume_request", None)
+changes = state.pop("resume_changes", None) or sup.ResumeChanges()
 resuming = store.get_run(wanted) if store is not None and wanted else None
 shown = resuming.settings if resuming is not None else form
 if resuming is not None:
-    st.info(f"Resuming run {resuming.run_id[:8]} · {resuming.title or '(untitled)'} with the "
-            "settings it was started with.", icon=":material/replay:")
+    shown = sup.changed_settings(shown, changes)
+    st.info(sup.resuming_text(resuming, changes), icon=":material/replay:")
 # Model names get the wide columns; the full string is also on hover.
 cols = st.columns([3, 3, 1, 1])
 cols[0].metric("Worker", shown.worker_model, help=f"Worker model: {shown.worker_model}")
@@ -153,7 +156,11 @@ try:
     if start and store is not None and not resuming:
         live(session.start(store, form, models=models))
     elif resuming is not None and store is not None:
-        live(session.resume(store, resuming.run_id, models=models))
+        live(session.resume(store, resuming.run_id, models=sup.resume_models(
+            secrets, changes, session_key=key, sidebar_base_url=form.base_url,
+            token_delay_s=sup.token_delay(sup.env_token_delay(), state.get("token_delay_s"))),
+            base_url=changes.base_url, worker_model=changes.worker_model,
+            grader_model=changes.grader_model))
 except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
     st.error(f"The run could not start or be recorded: {exc}")
 if starting:  # the run has ended: nothing is left to stop
@@ -172,6 +179,21 @@ if resumable:
                                format_func=lambda rid: sup.run_label(by_id[rid]))
     res_btn.button("Resume", key="resume_button", icon=":material/replay:",
                    on_click=request_resume, args=(picked,))
+    target = by_id[picked].settings
+    with st.expander("Resume with another endpoint or models",
+                     expanded=by_id[picked].status == "error"):
+        st.caption("The run continues from where it stopped; what you change here is "
+                   "recorded in its settings. A key typed here is sent only to this base URL "
+                   "and never stored.")
+        names = sup.resume_widget_keys(picked)
+        for name, label, value in (("base_url", "Base URL", target.base_url or ""),
+                                   ("worker_model", "Worker model", target.worker_model),
+                                   ("grader_model", "Grader model", target.grader_model)):
+            state.setdefault(names[name], value)
+            st.text_input(label, key=names[name])
+        st.text_input("API key for this base URL (optional)", key=names["api_key"],
+                      type="password")
+        redact.register_secret(state.get(names["api_key"]))
 
 if store is not None and last:
     st.subheader("Last run")

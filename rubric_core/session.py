@@ -243,9 +243,10 @@ class Session(_SessionBase):
     """
 
     def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
-                 owner: str) -> None:
+                 owner: str, changed: bool = False) -> None:
         super().__init__(store, record, owner)
-        self._events = _recorded(store, record, spec, resume=resume, owner=owner)
+        self._events = _recorded(store, record, spec, resume=resume, owner=owner,
+                                 changed=changed)
 
     def __iter__(self) -> Iterator[RunEvent]:
         return self._events
@@ -363,12 +364,44 @@ def _resumable(store: Store, run_id: str, record: RunRecord | None) -> RunRecord
     return record
 
 
-def _resumed_spec(record: RunRecord, models: ModelResolver | None, base_url: str | None,
-                  *, watch: bool) -> RunSpec:
-    settings = record.settings
-    if base_url:
-        settings = settings.replace(base_url=base_url)
-    return dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+def resumed_settings(
+    settings: RunSettings,
+    *,
+    base_url: str | None = None,
+    worker_model: str | None = None,
+    grader_model: str | None = None,
+) -> RunSettings | None:
+    """A stored run's settings with the endpoint or models a resume changes; None: unchanged.
+
+    A run that ended on "Connection error" can only be finished against another server: a
+    resume may change where it is sent and by which models, never what it asks or how it is
+    judged. None keeps a value; an empty ``base_url`` means the provider's own endpoint.
+
+    Raises:
+        ValueError: The changed settings cannot run (a blank model, a URL with a password).
+
+    """
+    changes: dict[str, Any] = {}
+    if base_url is not None and (base_url.strip() or None) != settings.base_url:
+        changes["base_url"] = base_url.strip() or None
+    for field, value in (("worker_model", worker_model), ("grader_model", grader_model)):
+        if value is not None and value.strip() != getattr(settings, field):
+            changes[field] = value.strip()
+    if not changes:
+        return None
+    changed = settings.replace(**changes)
+    changed.validate()
+    return changed
+
+
+def _resumed(record: RunRecord, models: ModelResolver | None, changed: RunSettings | None,
+             *, watch: bool) -> tuple[RunRecord, RunSpec]:
+    """The record as it will be resumed (changed settings scrubbed) and its spec."""
+    settings = changed or record.settings
+    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+    if changed is not None:
+        record = dataclasses.replace(record, settings=changed.redacted())
+    return record, spec
 
 
 def resume(
@@ -377,9 +410,15 @@ def resume(
     *,
     models: ModelResolver | None = None,
     base_url: str | None = None,
+    worker_model: str | None = None,
+    grader_model: str | None = None,
     watch: bool = True,
 ) -> Session:
     """Continue a stored run on its thread with the settings it was started with.
+
+    The endpoint and the models may change (`resumed_settings`): the change is recorded in
+    the run's settings when the resume takes the run, so Review, export and a later Resume
+    see where it was finished. Keys are never stored: ``models`` carries them.
 
     A run that already ended reports its result without calling a model.
 
@@ -387,19 +426,24 @@ def resume(
         store: The database.
         run_id: The run.
         models: Builds the chat models, with their keys (`default_models()` when omitted).
-        base_url: Use this server instead of the stored one for this resume (not stored).
+        base_url: Send the run to this server from now on (``""``: the provider's own).
+        worker_model: Continue with this worker model.
+        grader_model: Continue with this grader model.
         watch: As for `start`.
 
     Raises:
         KeyError: No such run.
         RuntimeError: The run is being recorded now (here, or by a live process elsewhere).
-        ValueError: The stored settings cannot run.
+        ValueError: The settings (as changed) cannot run.
         ModelConfigError: A model cannot be built.
 
     """
     record = _resumable(store, run_id, store.get_run(run_id))
-    spec = _resumed_spec(record, models, base_url, watch=watch)
-    return Session(store, record, spec, resume=True, owner=new_owner())
+    changed = resumed_settings(record.settings, base_url=base_url, worker_model=worker_model,
+                               grader_model=grader_model)
+    record, spec = _resumed(record, models, changed, watch=watch)
+    return Session(store, record, spec, resume=True, owner=new_owner(),
+                   changed=changed is not None)
 
 
 async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None,
@@ -409,7 +453,7 @@ async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = N
     ``stop`` as for `astart`.
     """
     record = _resumable(store, run_id, await store.acall(store.get_run, run_id))
-    spec = _resumed_spec(record, models, None, watch=False)  # models built on the loop
+    _, spec = _resumed(record, models, None, watch=False)  # models built on the loop
     return AsyncSession(store, record, spec, resume=True, owner=new_owner(), stop=stop)
 
 
@@ -476,9 +520,12 @@ class _Recording:
     calls the methods that write through `Store.acall`).
     """
 
-    def __init__(self, store: Store, record: RunRecord, *, resume: bool, owner: str) -> None:
+    def __init__(self, store: Store, record: RunRecord, *, resume: bool, owner: str,
+                 changed: bool = False) -> None:
         self.store, self.run_id, self.owner = store, record.run_id, owner
         self.resume = resume
+        # A resume that changes the endpoint or models records them with its claim.
+        self.new_settings = record.settings if changed else None
         self.prior = (record.duration_s or 0.0) if resume else 0.0
         self.started = time.perf_counter()
         self.heartbeat = _Heartbeat(store, record.run_id, owner, self.elapsed)
@@ -499,7 +546,8 @@ class _Recording:
         self.registered = True
         try:
             if self.resume and not self.store.claim_run(
-                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner):
+                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner,
+                    settings=self.new_settings):
                 # Another server or process resumed it between our check and now.
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
                        "is running there now.")
@@ -569,8 +617,8 @@ class _Recording:
             ACTIVE_RUNS.discard(self.run_id)
 
 
-def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str
-              ) -> Generator[RunEvent, None, None]:
+def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str,
+              changed: bool = False) -> Generator[RunEvent, None, None]:
     """Pass the runner's events through, recording each evaluation once and the final status.
 
     When the consumer stops early the runner is closed too (aborting the graph) and the run is
@@ -578,7 +626,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
     the run over (its heartbeat or a write was refused), the runner is closed, nothing more is
     written, and `RunTakenOver` is raised.
     """
-    recording = _Recording(store, record, resume=resume, owner=owner)
+    recording = _Recording(store, record, resume=resume, owner=owner, changed=changed)
     recording.begin()
     recording.heartbeat.start_thread()
     events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,

@@ -373,11 +373,11 @@ def test_resume_is_advised_only_for_runs_the_page_lists(app: AppTest, db_path: P
     run = store.get_run(app.session_state["last_run_id"])
     assert run.status == "error"
     listed = [b for b in app.button if b.key == "resume_button"]
-    assert listed and "press Resume below" in _texts(app.markdown)
+    assert listed and "press Resume" in _texts(app.markdown)
     with Store(db_path) as s:
         s.finish_run(run.run_id, "grader_error")
     goto(app, "run")
-    assert "Resume below" not in _texts(app.markdown)
+    assert "press Resume" not in _texts(app.markdown)
 
 
 # --------------------------------------------------------------------------- review, export

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from test_app import _messages, _texts, goto, load_example, run_loop
+from openai_server import FakeOpenAI, text, verdict
+from streamlit.testing.v1 import AppTest
+from test_app import ROOT, _messages, _texts, goto, load_example, run_loop
 from test_app import app as app  # the fixtures test_app.py defines
 from test_app import db_path as db_path
 from test_app import navigation_routing as navigation_routing
 
+from rubric_core import app_support as sup
 from rubric_core.examples import get_example
+from rubric_core.store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from streamlit.testing.v1 import AppTest
+
+def new_app(db_path: Path, **state: object) -> AppTest:
+    """A new browser session on ``db_path`` with typed values (as the browser sends them)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["db_path"] = str(db_path)
+    for name, value in state.items():
+        at.session_state[name] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
 
 
 def test_a_prompt_edited_away_from_an_example_is_the_users_own_run(
@@ -44,3 +57,33 @@ def test_an_unchanged_example_keeps_its_title_and_a_set_system_prompt_is_shown(
     store = run_loop(app)
     assert store.get_run(app.session_state["last_run_id"]).title == get_example("haiku").title
     assert "no longer the example" not in _messages(app)
+
+
+def test_resume_moves_a_run_from_a_dead_port_to_a_live_server(db_path: Path) -> None:
+    # Issue 24.2: a run sent to a dead port said "fix the base URL and press Resume", but
+    # Resume reused the dead URL, so the run could never be finished.
+    key = "sk-typed-for-resume-never-stored"
+    app = new_app(db_path, base_url="http://127.0.0.1:9/v1", worker_model="openai-compatible:w",
+                  grader_model="openai-compatible:g", prompt="write it", rubric_text="- c1\n- c2")
+    store = run_loop(app)
+    run_id = app.session_state["last_run_id"]
+    assert store.get_run(run_id).status == "error"
+    assert "Resume with another endpoint or models" in _texts(app.markdown)
+    names = sup.resume_widget_keys(run_id)
+    assert app.text_input(key=names["base_url"]).value == "http://127.0.0.1:9/v1"
+    with FakeOpenAI() as server:
+        server.enqueue(text("a draft"), verdict("satisfied"))
+        app.text_input(key=names["base_url"]).input(server.base_url).run()
+        app.text_input(key=names["grader_model"]).input("openai-compatible:judge").run()
+        app.text_input(key=names["api_key"]).input(key).run()
+        app.button(key="resume_button").click().run()
+        assert not app.exception, app.exception
+        assert "Final status: satisfied" in _texts(app.success)
+        assert f"base URL {server.base_url}" in _texts(app.info)
+        assert [r["model"] for r in server.requests] == ["w", "judge"]
+    with Store(db_path) as s:
+        run = s.get_run(run_id)
+    assert run.status == "satisfied" and run.settings.base_url == server.base_url
+    assert run.grader_model == "openai-compatible:judge"
+    for file in db_path.parent.glob(db_path.name + "*"):
+        assert key.encode() not in file.read_bytes()

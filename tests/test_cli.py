@@ -454,6 +454,30 @@ def test_resume_takes_the_prompt_and_settings_from_the_record(
     assert s.server.requests[0]["messages"][-1] == {"role": "user", "content": "write it"}
 
 
+def test_resume_moves_a_run_to_another_server_and_models_and_records_it(
+    scripted: Any, tmp_path: Path
+) -> None:
+    # Issue 24.2: a run that ended on a dead port is finished elsewhere, through the real
+    # command; the new endpoint and models are recorded in the run's settings.
+    db = str(tmp_path / "studio.sqlite3")
+    first = cli("run", "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
+                "--base-url", "http://127.0.0.1:9/v1", "--prompt", "p", "--rubric", RUBRIC,
+                "--db", db, "--thread", "th")
+    assert first.returncode == 1 and "status: error" in first.stdout, first.stderr
+    s = scripted(["a draft"], [PASS])
+    again = cli("run", "--db", db, "--thread", "th", "--resume", "--base-url",
+                s.server.base_url, "--model", "openai-compatible:w2", "--grader",
+                "openai-compatible:g2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "status: satisfied" in again.stdout
+    assert [r["model"] for r in s.server.requests] == ["w2", "g2"]
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied" and run.settings.base_url == s.server.base_url
+    assert (run.worker_model, run.grader_model) == ("openai-compatible:w2",
+                                                    "openai-compatible:g2")
+
+
 def test_resume_keeps_the_stored_base_url(
     scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

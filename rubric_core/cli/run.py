@@ -39,13 +39,16 @@ NEXT_STEPS = {
 _RESUME_CHECKED = (
     ("prompt", "--prompt", "prompt"), ("rubric", "--rubric", "rubric"),
     ("system_prompt", "--system-prompt", "worker_system_prompt"),
-    ("example", "--example", "example_name"), ("model", "--model", "worker_model"),
-    ("grader", "--grader", "grader_model"),
+    ("example", "--example", "example_name"),
     ("max_iterations", "--max-iterations", "max_iterations"),
     ("grader_repeats", "--grader-repeats", "grader_repeats"),
     ("consensus", "--consensus", "consensus"), ("return_best", "--return-best", "return_best"),
 )
-"""(argument, flag, `RunSettings` field) that ``--resume`` compares with the stored run."""
+"""(argument, flag, `RunSettings` field) that ``--resume`` compares with the stored run.
+
+``--base-url``, ``--model`` and ``--grader`` are not compared: they move the resumed run to
+another server or models, and the change is recorded in its settings
+(`rubric_core.session.resumed_settings`)."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,13 +56,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", help="TEXT or @FILE")
     parser.add_argument("--rubric", help="TEXT or @FILE: one criterion per line")
     parser.add_argument("--example", help="a bundled example (see `examples`)")
-    parser.add_argument("--model", default=None, help="worker model (default: demo)")
-    parser.add_argument("--grader", default=None, help="grader model (default: rules)")
+    parser.add_argument("--model", default=None,
+                        help="worker model (default: demo; with --resume: continue with it)")
+    parser.add_argument("--grader", default=None,
+                        help="grader model (default: rules; with --resume: continue with it)")
     parser.add_argument("--system-prompt", default=None,
                         help="worker system prompt, TEXT or @FILE")
     parser.add_argument("--max-iterations", type=int, default=None)
     add_judging_arguments(parser, "")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
+    parser.add_argument("--base-url", default=None,
+                        help="OpenAI-compatible server URL (with --resume: continue the run on "
+                        "this server, recorded in its settings)")
     parser.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
     parser.add_argument("--db", default=None,
                         help="SQLite file or postgresql:// URL to keep the thread in")
@@ -195,8 +202,9 @@ def _run_recorded(args: argparse.Namespace, settings: RunSettings | None, out: T
                 raise UsageError(msg)
             _check_resume_arguments(args, record.settings)
             try:
-                run = session.resume(store, record.run_id, base_url=args.base_url)
-            except (KeyError, RuntimeError) as exc:
+                run = session.resume(store, record.run_id, base_url=args.base_url,
+                                     worker_model=args.model, grader_model=args.grader)
+            except (KeyError, RuntimeError, ValueError) as exc:
                 raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
         else:
             assert settings is not None

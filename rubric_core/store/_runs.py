@@ -217,7 +217,8 @@ class RunStore(StoreCore):
                 (self.now(), duration_s, run_id))
             return True
 
-    def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None) -> bool:
+    def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None,
+                  settings: RunSettings | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
 
         One statement, so of two processes resuming the same run at once only one wins: a run
@@ -229,6 +230,9 @@ class RunStore(StoreCore):
             run_id: The run.
             stale_before: An ISO 8601 UTC timestamp by the database's clock (`now`).
             owner: The new recorder.
+            settings: The run's settings from now on (a resume that changes its endpoint or
+                models), written with the claim; already scrubbed of secrets by the caller.
+                None keeps them.
 
         Returns:
             True when this caller now holds the run; False when another recorder does.
@@ -237,12 +241,19 @@ class RunStore(StoreCore):
             KeyError: No such run.
 
         """
+        changed: dict[str, Any] = {}
+        if settings is not None:
+            settings.validate()
+            changed = {"settings_json": settings.to_json(),
+                       "worker_model": settings.worker_model,
+                       "grader_model": settings.grader_model}
+        sets = "".join(f", {column} = ?" for column in changed)
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id)
             return bool(conn.execute(
-                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ? "
-                "WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
-                (self.now(), owner, run_id, stale_before)).rowcount)
+                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ?"
+                f"{sets} WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
+                (self.now(), owner, *changed.values(), run_id, stale_before)).rowcount)
 
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
