@@ -112,7 +112,7 @@ def live(run: session.Session) -> None:
 st.header("Run", divider="gray")
 last = state.get("last_run_id")
 # A Stop reruns this page on a new thread while the old one is still closing the run.
-stopping = last if last and not session.wait_until_inactive(last, timeout_s=5.0) else None
+stopping = last if last and not session.wait_until_inactive(last, timeout_s=2.0) else None
 wanted = state.pop("resume_request", None)
 changes = state.pop("resume_changes", None) or sup.ResumeChanges()
 resuming = store.get_run(wanted) if store is not None and wanted else None
@@ -148,9 +148,12 @@ starting = store is not None and ((start and not blocked) or resuming is not Non
 # still running (or stopping) on another script thread.
 active = starting or bool(last and session.is_active(last))
 stop_slot = stop_col.empty()
+# The callback reads the run id when pressed: the run may have started after this was drawn.
 stop_slot.button("Stop", key="stop_button", icon=":material/stop:", disabled=not active,
-                 help="Stops the run; its thread is kept and can be resumed below."
-                 if active else "Nothing of this session is running.")
+                 on_click=lambda: session.request_stop(state.get("last_run_id")),
+                 help="Stops the run at once (a model call in progress is abandoned); its "
+                 "thread is kept and can be resumed." if active
+                 else "Nothing of this session is running.")
 
 try:
     if start and store is not None and not resuming:
@@ -195,8 +198,19 @@ if resumable:
                       type="password")
         redact.register_secret(state.get(names["api_key"]))
 
+
+
+@st.fragment(run_every=1.0)
+def still_stopping(run_id: str) -> None:
+    # Redrawn every second until the run has let go, then the whole page shows its result.
+    if not session.is_active(run_id):
+        st.rerun()
+    st.info("This run is still stopping (or running in another tab); this page updates by "
+            "itself.", icon=":material/hourglass_top:")
+
+
 if store is not None and last:
     st.subheader("Last run")
-    if last == stopping:
-        st.info("This run is still stopping (or running in another tab). Refresh in a moment.")
+    if last == stopping and session.is_active(last):
+        still_stopping(last)
     show_result(last)

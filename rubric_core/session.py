@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, cast
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.registry import ActiveRegistry, new_owner
-from rubric_core.runner import RunSpec, arun_rubric, run_rubric
+from rubric_core.runner import RunSpec, arun_rubric
+from rubric_core.stopping import RunPump
 from rubric_core.store import RunTakenOver, StoreError, is_unavailable
 from rubric_core.types import RESUMABLE_STATUSES
 from rubric_core.types import ModelResolver as ModelResolver  # re-exported
@@ -155,8 +156,26 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
 
 # -- the active-run registry ----------------------------------------------------------------------
 
-ACTIVE_RUNS: ActiveRegistry[None] = ActiveRegistry("Run")
-"""The runs this process is recording right now (running or stopping)."""
+ACTIVE_RUNS: ActiveRegistry[threading.Event | None] = ActiveRegistry("Run")
+"""The runs this process is recording right now (running or stopping), each with its stop
+signal (`request_stop`); None for runs on an event loop, which stop through their own."""
+
+
+def request_stop(run_id: str | None) -> bool:
+    """Stop a run this process records, from any thread (a Stop button's callback).
+
+    The run stops within `rubric_core.stopping.POLL_S` and is recorded ``interrupted``; a
+    model call in progress is abandoned, never recorded (`rubric_core.stopping`).
+
+    Returns:
+        True when the run was active here and is now stopping.
+
+    """
+    stop = ACTIVE_RUNS.get(run_id) if run_id else None
+    if stop is None:
+        return False
+    stop.set()
+    return True
 
 
 def is_active(run_id: str) -> bool:
@@ -531,18 +550,22 @@ class _Recording:
         self.heartbeat = _Heartbeat(store, record.run_id, owner, self.elapsed)
         self.seen: set[tuple[str, int]] = set()
         self.finished = self.taken = self.registered = False
+        self.stop: threading.Event | None = None
 
-    def begin(self) -> None:
+    def begin(self, stop: threading.Event | None = None) -> None:
         """Register the run as this process's and take it over when resuming.
 
         The caller then starts the heartbeat (on a thread or the event loop).
+
+        Args:
+            stop: The run's stop signal, for `request_stop` (None on an event loop).
 
         Raises:
             RuntimeError: This process records it already, or another one took it first.
 
         """
         run_id = self.run_id
-        ACTIVE_RUNS.add(run_id, None)
+        ACTIVE_RUNS.add(run_id, stop)
         self.registered = True
         try:
             if self.resume and not self.store.claim_run(
@@ -621,18 +644,20 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
               changed: bool = False) -> Generator[RunEvent, None, None]:
     """Pass the runner's events through, recording each evaluation once and the final status.
 
-    When the consumer stops early the runner is closed too (aborting the graph) and the run is
-    marked ``interrupted``; an exception marks it ``error``. When another process has taken
-    the run over (its heartbeat or a write was refused), the runner is closed, nothing more is
-    written, and `RunTakenOver` is raised.
+    The graph runs on a thread of its own (`rubric_core.stopping.RunPump`). When the consumer
+    stops early (closes this generator) or `request_stop` is called, the graph is abandoned at
+    once, a model call in progress included, and the run is marked ``interrupted``; an
+    exception marks it ``error``. When another process has taken the run over (its heartbeat
+    or a write was refused), the graph is abandoned, nothing more is written, and
+    `RunTakenOver` is raised.
     """
     recording = _Recording(store, record, resume=resume, owner=owner, changed=changed)
-    recording.begin()
+    stop = threading.Event()
+    recording.begin(stop)
     recording.heartbeat.start_thread()
-    events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                        resume=resume)
+    pump = RunPump(spec, store.saver(), record.thread_id, resume=resume)
     try:
-        for event in events:
+        for event in pump.events(stop, check=recording.check):
             recording.check()
             recording.record(event)
             yield event
@@ -641,7 +666,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
         raise
     finally:
         if not recording.finished:
-            events.close()  # aborts the graph
+            pump.abandon()  # the graph writes nothing more; its thread ends on its own
         recording.stopped()
         recording.end()
 

@@ -245,6 +245,11 @@ def _backdate(db_path: Path, run_id: str) -> None:
     conn.close()
 
 
+def _iterations(db_path: Path) -> int:
+    with Store(db_path) as store:
+        return sum(r.iterations for r in store.list_runs())
+
+
 def _interrupted_run(db_path: Path, example: str) -> tuple[str, list[dict]]:
     ex = next(e for e in list_examples() if e.name == example)
     settings = RunSettings(prompt=ex.prompt, rubric=ex.rubric, example_name=ex.name,
@@ -311,7 +316,8 @@ def test_a_run_whose_process_was_killed_resumes_in_a_new_browser_session(
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
-            while len(server.requests) < 3:  # the revision request hangs: kill it there
+            # The revision request hangs, the first pass is recorded: kill it there.
+            while len(server.requests) < 3 or _iterations(db_path) < 1:
                 assert time.monotonic() < deadline and proc.poll() is None
                 time.sleep(0.05)
         finally:

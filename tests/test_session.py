@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rubric_core import session
+from rubric_core import session, stopping
 from rubric_core.examples import get_example
 from rubric_core.settings import RunSettings
 from rubric_core.store import Store
@@ -88,7 +88,7 @@ def test_an_exception_marks_the_run_error_and_it_stays_resumable(
         msg = "worker crashed"
         raise RuntimeError(msg)
 
-    monkeypatch.setattr(session, "run_rubric", boom)
+    monkeypatch.setattr(stopping, "run_rubric", boom)  # the pump runs it
     run = session.start(store, _haiku())
     with pytest.raises(RuntimeError):
         list(run)
