@@ -54,6 +54,14 @@ db_path = str(sup.resolve_db_path(state.get("db_path"), secrets))
 store, store_error = _open_store(db_path)
 state["store"] = store
 state["store_error"] = sup.store_error_message(store_error) if store_error else None
+# What was typed survives a reload (a draft in the database, its id in the URL), and a
+# ?run= or ?experiment= link opens that run or experiment, once per browser session.
+draft_notice = sup.sync_draft(state, st.query_params, store) if store is not None else None
+if not state.get("_link_opened"):
+    state["_link_opened"] = True
+    if (link := sup.link_request(st.query_params)) is not None:
+        sup.open_link(state, link)
+        state["_wanted_page"] = link.page
 
 with st.sidebar:
     st.markdown("### Models")
@@ -122,8 +130,14 @@ pages = [
     st.Page("pages/experiments.py", title="Experiments", icon=":material/table_chart:"),
 ]
 page = st.navigation(pages)
+if draft_notice:
+    st.toast(draft_notice, icon=":material/restore:")
 if wanted := state.pop("_wanted_page", None):
     st.switch_page(wanted)  # a page that was opened before the router ran (see pages/)
+for param, linked_page in sup.LINK_PAGES.items():
+    # The address bar links to what is on screen: another page's link goes.
+    if param in st.query_params and not linked_page.endswith(f"/{page.url_path}.py"):
+        del st.query_params[param]
 try:
     page.run()
 except StoreError as exc:  # the database went away while the page read it (a server restart)

@@ -167,9 +167,15 @@ if not experiments:
     st.stop()
 st.subheader("Experiment")
 by_id = {e.experiment_id: e for e in experiments}
+if state.get("exp_pick") not in by_id:
+    state.pop("exp_pick", None)  # a link to an experiment that is not (or no longer) here
 exp_id = st.selectbox("Experiment", list(by_id), key="exp_pick",
                       format_func=lambda eid: sup.experiment_label(by_id[eid]),
                       label_visibility="collapsed")
+if st.query_params.get("experiment") != exp_id:
+    st.query_params["experiment"] = exp_id  # the address bar links to this experiment
+link = sup.link_for("experiment", exp_id)
+st.caption(f"Link to this experiment: [{link}]({link}) (or copy the address bar)")
 stopping = not sup.wait_experiment_inactive(exp_id, timeout_s=5.0) and not started
 experiment = store.get_experiment(exp_id) or by_id[exp_id]
 results = experiment_results(store, exp_id, verdicts=False)  # the tabs that need them read them

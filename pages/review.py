@@ -94,7 +94,8 @@ if not runs:
     st.stop()
 
 by_id = {r.run_id: r for r in runs}
-if (requested := state.pop("open_request", None)) is not None:
+if (requested := state.pop("open_request", None)) is not None and (
+        requested in by_id or store.get_run(requested) is not None):
     # Kept in the picker even when the history filters or page would hide it.
     state["pinned_run"] = state["review_run"] = requested
 pinned = state.get("pinned_run")
@@ -103,6 +104,10 @@ if pinned and pinned not in by_id and (pinned_record := store.get_run(pinned)) i
 run_id = st.selectbox("Run to review", list(by_id), key="review_run",
                       format_func=lambda rid: sup.run_label(by_id[rid]))
 record = by_id[run_id]
+if st.query_params.get("run") != run_id:
+    st.query_params["run"] = run_id  # the address bar links to this run
+link = sup.link_for("run", run_id)
+st.caption(f"Link to this run: [{link}]({link}) (or copy the address bar)")
 evaluations = store.evaluations(run_id)
 cols = st.columns(4)
 cols[0].metric("Status", record.status)

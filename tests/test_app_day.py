@@ -19,10 +19,18 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def new_app(db_path: Path, **state: object) -> AppTest:
+def param(at: AppTest, name: str) -> str:
+    """A URL query parameter of the page as the app last set it."""
+    value = at.query_params.get(name, "")
+    return value[-1] if isinstance(value, list) else str(value)
+
+
+def new_app(db_path: Path, query: dict[str, str] | None = None, **state: object) -> AppTest:
     """A new browser session on ``db_path`` with typed values (as the browser sends them)."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.session_state["db_path"] = str(db_path)
+    for name, value in (query or {}).items():
+        at.query_params[name] = value
     for name, value in state.items():
         at.session_state[name] = value
     at.run()
@@ -87,3 +95,49 @@ def test_resume_moves_a_run_from_a_dead_port_to_a_live_server(db_path: Path) -> 
     assert run.grader_model == "openai-compatible:judge"
     for file in db_path.parent.glob(db_path.name + "*"):
         assert key.encode() not in file.read_bytes()
+
+
+def test_a_reload_restores_the_draft_and_never_a_key(db_path: Path) -> None:
+    # Issue 24.3: a reload lost the prompt, the rubric and the sidebar, silently.
+    key = "sk-typed-in-the-sidebar-never-in-a-draft"
+    first = new_app(db_path)
+    first.text_area(key="prompt").input("Write a limerick about a cat.").run()
+    first.text_area(key="rubric_text").input("- The poem has five lines").run()
+    first.sidebar.number_input(key="max_iterations").set_value(5).run()
+    first.sidebar.text_input(key="base_url").input("http://127.0.0.1:9/v1").run()
+    first.sidebar.text_input(key="session_api_key").input(key).run()
+    draft_id = param(first, "draft")
+    assert len(draft_id) == 32
+
+    reloaded = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    reloaded.session_state["db_path"] = str(db_path)
+    reloaded.query_params["draft"] = draft_id
+    reloaded.run()
+    assert not reloaded.exception
+    assert reloaded.text_area(key="prompt").value == "Write a limerick about a cat."
+    assert reloaded.text_area(key="rubric_text").value == "- The poem has five lines"
+    assert reloaded.sidebar.number_input(key="max_iterations").value == 5
+    assert reloaded.sidebar.text_input(key="base_url").value == "http://127.0.0.1:9/v1"
+    assert not reloaded.sidebar.text_input(key="session_api_key").value
+    assert "Restored what you had typed" in _texts(reloaded.toast)
+    # The restored draft goes on under a new id: two tabs never write one draft.
+    assert param(reloaded, "draft") not in ("", draft_id)
+    for file in db_path.parent.glob(db_path.name + "*"):
+        assert key.encode() not in file.read_bytes()
+
+
+def test_run_and_experiment_links_open_them(app: AppTest, db_path: Path) -> None:
+    load_example(app, "haiku")
+    run_loop(app)
+    run_id = app.session_state["last_run_id"]
+    load_example(app, "photosynthesis")
+    run_loop(app)
+    goto(app, "review")
+    assert param(app, "run") != run_id  # the newer run is open; the URL says so
+
+    linked = new_app(db_path, query={"run": run_id})
+    assert linked.selectbox(key="review_run").value == run_id
+    assert f"?run={run_id}" in _texts(linked.caption) or f"?run={run_id}" in _texts(
+        linked.markdown)
+    bad = new_app(db_path, query={"run": "0" * 32})  # no such run: the history opens
+    assert bad.selectbox(key="review_run").value != "0" * 32

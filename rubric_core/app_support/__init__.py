@@ -6,7 +6,8 @@ Pages import the package (``from rubric_core import app_support as sup``); every
 is re-exported here.
 
 Modules, in page order: ``settings`` (settings and database: the sidebar), ``authoring``
-(lint, the criteria table, examples, grader tools), ``running`` (the form as run settings,
+(lint, the criteria table, examples, grader tools), ``drafts`` (drafts kept across
+reloads, links to a run or an experiment), ``running`` (the form as run settings,
 form checks, the app's models, progress and next-step advice), ``review`` (tables,
 heatmap, diff, export) and ``experimenting`` (datasets, experiment configurations, live
 runs with Stop, the results grid, comparisons and downloads). ``_common`` holds the
@@ -45,6 +46,17 @@ from rubric_core.app_support.authoring import (
     sync_rubric_from_editor,
     tool_options,
     welcome_message,
+)
+from rubric_core.app_support.drafts import (
+    DRAFT_KEYS,
+    LINK_PAGES,
+    LinkRequest,
+    draft_of,
+    link_for,
+    link_request,
+    open_link,
+    restore_draft,
+    sync_draft,
 )
 from rubric_core.app_support.experimenting import (
     MAX_CONCURRENCY,
@@ -179,11 +191,13 @@ __all__ = [
     "CONSENSUS_MODES",
     "CORRECT_CHOICES",
     "DEFAULT_TOKEN_DELAY_S",
+    "DRAFT_KEYS",
     "FORM_DEFAULTS",
     "HEATMAP_COLORS",
     "HISTORY_PAGE_SIZE",
     "LABEL_CHOICES",
     "LABEL_EXPORT_COLUMNS",
+    "LINK_PAGES",
     "LLM_GRADER_HINT",
     "MAX_ALIGN_ANSWERS",
     "MAX_CONCURRENCY",
@@ -199,6 +213,7 @@ __all__ = [
     "ComparisonView",
     "LabelInput",
     "Level",
+    "LinkRequest",
     "ModelChoice",
     "ResultsGrid",
     "ResumeChanges",
@@ -246,6 +261,7 @@ __all__ = [
     "delete_experiment",
     "demo_notice",
     "diff_html",
+    "draft_of",
     "editor_key",
     "env_token_delay",
     "evaluation_at",
@@ -271,6 +287,8 @@ __all__ = [
     "labelled_keys",
     "labels_csv",
     "leave_example_if_edited",
+    "link_for",
+    "link_request",
     "lint_for_ui",
     "live_experiment",
     "load_example_into",
@@ -280,6 +298,7 @@ __all__ = [
     "model_problem",
     "new_experiment",
     "next_steps",
+    "open_link",
     "page_count",
     "pass_headline",
     "picked_cell",
@@ -288,6 +307,7 @@ __all__ = [
     "progress_text",
     "provider_env",
     "resolve_db_path",
+    "restore_draft",
     "results_grid",
     "resume_changes",
     "resume_models",
@@ -310,6 +330,7 @@ __all__ = [
     "stored_dataset",
     "streaming_markdown",
     "summary_csv",
+    "sync_draft",
     "sync_rubric_from_editor",
     "target_label",
     "token_delay",

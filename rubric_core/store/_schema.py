@@ -153,6 +153,9 @@ SCHEMA = (
         lease_owner TEXT, lease_expires_at {real},
         PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
     "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
+    """CREATE TABLE IF NOT EXISTS drafts (
+        draft_id TEXT PRIMARY KEY, data_json TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rs_drafts_updated ON drafts (updated_at)",
 )
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {

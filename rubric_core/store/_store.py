@@ -9,6 +9,7 @@ One database holds them all (`rubric_core.store._core.StoreCore`: SQLite or Post
 - people's ``labels`` of criterion verdicts (`rubric_core.store._labels`);
 - ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`), whose cells are
   leased to workers (`rubric_core.store._leases`);
+- the app's ``drafts`` (`rubric_core.store._drafts`);
 - ``meta``: which application owns the database and its schema version
   (`rubric_core.store._schema`).
 
@@ -19,6 +20,7 @@ cached and shared across threads.
 
 from __future__ import annotations
 
+from rubric_core.store._drafts import DraftStore
 from rubric_core.store._labels import LabelStore
 from rubric_core.store._leases import LeaseStore
 from rubric_core.store._library import LibraryStore
@@ -27,7 +29,7 @@ from rubric_core.store._runs import RunStore
 __all__ = ["Store"]
 
 
-class Store(RunStore, LibraryStore, LabelStore, LeaseStore):
+class Store(RunStore, LibraryStore, LabelStore, LeaseStore, DraftStore):
     """The Rubric Studio database: run index, library, labels, experiments and checkpoints.
 
     Nothing touches the database until :meth:`open` (or the first operation, which opens
