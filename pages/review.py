@@ -65,12 +65,17 @@ if store is None:
 
 session.reconcile(store)  # runs whose process died are shown as interrupted
 st.subheader("History")
+origin = st.segmented_control(
+    "Show", list(sup.ORIGIN_CHOICES), key="filter_origin",
+    format_func=lambda o: sup.ORIGIN_CHOICES[o],
+    help="Single runs: started on the Run page or with `rubric-studio run`. Experiment cells: "
+    "the runs of experiments (open an experiment on its page for its grid).")
 f_status, f_model, f_text, f_page = st.columns([3, 2, 3, 1])
 statuses = f_status.multiselect("Status", sorted(RUN_STATUSES), key="filter_status")
 model = f_model.text_input("Model (worker or grader, exact)", key="filter_model",
                            placeholder="e.g. demo")
 text = f_text.text_input("Title, prompt or rubric contains", key="filter_text")
-filters = sup.RunFilters(tuple(statuses), model, text)
+filters = sup.RunFilters(tuple(statuses), model, text, origin or "all")
 total = store.count_runs(**filters.kwargs())
 pages = sup.page_count(total)
 if state.get("history_page", 1) > pages:
@@ -145,9 +150,9 @@ with table_tab:
     gaps = table[table["gap"].astype(str).str.strip() != ""]
     if not gaps.empty:
         with st.expander(f"Full text of the {len(gaps)} gap(s)"):
-            for row in gaps.itertuples():
-                st.markdown(f"**Iteration {row.iteration} · {row.criterion}**")
-                st.text(row.gap)
+            for row in gaps.to_dict("records"):
+                st.markdown(f"**Pass {row['pass']} · {row['criterion']}**")
+                st.text(row["gap"])
 with heat_tab:
     heat = sup.heatmap_table(evaluations, record.rubric)
     st.dataframe(heat.style.map(sup.heatmap_css), width="stretch")
@@ -158,11 +163,11 @@ with compare_tab:
         iterations = list(sup.iteration_answers(evaluations))
         col_a, col_b = st.columns(2)
         a = col_a.selectbox("Before", iterations, index=0, key=f"cmp_a_{run_id}",
-                            format_func=lambda i: f"Iteration {i}")
+                            format_func=lambda i: f"Pass {i}")
         b = col_b.selectbox("After", iterations, index=len(iterations) - 1, key=f"cmp_b_{run_id}",
-                            format_func=lambda i: f"Iteration {i}")
-        side_by_side(f"Iteration {a}", sup.evaluation_at(evaluations, a),
-                     f"Iteration {b}", sup.evaluation_at(evaluations, b))
+                            format_func=lambda i: f"Pass {i}")
+        side_by_side(f"Pass {a}", sup.evaluation_at(evaluations, a),
+                     f"Pass {b}", sup.evaluation_at(evaluations, b))
     elif mode == "Final answers of two runs":
         others = [rid for rid in by_id if rid != run_id and by_id[rid].iterations]
         other = st.selectbox("Compare with", others, key="cmp_run",

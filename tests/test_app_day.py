@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from openai_server import FakeOpenAI, text, verdict
 from streamlit.testing.v1 import AppTest
-from test_app import ROOT, _messages, _texts, goto, load_example, run_loop
+from test_app import ROOT, _messages, _texts, goto, load_example, run_loop, start_bundled_experiment
 from test_app import app as app  # the fixtures test_app.py defines
 from test_app import db_path as db_path
 from test_app import navigation_routing as navigation_routing
@@ -141,3 +141,20 @@ def test_run_and_experiment_links_open_them(app: AppTest, db_path: Path) -> None
         linked.markdown)
     bad = new_app(db_path, query={"run": "0" * 32})  # no such run: the history opens
     assert bad.selectbox(key="review_run").value != "0" * 32
+
+
+def test_review_lists_single_runs_apart_from_experiment_cells(app: AppTest) -> None:
+    # Issue 24.7: 101 runs after two small experiments, the person's own on page 3.
+    load_example(app, "haiku")
+    run_loop(app)
+    mine = app.session_state["last_run_id"]
+    start_bundled_experiment(app)
+    goto(app, "review")
+    assert "1 run(s) match" in _texts(app.caption)
+    assert app.selectbox(key="review_run").value == mine
+    app.session_state["filter_origin"] = "experiment"
+    app.run()
+    assert "24 run(s) match" in _texts(app.caption)
+    app.session_state["filter_origin"] = "all"
+    app.run()
+    assert "25 run(s) match" in _texts(app.caption)

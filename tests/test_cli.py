@@ -21,7 +21,7 @@ from openai_server import FakeOpenAI, Reply, error, text, verdict
 from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
 from rubric_core.models import BASE_URL_ENV
-from rubric_core.store import Store
+from rubric_core.store import DB_ENV_VAR, Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,7 +105,7 @@ def test_subprocess_run_over_http_satisfied_exits_0_and_writes_csv(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     out = proc.stdout
-    assert "── answer (iteration 1) ──\ndraft one" in out
+    assert "── answer (pass 1) ──\ndraft one" in out
     assert "verdict: needs_revision" in out and "[FAIL] c2 — fix c2" in out
     assert "verdict: satisfied" in out and "status: satisfied after 2 grading pass(es)" in out
     assert f"wrote 4 rows to {csv}" in out
@@ -227,8 +227,10 @@ def test_subprocess_missing_key_exits_2_with_clear_message() -> None:
         pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "openai-compatible:x",
                       "--grader", "openai-compatible:x", "--base-url", "ftp://host"],
                      "must start with http", id="bad_url_scheme"),
-        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--resume"], "--resume needs --db",
-                     id="resume_without_db"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--resume"],
+                     "--resume needs --thread", id="resume_without_thread"),
+        pytest.param(["--example", "haiku", "--no-db", "--db", "x.sqlite3"],
+                     "--no-db records nothing", id="no_db_with_db"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(
@@ -303,12 +305,12 @@ def test_db_runs_are_recorded_in_the_run_index(
         assert [r.run_id for r in store.list_runs()] == [run.run_id]
 
 
-def test_resume_needs_db_and_thread(scripted: Any, capsys: pytest.CaptureFixture[str],
-                                    tmp_path: Path) -> None:
+def test_resume_needs_a_thread(scripted: Any, capsys: pytest.CaptureFixture[str],
+                               tmp_path: Path) -> None:
     s = scripted([], [])
     code, _, err = run_main(s.argv("--prompt", "p", "--rubric", RUBRIC, "--resume",
                                    "--db", str(tmp_path / "x.sqlite3")), capsys)
-    assert code == 2 and "--resume needs --db PATH and --thread ID" in err
+    assert code == 2 and "--resume needs --thread ID" in err
     assert s.server.requests == []
 
 
@@ -454,6 +456,24 @@ def test_resume_takes_the_prompt_and_settings_from_the_record(
     assert s.server.requests[0]["messages"][-1] == {"role": "user", "content": "write it"}
 
 
+def test_run_records_in_the_apps_database_like_eval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 24.7: `run` without --db stored nothing while `eval` wrote to the app's database.
+    db = tmp_path / "app.sqlite3"
+    monkeypatch.setenv(DB_ENV_VAR, str(db))
+    proc = cli("run", "--example", "haiku", "--quiet", "--thread", "t1")
+    assert proc.returncode == 0, proc.stderr
+    assert "recorded as run" in proc.stdout and str(db) in proc.stdout
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied" and run.thread_id == "t1"
+    again = cli("run", "--example", "haiku", "--quiet", "--no-db")
+    assert again.returncode == 0 and "recorded as run" not in again.stdout
+    with Store(db) as store:
+        assert len(store.list_runs()) == 1
+
+
 def test_resume_moves_a_run_to_another_server_and_models_and_records_it(
     scripted: Any, tmp_path: Path
 ) -> None:
@@ -562,7 +582,7 @@ def test_best_attempt_is_labelled_when_the_last_is_worse(
                "duration_s": 0.1, "error": None}
 
     monkeypatch.setattr("rubric_core.runner.run_rubric", events)
-    code, out, _ = run_main(["run", "--prompt", "p", "--rubric", "- c"], capsys)
+    code, out, _ = run_main(["run", "--prompt", "p", "--rubric", "- c", "--no-db"], capsys)
     assert code == 1
     assert "── last attempt (pass 2 of 2) · 0/1 criteria pass ──\nworse" in out
     assert "── best attempt (pass 1 of 2) · 1/1 criteria pass ──\nbetter" in out

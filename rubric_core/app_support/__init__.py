@@ -128,6 +128,7 @@ from rubric_core.app_support.judging import (
 )
 from rubric_core.app_support.review import (
     HEATMAP_COLORS,
+    ORIGIN_CHOICES,
     RunFilters,
     changes_summary,
     diff_html,
@@ -206,6 +207,7 @@ __all__ = [
     "MAX_ITERATIONS",
     "MAX_REPEATS",
     "MIN_ITERATIONS",
+    "ORIGIN_CHOICES",
     "TOKEN_DELAY_ENV",
     "Advice",
     "AgreementView",

@@ -48,6 +48,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "filter_status": [],
     "filter_model": "",
     "filter_text": "",
+    "filter_origin": "single",
     "history_page": 1,
 }
 """Session-state keys shared between pages, with their first values."""

@@ -255,7 +255,7 @@ def progress(iteration: int, cap: int) -> tuple[float, str]:
     """Progress bar value and text for the 0-based grader pass ``iteration``."""
     cap = max(cap, 1)
     k = min(iteration + 1, cap)
-    return min(k / cap, 1.0), f"Iteration {k} of {cap}"
+    return min(k / cap, 1.0), f"Pass {k} of {cap}"
 
 
 def streaming_markdown(text: str) -> str:

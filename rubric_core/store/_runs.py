@@ -27,7 +27,7 @@ from rubric_core.store._records import (
     run_to_row,
 )
 from rubric_core.store._schema import StoreError, search_text
-from rubric_core.types import RUN_STATUSES, TERMINAL_STATUSES
+from rubric_core.types import RUN_ORIGINS, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -296,6 +296,7 @@ class RunStore(StoreCore):
         status: str | Collection[str] | None = None,
         model: str | None = None,
         text: str | None = None,
+        origin: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[RunRecord]:
@@ -305,6 +306,8 @@ class RunStore(StoreCore):
             status: Keep runs in this status (or any of these statuses).
             model: Keep runs whose worker or grader model is exactly this.
             text: Keep runs whose title, prompt or rubric contains this, ignoring case.
+            origin: Keep only runs started alone (``single``) or only experiment cells
+                (``experiment``); None for both (`rubric_core.types.RunOrigin`).
             limit: At most this many runs; None for all.
             offset: Skip this many runs first (for paging).
 
@@ -312,7 +315,7 @@ class RunStore(StoreCore):
             The matching runs.
 
         """
-        where, params = self._filters(status, model, text)
+        where, params = self._filters(status, model, text, origin)
         if (limit is not None and limit < 0) or offset < 0:
             msg = "limit and offset must not be negative"
             raise ValueError(msg)
@@ -332,9 +335,10 @@ class RunStore(StoreCore):
         status: str | Collection[str] | None = None,
         model: str | None = None,
         text: str | None = None,
+        origin: str | None = None,
     ) -> int:
         """How many runs :meth:`list_runs` would find without a limit (same filters)."""
-        where, params = self._filters(status, model, text)
+        where, params = self._filters(status, model, text, origin)
         with self._connect() as conn:
             row = conn.execute(f"SELECT COUNT(*) AS n FROM runs{where}", params).fetchone()
         return int(row["n"])
@@ -418,10 +422,18 @@ class RunStore(StoreCore):
 
     @staticmethod
     def _filters(
-        status: str | Collection[str] | None, model: str | None, text: str | None
+        status: str | Collection[str] | None, model: str | None, text: str | None,
+        origin: str | None = None,
     ) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
+        if origin is not None:
+            if origin not in RUN_ORIGINS:
+                msg = f"unknown run origin {origin!r}; expected one of {list(RUN_ORIGINS)}"
+                raise ValueError(msg)
+            # experiment_cells.thread_id is unique, so indexed: a cell's run is on its thread.
+            negate = "NOT " if origin == "single" else ""
+            clauses.append(f"thread_id {negate}IN (SELECT thread_id FROM experiment_cells)")
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
