@@ -7,6 +7,7 @@ Pages read the shared settings from ``st.session_state`` and the open database f
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
 
@@ -65,10 +66,13 @@ if not state.get("_link_opened"):
 
 with st.sidebar:
     st.markdown("### Models")
+    # The placeholder must not read as a value: empty means the provider's own endpoint.
     st.text_input(
-        "OpenAI-compatible base URL", key="base_url", placeholder="http://127.0.0.1:11434/v1",
-        help="For local servers such as Ollama or vLLM; used by openai-compatible:<model> and "
-        "openai:<model>. Leave empty for api.openai.com.",
+        "OpenAI-compatible base URL", key="base_url",
+        placeholder="empty: api.openai.com · Ollama: http://127.0.0.1:11434/v1",
+        help="For local servers such as Ollama, vLLM, llama.cpp or LM Studio; used by "
+        "openai-compatible:<model> and openai:<model>. Leave empty for api.openai.com. Its "
+        "models are listed below once it answers.",
     )
     if not sup.base_url_trusted(state["base_url"], secrets):
         st.text_input(
@@ -78,10 +82,21 @@ with st.sidebar:
             "URL typed here.",
         )
         redact.register_secret(state.get("session_api_key"))
+    served = sup.server_models_for(
+        state, state["base_url"], now=time.monotonic(),
+        api_key=sup.server_key(state["base_url"], secrets=secrets, env=os.environ,
+                               session_key=sup.session_key(state)))
+    if served.models:
+        st.caption(f"{len(served.models)} model(s) offered by this server, listed below as "
+                   "openai-compatible:<name>.")
+    elif served.problem:
+        st.caption(f"No model list from this base URL: {served.problem}. Type a model as "
+                   "openai-compatible:<name>.")
     for role, key, label in (("worker", "worker_model", "Worker model"),
                              ("grader", "grader_model", "Grader model")):
         choices = sup.model_options(role, env=os.environ, secrets=secrets,
-                                    base_url=state["base_url"], current=state[key])
+                                    base_url=state["base_url"], current=state[key],
+                                    server_models=served.models)
         st.selectbox(
             label, [c.value for c in choices], key=key, accept_new_options=True,
             format_func=lambda v, c=choices: sup.model_label(c, v),

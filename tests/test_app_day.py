@@ -158,3 +158,22 @@ def test_review_lists_single_runs_apart_from_experiment_cells(app: AppTest) -> N
     app.session_state["filter_origin"] = "all"
     app.run()
     assert "25 run(s) match" in _texts(app.caption)
+
+
+def test_the_sidebar_offers_the_models_a_local_server_lists(db_path: Path) -> None:
+    # Issue 24.5: model names had to be typed although the server lists them at /v1/models.
+    with FakeOpenAI() as server:
+        server.models = ["llama3.1:8b", "qwen2.5"]
+        app = new_app(db_path, base_url=server.base_url)
+        options = app.sidebar.selectbox(key="worker_model").options
+        assert any("openai-compatible:qwen2.5" in o for o in options)
+        assert "2 model(s) offered by this server" in _texts(app.sidebar.caption)
+        # An empty base URL reads as empty, not as a grey value.
+        assert app.sidebar.text_input(key="base_url").placeholder.startswith("empty:")
+        assert server.models_auth == [None]  # no key typed for it: none sent
+        app.sidebar.text_input(key="session_api_key").input("sk-typed-for-it").run()
+        app.session_state["_server_models"] = None  # ask again now
+        app.run()
+        assert server.models_auth[-1] == "Bearer sk-typed-for-it"
+    dead = new_app(db_path, base_url="http://127.0.0.1:9/v1")
+    assert "No model list from this base URL" in _texts(dead.sidebar.caption)

@@ -164,6 +164,7 @@ from rubric_core.app_support.running import (
     verdict_frame,
 )
 from rubric_core.app_support.settings import (
+    SERVER_MODELS_TTL_S,
     ModelChoice,
     api_key_for,
     base_url_default,
@@ -180,6 +181,8 @@ from rubric_core.app_support.settings import (
     resolve_db_path,
     safe_mapping,
     same_url,
+    server_key,
+    server_models_for,
     store_error_message,
     token_delay,
     uses_openai_client,
@@ -208,6 +211,7 @@ __all__ = [
     "MAX_REPEATS",
     "MIN_ITERATIONS",
     "ORIGIN_CHOICES",
+    "SERVER_MODELS_TTL_S",
     "TOKEN_DELAY_ENV",
     "Advice",
     "AgreementView",
@@ -324,6 +328,8 @@ __all__ = [
     "sandbox_summary",
     "save_label",
     "save_library_rubric",
+    "server_key",
+    "server_models_for",
     "session_key",
     "settings_from_state",
     "shown_answers",
