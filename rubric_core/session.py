@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
-from rubric_core.registry import ActiveRegistry, new_owner
+from rubric_core.registry import ActiveRegistry, new_owner, owner_is_gone
 from rubric_core.runner import RunSpec, arun_rubric
 from rubric_core.stopping import RunPump
 from rubric_core.store import RunTakenOver, StoreError, is_unavailable
@@ -203,11 +203,14 @@ def _stale_before(now: str | None = None) -> str:
 def is_stale(record: RunRecord) -> bool:
     """Whether a ``running`` run lost its owner (see the module docstring).
 
-    Judged at the moment the store read the record, by the database's clock
+    Stale at once when its owner was a process of this host that has exited
+    (`rubric_core.registry.owner_is_gone`); else when its heartbeat aged past `STALE_AFTER_S`,
+    judged at the moment the store read the record, by the database's clock
     (`RunRecord.observed_at`), so machines whose clocks disagree agree on it.
     """
     return (record.status == "running" and not is_active(record.run_id)
-            and record.updated_at < _stale_before(record.observed_at))
+            and (record.updated_at < _stale_before(record.observed_at)
+                 or owner_is_gone(record.owner)))
 
 
 def run_status(record: RunRecord) -> str:
@@ -225,7 +228,13 @@ def is_resumable(record: RunRecord) -> bool:
 def reconcile(store: Store) -> int:
     """Mark ``interrupted`` the running runs whose owner died; returns how many."""
     keep = ACTIVE_RUNS.keys()
-    return store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
+    count = store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
+    for record in store.list_runs(status="running", limit=None):
+        if record.run_id not in keep and owner_is_gone(record.owner):
+            with contextlib.suppress(StoreError, KeyError):  # RunTakenOver: resumed meanwhile
+                store.finish_run(record.run_id, "interrupted", owner=record.owner)
+                count += 1
+    return count
 
 
 def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
@@ -545,6 +554,8 @@ class _Recording:
         self.resume = resume
         # A resume that changes the endpoint or models records them with its claim.
         self.new_settings = record.settings if changed else None
+        # A local owner that has exited holds the run no more, however fresh its heartbeat.
+        self.gone_owner = record.owner if owner_is_gone(record.owner) else None
         self.prior = (record.duration_s or 0.0) if resume else 0.0
         self.started = time.perf_counter()
         self.heartbeat = _Heartbeat(store, record.run_id, owner, self.elapsed)
@@ -570,7 +581,7 @@ class _Recording:
         try:
             if self.resume and not self.store.claim_run(
                     run_id, stale_before=_stale_before(self.store.now()), owner=self.owner,
-                    settings=self.new_settings):
+                    settings=self.new_settings, gone_owner=self.gone_owner):
                 # Another server or process resumed it between our check and now.
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
                        "is running there now.")

@@ -11,12 +11,13 @@ import io
 import os
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
 from conftest import ROOT
-from openai_server import FakeOpenAI, Reply, error, text, verdict
+from openai_server import FakeOpenAI, Reply, error, slow, text, verdict
 
 from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
@@ -496,6 +497,39 @@ def test_resume_moves_a_run_to_another_server_and_models_and_records_it(
     assert run.status == "satisfied" and run.settings.base_url == s.server.base_url
     assert (run.worker_model, run.grader_model) == ("openai-compatible:w2",
                                                     "openai-compatible:g2")
+
+
+def test_resume_right_after_a_killed_run_on_this_host_needs_no_wait(tmp_path: Path) -> None:
+    # Issue 24: --resume right after the run's process was killed waited for the 30 s
+    # heartbeat, although that process was this host's and gone.
+    db = str(tmp_path / "studio.sqlite3")
+    with FakeOpenAI() as server:
+        server.enqueue(text("first draft"), FAIL, slow(60, text("never sent")))
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "run", "--model", "openai-compatible:w",
+             "--grader", "openai-compatible:g", "--base-url", server.base_url, "--prompt",
+             "p", "--rubric", RUBRIC, "--db", db, "--thread", "th"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while len(server.requests) < 3:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+        with Store(db) as store:
+            assert store.list_runs()[0].status == "running"  # its heartbeat is fresh
+        server.enqueue(text("second draft"), PASS)
+        started = time.monotonic()
+        again = cli("run", "--db", db, "--thread", "th", "--resume", "--base-url",
+                    server.base_url)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert time.monotonic() - started < 25  # no wait for the 30 s heartbeat
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied"
 
 
 def test_resume_keeps_the_stored_base_url(

@@ -218,7 +218,7 @@ class RunStore(StoreCore):
             return True
 
     def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None,
-                  settings: RunSettings | None = None) -> bool:
+                  settings: RunSettings | None = None, gone_owner: str | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
 
         One statement, so of two processes resuming the same run at once only one wins: a run
@@ -233,6 +233,8 @@ class RunStore(StoreCore):
             settings: The run's settings from now on (a resume that changes its endpoint or
                 models), written with the claim; already scrubbed of secrets by the caller.
                 None keeps them.
+            gone_owner: An owner known to be gone (`rubric_core.registry.owner_is_gone`): a
+                ``running`` row it still holds is claimed however fresh its heartbeat.
 
         Returns:
             True when this caller now holds the run; False when another recorder does.
@@ -252,8 +254,10 @@ class RunStore(StoreCore):
             self._require_run(conn, run_id)
             return bool(conn.execute(
                 "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ?"
-                f"{sets} WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
-                (self.now(), owner, *changed.values(), run_id, stale_before)).rowcount)
+                f"{sets} WHERE run_id = ? AND (status <> 'running' OR updated_at < ? "
+                "OR owner = ?)",
+                (self.now(), owner, *changed.values(), run_id, stale_before,
+                 gone_owner or "")).rowcount)
 
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
