@@ -145,7 +145,8 @@ for i, answer in enumerate(sup.shown_answers(evaluations)):
  export_tab) = st.tabs(["Iterations", "Heatmap", "Side by side", "Labels", "Agreement",
                         "Loop analytics", "Export"])
 with table_tab:
-    table = sup.iteration_table(evaluations)
+    table = sup.iteration_table(evaluations, grader_model=record.grader_model,
+                                tool_names=record.grader_tools or ())
     st.dataframe(table, hide_index=True, width="stretch", column_config=ITERATION_COLUMNS)
     gaps = table[table["gap"].astype(str).str.strip() != ""]
     if not gaps.empty:

@@ -100,7 +100,9 @@ def live(run: session.Session) -> None:
                 with pass_slot.container():
                     st.markdown(sup.pass_headline(evaluation))
                     st.caption(evaluation["explanation"])
-                    st.dataframe(sup.verdict_frame(evaluation), hide_index=True,
+                    st.dataframe(sup.verdict_frame(
+                        evaluation, grader_model=run.settings.grader_model,
+                        tool_names=run.settings.grader_tools), hide_index=True,
                                  width="stretch", column_config=VERDICT_COLUMNS)
             elif kind == "run_finished":
                 ok = event["status"] == "satisfied"

@@ -177,3 +177,24 @@ def test_the_sidebar_offers_the_models_a_local_server_lists(db_path: Path) -> No
         assert server.models_auth[-1] == "Bearer sk-typed-for-it"
     dead = new_app(db_path, base_url="http://127.0.0.1:9/v1")
     assert "No model list from this base URL" in _texts(dead.sidebar.caption)
+
+
+def test_a_hybrid_verdict_says_per_criterion_whether_the_rule_or_the_model_decided(
+    db_path: Path,
+) -> None:
+    # Issue 24.6: "3/3 pass" from the model next to needs_revision, with no word of the rule
+    # that overrode it.
+    criteria = ("Mentions spring", "The tone is playful")
+    with FakeOpenAI() as server:
+        server.enqueue(text("A cat sat on a mat."), verdict("satisfied", criteria=criteria),
+                       text("Spring came."), verdict("satisfied", criteria=criteria))
+        app = new_app(db_path, base_url=server.base_url, worker_model="openai-compatible:w",
+                      grader_model="hybrid:openai-compatible:g", prompt="write it",
+                      rubric_text="- Mentions spring\n- The tone is playful")
+        run_loop(app)
+    notes = "\n".join(str(d.value) for d in app.dataframe)
+    assert "decided by the rule (the model said pass)" in notes
+    assert "decided by the model" in notes
+    goto(app, "review")
+    table = next(d.value for d in app.dataframe if "pass" in d.value.columns)
+    assert table["note"].str.contains("the model said pass").any()

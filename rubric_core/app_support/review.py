@@ -92,10 +92,18 @@ def run_label(record: RunRecord) -> str:
     )
 
 
-def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
-    """One row per iteration × criterion: the Review page's iteration table."""
+def iteration_table(evaluations: Iterable[RubricEvaluation], *, grader_model: str = "",
+                    tool_names: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per pass × criterion: the Review page's iteration table.
+
+    With a ``hybrid:`` grader the note says which of the rule and the model decided
+    (`rubric_core.app_support.running.rule_decisions`).
+    """
+    from rubric_core.app_support.running import rule_decisions
+
     rows: list[dict[str, Any]] = []
     for ev in evaluations:
+        decided = rule_decisions(ev, grader_model, tool_names)
         tokens = token_sum(ev.get("input_tokens"), ev.get("output_tokens"))
         explanation = ev.get("explanation", "")
         if notes := pass_notes(ev):
@@ -106,7 +114,9 @@ def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
             rows.append({
                 "pass": pass_number(ev), "criterion": row["criterion"] or "",
                 "passed": row["passed"], "gap": row["gap"] or "",
-                "note": criterion_note(row, ev.get("repeats")), **base,
+                "note": " · ".join(filter(None, (decided.get(str(row["criterion"])),
+                                                 criterion_note(row, ev.get("repeats"))))),
+                **base,
             })
     frame = pd.DataFrame(rows, columns=["pass", "criterion", "passed", "gap", "note",
                                         "verdict", "explanation", "duration_s", "tokens"])

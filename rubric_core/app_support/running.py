@@ -34,7 +34,7 @@ from rubric_core.session import build_grader_tools, resumed_settings
 from rubric_core.settings import RunSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from rubric_core.app_support._common import Level
     from rubric_core.http_retry import SharedBackoff
@@ -299,12 +299,51 @@ def pass_headline(evaluation: Mapping[str, Any]) -> str:
             + (f" ({notes})" if notes else ""))
 
 
-def verdict_frame(evaluation: Mapping[str, Any]) -> pd.DataFrame:
-    """Per-criterion pass/fail table of one pass, with the gaps and notes (`criterion_note`)."""
+def rule_decisions(evaluation: Mapping[str, Any], grader_model: str,
+                   tool_names: Sequence[str] = ()) -> dict[str, str]:
+    """For a ``hybrid:`` grader: who decided each criterion, and what the model said.
+
+    The rules decide every criterion they read (`rubric_core.offline.rules.read`); where the
+    LLM's verdict differed, the explanation lists the criterion
+    (`rubric_core.offline.graders.overridden_criteria`) and the model said the opposite of
+    the recorded verdict. Other graders: an empty mapping.
+
+    Returns:
+        Criterion name → e.g. ``decided by the rule (the model said pass)``.
+
+    """
+    if not grader_model.strip().startswith("hybrid:"):
+        return {}
+    from rubric_core.offline.graders import overridden_criteria
+    from rubric_core.offline.rules import read
+
+    overridden = set(overridden_criteria(str(evaluation.get("explanation") or "")))
+    out: dict[str, str] = {}
+    for criterion in evaluation.get("criteria") or []:
+        name = str(criterion.get("name", ""))
+        if read(name, tuple(tool_names)) is None:
+            out[name] = "decided by the model"
+        elif name in overridden:
+            model_said = "fail" if criterion.get("passed") else "pass"
+            out[name] = f"decided by the rule (the model said {model_said})"
+        else:
+            out[name] = "decided by the rule (the model agreed or did not say)"
+    return out
+
+
+def verdict_frame(evaluation: Mapping[str, Any], *, grader_model: str = "",
+                  tool_names: Sequence[str] = ()) -> pd.DataFrame:
+    """Per-criterion pass/fail table of one pass, with the gaps and notes (`criterion_note`).
+
+    With a ``hybrid:`` grader the note says which of the rule and the model decided
+    (`rule_decisions`).
+    """
     repeats = evaluation.get("repeats")
+    decided = rule_decisions(evaluation, grader_model, tool_names)
     rows = [
         {"criterion": row["criterion"], "passed": bool(row["passed"]), "gap": row["gap"] or "",
-         "note": criterion_note(row, repeats)}
+         "note": " · ".join(filter(None, (decided.get(str(row["criterion"])),
+                                          criterion_note(row, repeats))))}
         for row in criterion_rows(evaluation) if row["index"] is not None
     ]
     return pd.DataFrame(rows, columns=["criterion", "passed", "gap", "note"])

@@ -125,6 +125,32 @@ def _passed(item: dict[str, Any]) -> bool:
         return False
 
 
+OVERRIDE_NOTE = "Rule checks replaced the LLM's verdict on: "
+"""How a hybrid verdict's explanation starts its list of criteria where the rules overrode the
+LLM (names as Python string literals, joined by ``"; "``); read back by `overridden_criteria`."""
+
+
+def overridden_criteria(explanation: str) -> list[str]:
+    """The criteria a hybrid verdict's explanation says the rules overrode (`OVERRIDE_NOTE`).
+
+    On each of them the LLM gave the opposite verdict to the one recorded.
+    """
+    import ast
+
+    at = explanation.rfind("(" + OVERRIDE_NOTE)
+    if at < 0 or not explanation.endswith(".)"):
+        return []
+    names = []
+    for part in explanation[at + 1 + len(OVERRIDE_NOTE): -2].split("; "):
+        try:
+            name = ast.literal_eval(part)
+        except (ValueError, SyntaxError):
+            return []
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
 def _merge(
     reply: BaseMessage, verdicts: list[CriterionVerdict | None], criteria: list[str]
 ) -> BaseMessage:
@@ -162,7 +188,7 @@ def _merge(
     explanation = str(args.get("explanation", "")).strip()
     if overridden:
         listed = "; ".join(repr(n) for n in overridden)
-        explanation = f"{explanation} (Rule checks replaced the LLM's verdict on: {listed}.)"
+        explanation = f"{explanation} ({OVERRIDE_NOTE}{listed}.)"
     new_args = {**args, "result": result, "explanation": explanation, "criteria": merged}
     calls = [c for c in reply.tool_calls if c["name"] == VERDICT_TOOL]
     if calls:
