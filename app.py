@@ -106,6 +106,14 @@ with st.sidebar:
                                     session_key=state.get("session_api_key"))
         if problem:
             st.warning(f"{label}: {problem}", icon=":material/warning:")
+    offline = "demo" in (state["worker_model"], state["grader_model"]) or (
+        state["grader_model"] == "rules")
+    st.checkbox(
+        "Pace the offline demo", key="pace_demo", disabled=not offline,
+        help="The offline demo worker and rules grader answer at once; paced, the draft "
+        "streams slowly and each verdict takes a second, so every draft, verdict and revision "
+        "can be followed. Real models are never slowed.",
+    )
     st.number_input(
         "Max iterations", min_value=sup.MIN_ITERATIONS, max_value=sup.MAX_ITERATIONS, step=1,
         key="max_iterations", help="Grader passes allowed before the run stops.",

@@ -24,8 +24,10 @@ secrets = sup.safe_mapping(st.secrets)
 key = sup.session_key(state)
 sup.keep_form(state)
 backoff = SharedBackoff()  # one per script run: the experiment it starts shares it
+_, grader_pause_s = sup.demo_pacing(sup.env_token_delay(), state.get("pace_demo"),
+                                    state.get("token_delay_s"))
 models = sup.app_models(secrets, session_key=key, sidebar_base_url=state.get("base_url"),
-                        token_delay_s=0.0, backoff=backoff)
+                        token_delay_s=0.0, backoff=backoff, grader_pause_s=grader_pause_s)
 RESUME_HELP = "Continue the cells that have not ended, each on its own thread."
 
 

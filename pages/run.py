@@ -21,10 +21,10 @@ store = state.get("store")
 secrets = sup.safe_mapping(st.secrets)
 form = sup.settings_from_state(state)
 key = sup.session_key(state)
-models = sup.app_models(
-    secrets, session_key=key, sidebar_base_url=form.base_url,
-    token_delay_s=sup.token_delay(sup.env_token_delay(), state.get("token_delay_s")),
-)
+token_delay_s, grader_pause_s = sup.demo_pacing(sup.env_token_delay(), state.get("pace_demo"),
+                                                state.get("token_delay_s"))
+models = sup.app_models(secrets, session_key=key, sidebar_base_url=form.base_url,
+                        token_delay_s=token_delay_s, grader_pause_s=grader_pause_s)
 
 
 # Long criteria and gaps get the room, and their full text on hover (help).
@@ -163,7 +163,7 @@ try:
     elif resuming is not None and store is not None:
         live(session.resume(store, resuming.run_id, models=sup.resume_models(
             secrets, changes, session_key=key, sidebar_base_url=form.base_url,
-            token_delay_s=sup.token_delay(sup.env_token_delay(), state.get("token_delay_s"))),
+            token_delay_s=token_delay_s, grader_pause_s=grader_pause_s),
             base_url=changes.base_url, worker_model=changes.worker_model,
             grader_model=changes.grader_model))
 except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:

@@ -18,6 +18,8 @@ from rubric_core.store import Store
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import pytest
+
 
 def param(at: AppTest, name: str) -> str:
     """A URL query parameter of the page as the app last set it."""
@@ -198,3 +200,28 @@ def test_a_hybrid_verdict_says_per_criterion_whether_the_rule_or_the_model_decid
     goto(app, "review")
     table = next(d.value for d in app.dataframe if "pass" in d.value.columns)
     assert table["note"].str.contains("the model said pass").any()
+
+
+def test_the_offline_demo_is_paced_so_a_run_can_be_followed(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 24.8: the bundled examples finished in 0.4 s, so a newcomer never saw a run live.
+    monkeypatch.delenv(sup.TOKEN_DELAY_ENV, raising=False)
+    app = new_app(db_path)
+    assert app.sidebar.checkbox(key="pace_demo").value is True
+    load_example(app, "haiku")
+    store = run_loop(app)
+    paced = store.get_run(app.session_state["last_run_id"])
+    assert paced.status == "satisfied" and paced.iterations == 2
+    assert paced.duration_s >= 2 * sup.PACED_GRADER_PAUSE_S  # each verdict took a second
+    app.sidebar.checkbox(key="pace_demo").uncheck().run()
+    run_loop(app)
+    unpaced = store.get_run(app.session_state["last_run_id"])
+    assert unpaced.duration_s < paced.duration_s
+
+
+def test_pacing_is_for_the_offline_models_and_an_explicit_delay_wins() -> None:
+    assert sup.demo_pacing(None, True) == (sup.PACED_TOKEN_DELAY_S, sup.PACED_GRADER_PAUSE_S)
+    assert sup.demo_pacing(None, False) == (sup.DEFAULT_TOKEN_DELAY_S, 0.0)
+    assert sup.demo_pacing("0", True) == (0.0, 0.0)  # tests and operators set it
+    assert sup.demo_pacing(None, True, override=0) == (0.0, 0.0)

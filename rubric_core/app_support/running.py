@@ -36,10 +36,12 @@ from rubric_core.settings import RunSettings
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from langchain_core.language_models import BaseChatModel
+
     from rubric_core.app_support._common import Level
     from rubric_core.http_retry import SharedBackoff
     from rubric_core.store import RunRecord
-    from rubric_core.types import ModelResolver
+    from rubric_core.types import ModelResolver, Role
 
 
 def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
@@ -81,6 +83,7 @@ def app_models(
     sidebar_base_url: str | None,
     token_delay_s: float,
     backoff: SharedBackoff | None = None,
+    grader_pause_s: float = 0.0,
 ) -> ModelResolver:
     """The app's model builder for `rubric_core.session.start`/`resume` and experiments.
 
@@ -94,6 +97,8 @@ def app_models(
         session_key: The key typed in the sidebar (`session_key`).
         sidebar_base_url: The base URL typed in the sidebar.
         token_delay_s: Seconds between the demo worker's chunks.
+        grader_pause_s: Seconds the ``rules`` grader takes over each verdict (the paced demo,
+            `rubric_core.app_support.settings.demo_pacing`).
         backoff: For an experiment's cells: its shared backoff. The models are then built as
             the CLI's are (`rubric_core.experiments.experiment_models`): OpenAI-compatible
             models send through both of its HTTP clients (so a 429 or 5xx slows the whole
@@ -108,8 +113,25 @@ def app_models(
         return model_key(model, base_url=base_url, secrets=secrets, session_key=key)
 
     experiment = backoff is not None
-    return model_resolver(keys=keys, backoff=backoff, share=experiment, streaming=not experiment,
-                          token_delay_s=token_delay_s)
+    resolver = model_resolver(keys=keys, backoff=backoff, share=experiment,
+                              streaming=not experiment, token_delay_s=token_delay_s)
+    if not grader_pause_s:
+        return resolver
+
+    copies: dict[int, tuple[BaseChatModel, BaseChatModel]] = {}
+
+    def paced(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+        from rubric_core.offline.graders import RulesGrader
+
+        built = resolver(model, role, base_url)
+        if not isinstance(built, RulesGrader):
+            return built
+        # One paced copy per model built, so an experiment's cells still share one.
+        if id(built) not in copies:
+            copies[id(built)] = (built, built.model_copy(update={"pause_s": grader_pause_s}))
+        return copies[id(built)][1]
+
+    return paced
 
 
 @dataclass(frozen=True)
@@ -178,6 +200,7 @@ def resume_models(
     session_key: str | None,
     sidebar_base_url: str | None,
     token_delay_s: float,
+    grader_pause_s: float = 0.0,
 ) -> ModelResolver:
     """The models of a resume (`app_models`): a key typed for it goes to its base URL only.
 
@@ -185,9 +208,10 @@ def resume_models(
     """
     if changes.api_key:
         return app_models(secrets, session_key=changes.api_key,
-                          sidebar_base_url=changes.base_url or None, token_delay_s=token_delay_s)
+                          sidebar_base_url=changes.base_url or None, token_delay_s=token_delay_s,
+                          grader_pause_s=grader_pause_s)
     return app_models(secrets, session_key=session_key, sidebar_base_url=sidebar_base_url,
-                      token_delay_s=token_delay_s)
+                      token_delay_s=token_delay_s, grader_pause_s=grader_pause_s)
 
 
 def check_form(

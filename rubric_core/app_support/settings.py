@@ -12,6 +12,8 @@ from rubric_core.app_support._common import (
     FORM_DEFAULTS,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
+    PACED_GRADER_PAUSE_S,
+    PACED_TOKEN_DELAY_S,
     TOKEN_DELAY_ENV,
 )
 from rubric_core.models import (
@@ -390,3 +392,21 @@ def server_models_for(
     found = (lister or list_server_models)(url, api_key=api_key)
     state["_server_models"] = (url, now, found)
     return found
+
+
+def demo_pacing(env_value: str | None, pace: object, override: object = None
+                ) -> tuple[float, float]:
+    """How the app paces the offline models: (seconds between demo pieces, grader pause).
+
+    The offline ``demo`` and ``rules`` answer at once, so a newcomer never sees a run live;
+    with ``pace`` (the sidebar's "Pace the offline demo", on by default) the demo worker
+    streams slowly and the rules grader takes `PACED_GRADER_PAUSE_S` over each verdict. Real
+    models are never slowed, and neither are the CLI nor anything run outside the app.
+    ``$RUBRIC_STUDIO_TOKEN_DELAY`` (or a test's ``token_delay_s`` override), when set, is
+    taken as it is and turns pacing off.
+    """
+    if override is not None or (env_value or "").strip():
+        return token_delay(env_value, override), 0.0
+    if pace is True:
+        return PACED_TOKEN_DELAY_S, PACED_GRADER_PAUSE_S
+    return DEFAULT_TOKEN_DELAY_S, 0.0

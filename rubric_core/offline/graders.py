@@ -16,6 +16,7 @@ reading, so a verdict given as JSON text is merged just like a tool call.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -218,6 +219,9 @@ class RulesGrader(BaseChatModel):
 
     tools: list[BaseTool] = Field(default_factory=list, exclude=True)
     """Evidence tools bound with `bind_tools` (the GraderResponse schema itself is dropped)."""
+    pause_s: float = Field(default=0.0, ge=0.0, le=10.0)
+    """Seconds each verdict waits before it is given: the app's paced demo, so a newcomer
+    can follow each pass (0, the default, everywhere else)."""
 
     @property
     def _llm_type(self) -> str:
@@ -243,6 +247,8 @@ class RulesGrader(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.pause_s:
+            time.sleep(self.pause_s)
         _, payload = _find_payload(messages)
         if payload is None:
             args = {"result": "failed", "criteria": [], "explanation": (
