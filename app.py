@@ -69,7 +69,7 @@ with st.sidebar:
     # The placeholder must not read as a value: empty means the provider's own endpoint.
     st.text_input(
         "OpenAI-compatible base URL", key="base_url",
-        placeholder="empty: api.openai.com · Ollama: http://127.0.0.1:11434/v1",
+        placeholder="empty: the provider's own endpoint",
         help="For local servers such as Ollama, vLLM, llama.cpp or LM Studio; used by "
         "openai-compatible:<model> and openai:<model>. Leave empty for api.openai.com. Its "
         "models are listed below once it answers.",

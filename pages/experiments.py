@@ -231,18 +231,36 @@ grid_tab, summary_tab, criteria_tab, compare_tab, export_tab = st.tabs(
     ["Grid", "Summary", "Per criterion", "Compare", "Export"], key="exp_tab", on_change="rerun")
 if grid_tab.open:
     with grid_tab:
-        grid = sup.results_grid(results)
-        st.caption("Rows × configurations: final status, passes, grader tokens, time. Select a "
-                   "cell to open its run in Review.")
-        chosen = st.dataframe(grid.table, hide_index=True, width="stretch", on_select="rerun",
-                              selection_mode="single-cell", key=f"exp_grid_{exp_id}",
-                              height=min(600, 38 + 35 * len(grid.table)))
-        opened = sup.picked_cell(chosen, grid)
-        if opened is not None and opened != state.get("exp_grid_opened"):
-            state["exp_grid_opened"] = opened
-            state["open_request"] = opened  # the Review page's run picker takes it
-            st.switch_page("pages/review.py")
-        state["exp_grid_opened"] = opened
+        only = st.toggle("Only rows where the configurations disagree",
+                         key=f"exp_disagree_{exp_id}", disabled=len(labels) < 2,
+                         help="Rows satisfied under some configurations and not others.")
+        grid = sup.shown_grid(sup.results_grid(results), only_disagreements=only)
+        st.caption(f"{len(grid.table)} row(s) × configurations: final status (green "
+                   "satisfied, yellow not met at the cap, red failed or broken, blue "
+                   "unfinished), passes, grader tokens, time. Select a cell to read its answer "
+                   "here, beside another configuration's.")
+        chosen = st.dataframe(sup.styled(grid), hide_index=True, width="stretch",
+                              on_select="rerun", selection_mode="single-cell",
+                              key=f"exp_grid_{exp_id}_{only}",
+                              height=min(600, 38 + 35 * max(len(grid.table), 1)))
+        if (picked := sup.picked_position(chosen, grid)) is not None:
+            row, column = picked
+            others = [c for c in sup.config_columns(grid) if c != column]
+            st.markdown(f"**{sup.row_label(grid, row)}** side by side")
+            other = st.selectbox("Beside", others, key=f"exp_beside_{exp_id}",
+                                 disabled=not others) if others else None
+            columns = [column, *([other] if other else [])]
+            for place, name in zip(st.columns(len(columns)), columns, strict=True):
+                view = sup.cell_view(store, grid, row, name)
+                with place.container(border=True, key=f"exp_cell_view_{len(columns)}_{name[:2]}"):
+                    st.markdown(f"**{name}**  \n{view.headline}")
+                    st.caption(view.status)
+                    st.markdown(sup.answer_markdown(view.answer) or "_(no answer yet)_")
+                    st.dataframe(view.verdicts, hide_index=True, width="stretch")
+                    if view.run_id and st.button("Open in Review", key=f"exp_open_{name}",
+                                                 icon=":material/open_in_new:"):
+                        state["open_request"] = view.run_id  # Review's run picker takes it
+                        st.switch_page("pages/review.py")
 if summary_tab.open:
     with summary_tab:
         st.dataframe(experiment_results(store, exp_id).summary(), hide_index=True,

@@ -94,9 +94,6 @@ picked = sup.picked_row(history, [r.run_id for r in runs])
 if picked is not None and picked != state.get("history_opened"):
     open_run(picked)  # only a new selection moves the picker; it stays free to change
 state["history_opened"] = picked
-if not runs:
-    st.info("No runs match these filters. Clear them, or start a run on the Run page.")
-    st.stop()
 
 by_id = {r.run_id: r for r in runs}
 if (requested := state.pop("open_request", None)) is not None and (
@@ -106,6 +103,10 @@ if (requested := state.pop("open_request", None)) is not None and (
 pinned = state.get("pinned_run")
 if pinned and pinned not in by_id and (pinned_record := store.get_run(pinned)) is not None:
     by_id = {pinned: pinned_record, **by_id}
+if not by_id:
+    st.info("No runs match these filters. Clear them (or show every run above), or start a "
+            "run on the Run page.")
+    st.stop()
 run_id = st.selectbox("Run to review", list(by_id), key="review_run",
                       format_func=lambda rid: sup.run_label(by_id[rid]))
 record = by_id[run_id]

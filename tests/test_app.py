@@ -957,10 +957,12 @@ def test_bundled_dataset_experiment_finishes_satisfied(app: AppTest, db_path: Pa
     with Store(db_path) as store:
         cells = store.experiment_cells(exp_id)
     assert {c.status for c in cells} == {"satisfied"} and len(cells) == 24
-    # Selecting a cell opens its run in Review.
-    app.session_state[f"exp_grid_{exp_id}"] = {
+    # Selecting a cell shows its answer in place; "Open in Review" opens its run there.
+    app.session_state[f"exp_grid_{exp_id}_False"] = {
         "selection": {"rows": [], "columns": [], "cells": [[2, "1. demo × rules"]]}}
     app.run()
+    assert not app.exception, app.exception
+    app.button(key="exp_open_1. demo × rules").click().run()
     assert not app.exception, app.exception
     assert app.selectbox(key="review_run").value == cells[2].run.run_id
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pandas as pd
 from openai_server import FakeOpenAI, text, verdict
 from streamlit.testing.v1 import AppTest
 from test_app import ROOT, _messages, _texts, goto, load_example, run_loop, start_bundled_experiment
@@ -225,3 +226,50 @@ def test_pacing_is_for_the_offline_models_and_an_explicit_delay_wins() -> None:
     assert sup.demo_pacing(None, False) == (sup.DEFAULT_TOKEN_DELAY_S, 0.0)
     assert sup.demo_pacing("0", True) == (0.0, 0.0)  # tests and operators set it
     assert sup.demo_pacing(None, True, override=0) == (0.0, 0.0)
+
+
+def test_the_experiment_viewer_filters_disagreements_and_shows_a_row_side_by_side(
+    app: AppTest,
+) -> None:
+    # Issue 24: a promptfoo-like viewer: coloured statuses, the answer readable in place,
+    # rows where configurations disagree, two configurations' answers side by side.
+    goto(app, "experiments")
+    app.session_state[sup.config_key(1, "cap")] = 1
+    app.session_state[sup.config_key(1, "label")] = "one pass"
+    exp_id = start_bundled_experiment(app, configs=2)
+    grid = next(d for d in app.dataframe if "1. demo × rules" in d.value.columns)
+    assert len(grid.value) == 24
+    app.toggle(key=f"exp_disagree_{exp_id}").set_value(True).run()
+    shown = next(d for d in app.dataframe if "1. demo × rules" in d.value.columns).value
+    assert len(shown) == 24  # one pass is never enough for the demo: every row disagrees
+    assert shown["1. demo × rules"].str.startswith("satisfied").all()
+    assert not shown["2. one pass"].str.startswith("satisfied").any()
+    app.session_state[f"exp_grid_{exp_id}_True"] = {
+        "selection": {"rows": [], "columns": [], "cells": [[0, "1. demo × rules"]]}}
+    app.run()
+    assert not app.exception, app.exception
+    assert f"row {shown['row'][0]}" in _texts(app.markdown)
+    assert app.selectbox(key=f"exp_beside_{exp_id}").value == "2. one pass"
+    both = [str(m.value) for m in app.markdown]
+    assert any("**1. demo × rules**" in t for t in both)
+    assert any("**2. one pass**" in t for t in both)
+    verdicts = [d.value for d in app.dataframe if "gap" in d.value.columns]
+    assert len(verdicts) == 2 and verdicts[1]["passed"].eq(False).any()
+
+
+def test_only_rows_whose_configurations_ended_differently_are_disagreements() -> None:
+    table = pd.DataFrame({"row": ["a", "b", "c", "d"],
+                          "1. x": ["satisfied · 1 pass", "satisfied · 2 passes", "failed",
+                                   "satisfied · 1 pass"],
+                          "2. y": ["satisfied · 3 passes", "max_iterations_reached · 1 pass",
+                                   "error", None]})
+    grid = sup.ResultsGrid(table, table.copy())
+    assert sup.disagreements(grid).tolist() == [False, True, False, False]
+    shown = sup.shown_grid(grid, only_disagreements=True)
+    assert shown.table["row"].tolist() == ["b"] and shown.run_ids["row"].tolist() == ["b"]
+
+
+def test_grid_cells_are_coloured_by_status() -> None:
+    assert "#d3f9d8" in sup.status_css("satisfied · 2 passes · 0.1 s")
+    assert "#ffe3e3" in sup.status_css("failed · 1 pass")
+    assert sup.status_css("pending") == "" and sup.status_css(None) == ""

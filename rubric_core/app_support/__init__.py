@@ -9,8 +9,9 @@ Modules, in page order: ``settings`` (settings and database: the sidebar), ``aut
 (lint, the criteria table, examples, grader tools), ``drafts`` (drafts kept across
 reloads, links to a run or an experiment), ``running`` (the form as run settings,
 form checks, the app's models, progress and next-step advice), ``review`` (tables,
-heatmap, diff, export) and ``experimenting`` (datasets, experiment configurations, live
-runs with Stop, the results grid, comparisons and downloads). ``_common`` holds the
+heatmap, diff, export), ``experimenting`` (datasets, experiment configurations, live
+runs with Stop, the results grid, comparisons and downloads) and ``viewer`` (the grid's
+colours, rows where configurations disagree, a row side by side). ``_common`` holds the
 constants and small types they share.
 """
 
@@ -191,6 +192,19 @@ from rubric_core.app_support.settings import (
     token_delay,
     uses_openai_client,
 )
+from rubric_core.app_support.viewer import (
+    STATUS_COLOURS,
+    CellView,
+    cell_status,
+    cell_view,
+    config_columns,
+    disagreements,
+    picked_position,
+    row_label,
+    shown_grid,
+    status_css,
+    styled,
+)
 from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
 
 __all__ = [
@@ -218,10 +232,12 @@ __all__ = [
     "PACED_GRADER_PAUSE_S",
     "PACED_TOKEN_DELAY_S",
     "SERVER_MODELS_TTL_S",
+    "STATUS_COLOURS",
     "TOKEN_DELAY_ENV",
     "Advice",
     "AgreementView",
     "AlignmentInputs",
+    "CellView",
     "ComparisonView",
     "LabelInput",
     "Level",
@@ -252,6 +268,8 @@ __all__ = [
     "build_tools",
     "can_resume",
     "cell_label",
+    "cell_status",
+    "cell_view",
     "changed_settings",
     "changes_summary",
     "check_configs",
@@ -260,6 +278,7 @@ __all__ = [
     "check_max_iterations",
     "comparison_view",
     "config_column",
+    "config_columns",
     "config_key",
     "configs_from_state",
     "criteria_frame",
@@ -274,6 +293,7 @@ __all__ = [
     "demo_notice",
     "demo_pacing",
     "diff_html",
+    "disagreements",
     "draft_of",
     "editor_key",
     "env_token_delay",
@@ -315,6 +335,7 @@ __all__ = [
     "page_count",
     "pass_headline",
     "picked_cell",
+    "picked_position",
     "picked_row",
     "progress",
     "progress_text",
@@ -326,6 +347,7 @@ __all__ = [
     "resume_models",
     "resume_widget_keys",
     "resuming_text",
+    "row_label",
     "rule_decisions",
     "run_alignment",
     "run_label",
@@ -341,10 +363,13 @@ __all__ = [
     "session_key",
     "settings_from_state",
     "shown_answers",
+    "shown_grid",
+    "status_css",
     "stop_experiment",
     "store_error_message",
     "stored_dataset",
     "streaming_markdown",
+    "styled",
     "summary_csv",
     "sync_draft",
     "sync_rubric_from_editor",
