@@ -92,6 +92,7 @@ with st.sidebar:
     elif served.problem:
         st.caption(f"No model list from this base URL: {served.problem}. Type a model as "
                    "openai-compatible:<name>.")
+    unavailable: dict[str, str | None] = {}
     for role, key, label in (("worker", "worker_model", "Worker model"),
                              ("grader", "grader_model", "Grader model")):
         choices = sup.model_options(role, env=os.environ, secrets=secrets,
@@ -106,6 +107,11 @@ with st.sidebar:
                                     session_key=state.get("session_api_key"))
         if problem:
             st.warning(f"{label}: {problem}", icon=":material/warning:")
+        unavailable.update({c.value: c.reason for c in choices if c.reason})
+    if unavailable:  # the dropdown is too narrow to read a reason: here it wraps
+        with st.expander(f"Unavailable models ({len(unavailable)}) and why"):
+            for value, reason in unavailable.items():
+                st.markdown(f"- `{value}`: {reason}")
     offline = "demo" in (state["worker_model"], state["grader_model"]) or (
         state["grader_model"] == "rules")
     st.checkbox(

@@ -43,6 +43,18 @@ def delete(record: ExperimentRecord) -> None:
         state.pop("exp_pick", None)
 
 
+def store_dataset() -> None:
+    # A callback: the Datasets panel's count, drawn after it, includes what was just stored.
+    upload = state.get("dataset_upload")
+    data = upload.getvalue() if upload is not None else state.get("dataset_paste", "")
+    name = state.get("dataset_name") or sup.dataset_name_for(upload.name if upload else None)
+    state["dataset_message"] = sup.import_dataset(store, data, name=name)
+
+
+def load_demo_dataset() -> None:
+    state["dataset_message"] = sup.import_demo_dataset(store)
+
+
 def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -> None:
     bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
     note = st.empty()
@@ -79,15 +91,11 @@ with st.expander(f"Datasets ({len(datasets)} stored)", expanded=not datasets):
     name_col, store_col, demo_col = st.columns([3, 1, 2], vertical_alignment="bottom")
     name = name_col.text_input("Dataset name", key="dataset_name",
                                placeholder=sup.dataset_name_for(upload.name if upload else None))
-    if store_col.button("Store dataset", key="store_dataset", icon=":material/upload:"):
-        data = upload.getvalue() if upload is not None else state["dataset_paste"]
-        show(sup.import_dataset(store, data, name=name or sup.dataset_name_for(
-            upload.name if upload else None)))
-        datasets = store.list_datasets()
-    if demo_col.button("Load the bundled demo dataset", key="load_demo_dataset",
-                       icon=":material/dataset:"):
-        show(sup.import_demo_dataset(store))
-        datasets = store.list_datasets()
+    store_col.button("Store dataset", key="store_dataset", icon=":material/upload:",
+                     on_click=store_dataset)
+    demo_col.button("Load the bundled demo dataset", key="load_demo_dataset",
+                    icon=":material/dataset:", on_click=load_demo_dataset)
+    show(state.pop("dataset_message", None))
     if datasets:
         st.dataframe(sup.datasets_frame(datasets), hide_index=True, width="stretch")
         ds_col, ver_col, del_col = st.columns([3, 1, 1], vertical_alignment="bottom")
@@ -130,7 +138,12 @@ with st.expander("New experiment", expanded=not experiments):
                                                 base_url=state["base_url"],
                                                 current=state[sup.config_key(i, field)])
                     col.selectbox(f"{role} model", [c.value for c in choices],
-                                  key=sup.config_key(i, field), accept_new_options=True)
+                                  key=sup.config_key(i, field), accept_new_options=True,
+                                  format_func=lambda v, c=choices: sup.model_label(c, v))
+                    picked_model = state[sup.config_key(i, field)]
+                    if reason := next((c.reason for c in choices
+                                       if c.value == picked_model and c.reason), None):
+                        col.caption(f"Unavailable: {reason}")
                 cols[2].number_input("Cap", sup.MIN_ITERATIONS, sup.MAX_ITERATIONS,
                                      key=sup.config_key(i, "cap"), help="Grader passes per cell")
                 cols[3].text_input("Label (optional)", key=sup.config_key(i, "label"))
@@ -263,14 +276,16 @@ if grid_tab.open:
                         st.switch_page("pages/review.py")
 if summary_tab.open:
     with summary_tab:
-        st.dataframe(experiment_results(store, exp_id).summary(), hide_index=True,
-                     width="stretch", key="exp_summary")
+        summary = experiment_results(store, exp_id).summary()
+        st.dataframe(sup.shown_frame(summary), hide_index=True, width="stretch",
+                     key="exp_summary", column_config=sup.column_labels(summary))
 if criteria_tab.open:
     with criteria_tab:
         st.caption("Per configuration and criterion: pass rate at each cell's first grader pass "
                    "and at its last, and the mean passes needed to fix it.")
-        st.dataframe(experiment_results(store, exp_id).criteria(), hide_index=True,
-                     width="stretch")
+        per_criterion = experiment_results(store, exp_id).criteria()
+        st.dataframe(sup.shown_frame(per_criterion), hide_index=True, width="stretch",
+                     column_config=sup.column_labels(per_criterion))
 if compare_tab.open:
     with compare_tab:
         if len(labels) < 2:
@@ -284,7 +299,8 @@ if compare_tab.open:
             view = sup.comparison_view(results, a, b)
             st.markdown(view.headline)
             st.caption(view.meaning)
-            st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips")
+            st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips",
+                         column_config=sup.column_labels(view.flips))
 if export_tab.open:
     with export_tab:
         st.caption("One row per dataset row × configuration × repeat × pass × criterion, with "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from contextlib import closing
 
 import streamlit as st
@@ -111,6 +112,15 @@ def live(run: session.Session) -> None:
                            state="complete" if ok else "error", expanded=True)
 
 
+@st.fragment(run_every=1.0)
+def still_stopping(run_id: str) -> None:
+    # Redrawn every second until the run has let go, then the whole page shows its result.
+    if not session.is_active(run_id):
+        st.rerun()
+    st.info("This run is still stopping (or running in another tab); this page updates by "
+            "itself.", icon=":material/hourglass_top:")
+
+
 st.header("Run", divider="gray")
 last = state.get("last_run_id")
 # A Stop reruns this page on a new thread while the old one is still closing the run.
@@ -122,10 +132,13 @@ shown = resuming.settings if resuming is not None else form
 if resuming is not None:
     shown = sup.changed_settings(shown, changes)
     st.info(sup.resuming_text(resuming, changes), icon=":material/replay:")
-# Model names get the wide columns; the full string is also on hover.
+# Model names wrap instead of being cut off (a metric truncates a long provider:model).
 cols = st.columns([3, 3, 1, 1])
-cols[0].metric("Worker", shown.worker_model, help=f"Worker model: {shown.worker_model}")
-cols[1].metric("Grader", shown.grader_model, help=f"Grader model: {shown.grader_model}")
+for col, label, model in ((cols[0], "Worker", shown.worker_model),
+                          (cols[1], "Grader", shown.grader_model)):
+    col.markdown(f"<small>{label}</small><br><span style='font-size:1.5rem;"
+                 f"overflow-wrap:anywhere'>{html.escape(model)}</span>",
+                 unsafe_allow_html=True)
 cols[2].metric("Max iterations", shown.max_iterations)
 cols[3].metric("Criteria", len(parse_criteria(shown.rubric)))
 with st.expander("What is being resumed" if resuming else "What will run",
@@ -157,62 +170,56 @@ stop_slot.button("Stop", key="stop_button", icon=":material/stop:", disabled=not
                  "thread is kept and can be resumed." if active
                  else "Nothing of this session is running.")
 
-try:
-    if start and store is not None and not resuming:
-        live(session.start(store, form, models=models))
-    elif resuming is not None and store is not None:
-        live(session.resume(store, resuming.run_id, models=sup.resume_models(
-            secrets, changes, session_key=key, sidebar_base_url=form.base_url,
-            token_delay_s=token_delay_s, grader_pause_s=grader_pause_s),
-            base_url=changes.base_url, worker_model=changes.worker_model,
-            grader_model=changes.grader_model))
-except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
-    st.error(f"The run could not start or be recorded: {exc}")
-if starting:  # the run has ended: nothing is left to stop
-    stop_slot.button("Stop", key="stop_button_idle", icon=":material/stop:", disabled=True,
-                     help="Nothing of this session is running.")
+# Everything below lives in one slot: a new run replaces the last run's answer at once
+# instead of leaving it on screen (greyed) until the run ends.
+below = st.empty().container()
+with below:
+    try:
+        if start and store is not None and not resuming:
+            live(session.start(store, form, models=models))
+        elif resuming is not None and store is not None:
+            live(session.resume(store, resuming.run_id, models=sup.resume_models(
+                secrets, changes, session_key=key, sidebar_base_url=form.base_url,
+                token_delay_s=token_delay_s, grader_pause_s=grader_pause_s),
+                base_url=changes.base_url, worker_model=changes.worker_model,
+                grader_model=changes.grader_model))
+    except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
+        st.error(f"The run could not start or be recorded: {exc}")
+    if starting:  # the run has ended: nothing is left to stop
+        stop_slot.button("Stop", key="stop_button_idle", icon=":material/stop:", disabled=True,
+                         help="Nothing of this session is running.")
 
-last = state.get("last_run_id")  # set by the run above, if one was started
-# Listed after the run above has ended, so the picker shows what can be resumed now.
-resumable = session.resumable_runs(store) if store is not None else []
-if resumable:
-    by_id = {r.run_id: r for r in resumable}
-    res_col, res_btn = st.columns([4, 1], vertical_alignment="bottom")
-    # The run just stopped comes first; the key changes with it so the choice resets.
-    order = sorted(by_id, key=lambda rid: rid != last)
-    picked = res_col.selectbox("Interrupted runs", order, key=f"resume_select_{last}",
-                               format_func=lambda rid: sup.run_label(by_id[rid]))
-    res_btn.button("Resume", key="resume_button", icon=":material/replay:",
-                   on_click=request_resume, args=(picked,))
-    target = by_id[picked].settings
-    with st.expander("Resume with another endpoint or models",
-                     expanded=by_id[picked].status == "error"):
-        st.caption("The run continues from where it stopped; what you change here is "
-                   "recorded in its settings. A key typed here is sent only to this base URL "
-                   "and never stored.")
-        names = sup.resume_widget_keys(picked)
-        for name, label, value in (("base_url", "Base URL", target.base_url or ""),
-                                   ("worker_model", "Worker model", target.worker_model),
-                                   ("grader_model", "Grader model", target.grader_model)):
-            state.setdefault(names[name], value)
-            st.text_input(label, key=names[name])
-        st.text_input("API key for this base URL (optional)", key=names["api_key"],
-                      type="password")
-        redact.register_secret(state.get(names["api_key"]))
-
-
-
-@st.fragment(run_every=1.0)
-def still_stopping(run_id: str) -> None:
-    # Redrawn every second until the run has let go, then the whole page shows its result.
-    if not session.is_active(run_id):
-        st.rerun()
-    st.info("This run is still stopping (or running in another tab); this page updates by "
-            "itself.", icon=":material/hourglass_top:")
+    last = state.get("last_run_id")  # set by the run above, if one was started
+    # Listed after the run above has ended, so the picker shows what can be resumed now.
+    resumable = session.resumable_runs(store) if store is not None else []
+    if resumable:
+        by_id = {r.run_id: r for r in resumable}
+        res_col, res_btn = st.columns([4, 1], vertical_alignment="bottom")
+        # The run just stopped comes first; the key changes with it so the choice resets.
+        order = sorted(by_id, key=lambda rid: rid != last)
+        picked = res_col.selectbox("Interrupted runs", order, key=f"resume_select_{last}",
+                                   format_func=lambda rid: sup.run_label(by_id[rid]))
+        res_btn.button("Resume", key="resume_button", icon=":material/replay:",
+                       on_click=request_resume, args=(picked,))
+        target = by_id[picked].settings
+        with st.expander("Resume with another endpoint or models",
+                         expanded=by_id[picked].status == "error"):
+            st.caption("The run continues from where it stopped; what you change here is "
+                       "recorded in its settings. A key typed here is sent only to this base URL "
+                       "and never stored.")
+            names = sup.resume_widget_keys(picked)
+            for name, label, value in (("base_url", "Base URL", target.base_url or ""),
+                                       ("worker_model", "Worker model", target.worker_model),
+                                       ("grader_model", "Grader model", target.grader_model)):
+                state.setdefault(names[name], value)
+                st.text_input(label, key=names[name])
+            st.text_input("API key for this base URL (optional)", key=names["api_key"],
+                          type="password")
+            redact.register_secret(state.get(names["api_key"]))
 
 
-if store is not None and last:
-    st.subheader("Last run")
-    if last == stopping and session.is_active(last):
-        still_stopping(last)
-    show_result(last)
+    if store is not None and last:
+        st.subheader("Last run")
+        if last == stopping and session.is_active(last):
+            still_stopping(last)
+        show_result(last)

@@ -143,3 +143,34 @@ def row_label(grid: ResultsGrid, row: int) -> str:
     if "repeat" in grid.table.columns:
         label += f" · repeat {grid.table.iloc[row]['repeat']}"
     return label
+
+
+_WORDS = {"pct": "%", "id": "id", "s": "(s)"}
+
+
+def column_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """People's headers for a table's snake_case columns (``satisfied_pct`` → "Satisfied %").
+
+    For ``st.dataframe(column_config=...)``: the frame keeps its names (for code and tests),
+    the page shows the labels.
+    """
+    out: dict[str, str] = {}
+    for column in frame.columns:
+        name = str(column)
+        if "_" not in name and name.islower():
+            out[name] = name.capitalize()
+            continue
+        if "_" not in name:
+            continue
+        words = [_WORDS.get(w, w) for w in name.split("_")]
+        out[name] = " ".join(words).capitalize()
+    return out
+
+
+def shown_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table as shown: an empty value reads "—", never "None" or "nan"."""
+    shown = frame.copy()
+    for column in shown.columns:
+        if shown[column].isna().any():
+            shown[column] = shown[column].astype(object).where(shown[column].notna(), "—")
+    return shown
