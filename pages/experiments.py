@@ -83,7 +83,8 @@ if store is None:
 
 # -- 1. datasets
 datasets = store.list_datasets()
-with st.expander(f"Datasets ({len(datasets)} stored)", expanded=not datasets):
+with st.expander(f"Datasets ({len(datasets)} stored)",
+                 expanded=not datasets or "dataset_message" in state):
     st.caption("CSV or JSONL with a `prompt` column (it may use `{column}` variables), an "
                "optional `rubric` (a row's own rubric wins) and `id`; other columns are kept.")
     upload = st.file_uploader("Upload a dataset", type=["csv", "jsonl"], key="dataset_upload")
