@@ -7,6 +7,7 @@ Pages read the shared settings from ``st.session_state`` and the open database f
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
 
@@ -54,13 +55,24 @@ db_path = str(sup.resolve_db_path(state.get("db_path"), secrets))
 store, store_error = _open_store(db_path)
 state["store"] = store
 state["store_error"] = sup.store_error_message(store_error) if store_error else None
+# What was typed survives a reload (a draft in the database, its id in the URL), and a
+# ?run= or ?experiment= link opens that run or experiment, once per browser session.
+draft_notice = sup.sync_draft(state, st.query_params, store) if store is not None else None
+if not state.get("_link_opened"):
+    state["_link_opened"] = True
+    if (link := sup.link_request(st.query_params)) is not None:
+        sup.open_link(state, link)
+        state["_wanted_page"] = link.page
 
 with st.sidebar:
     st.markdown("### Models")
+    # The placeholder must not read as a value: empty means the provider's own endpoint.
     st.text_input(
-        "OpenAI-compatible base URL", key="base_url", placeholder="http://127.0.0.1:11434/v1",
-        help="For local servers such as Ollama or vLLM; used by openai-compatible:<model> and "
-        "openai:<model>. Leave empty for api.openai.com.",
+        "OpenAI-compatible base URL", key="base_url",
+        placeholder="empty: the provider's own endpoint",
+        help="For local servers such as Ollama, vLLM, llama.cpp or LM Studio; used by "
+        "openai-compatible:<model> and openai:<model>. Leave empty for api.openai.com. Its "
+        "models are listed below once it answers.",
     )
     if not sup.base_url_trusted(state["base_url"], secrets):
         st.text_input(
@@ -70,10 +82,22 @@ with st.sidebar:
             "URL typed here.",
         )
         redact.register_secret(state.get("session_api_key"))
+    served = sup.server_models_for(
+        state, state["base_url"], now=time.monotonic(),
+        api_key=sup.server_key(state["base_url"], secrets=secrets, env=os.environ,
+                               session_key=sup.session_key(state)))
+    if served.models:
+        st.caption(f"{len(served.models)} model(s) offered by this server, listed below as "
+                   "openai-compatible:<name>.")
+    elif served.problem:
+        st.caption(f"No model list from this base URL: {served.problem}. Type a model as "
+                   "openai-compatible:<name>.")
+    unavailable: dict[str, str | None] = {}
     for role, key, label in (("worker", "worker_model", "Worker model"),
                              ("grader", "grader_model", "Grader model")):
         choices = sup.model_options(role, env=os.environ, secrets=secrets,
-                                    base_url=state["base_url"], current=state[key])
+                                    base_url=state["base_url"], current=state[key],
+                                    server_models=served.models)
         st.selectbox(
             label, [c.value for c in choices], key=key, accept_new_options=True,
             format_func=lambda v, c=choices: sup.model_label(c, v),
@@ -83,6 +107,19 @@ with st.sidebar:
                                     session_key=state.get("session_api_key"))
         if problem:
             st.warning(f"{label}: {problem}", icon=":material/warning:")
+        unavailable.update({c.value: c.reason for c in choices if c.reason})
+    if unavailable:  # the dropdown is too narrow to read a reason: here it wraps
+        with st.expander(f"Unavailable models ({len(unavailable)}) and why"):
+            for value, reason in unavailable.items():
+                st.markdown(f"- `{value}`: {reason}")
+    offline = "demo" in (state["worker_model"], state["grader_model"]) or (
+        state["grader_model"] == "rules")
+    st.checkbox(
+        "Pace the offline demo", key="pace_demo", disabled=not offline,
+        help="The offline demo worker and rules grader answer at once; paced, the draft "
+        "streams slowly and each verdict takes a second, so every draft, verdict and revision "
+        "can be followed. Real models are never slowed.",
+    )
     st.number_input(
         "Max iterations", min_value=sup.MIN_ITERATIONS, max_value=sup.MAX_ITERATIONS, step=1,
         key="max_iterations", help="Grader passes allowed before the run stops.",
@@ -123,8 +160,14 @@ pages = [
     st.Page("pages/lab.py", title="Rubric lab", icon=":material/science:"),
 ]
 page = st.navigation(pages)
+if draft_notice:
+    st.toast(draft_notice, icon=":material/restore:")
 if wanted := state.pop("_wanted_page", None):
     st.switch_page(wanted)  # a page that was opened before the router ran (see pages/)
+for param, linked_page in sup.LINK_PAGES.items():
+    # The address bar links to what is on screen: another page's link goes.
+    if param in st.query_params and not linked_page.endswith(f"/{page.url_path}.py"):
+        del st.query_params[param]
 try:
     page.run()
 except StoreError as exc:  # the database went away while the page read it (a server restart)

@@ -26,9 +26,13 @@ btn_col.button("Load example", key="load_example", on_click=sup.load_example_int
 if (notice := state.pop("author_notice", None)) is not None:
     getattr(st, notice.level)(notice.text)
 
-st.text_area("Prompt", key="prompt", height=120,
+st.text_area("Prompt", key="prompt", height=120, on_change=sup.leave_example_if_edited,
+             args=(state,),
              placeholder="What should the worker do? e.g. Write a haiku about spring.")
-with st.expander("Worker system prompt (optional)"):
+# Never hidden while set: it is sent with every run.
+system_set = bool(state["worker_system_prompt"].strip())
+with st.expander("Worker system prompt" + (" (set: sent with the run)" if system_set
+                                           else " (optional)"), expanded=system_set):
     st.text_area("Worker system prompt", key="worker_system_prompt", height=100,
                  label_visibility="collapsed")
 

@@ -24,8 +24,10 @@ secrets = sup.safe_mapping(st.secrets)
 key = sup.session_key(state)
 sup.keep_form(state)
 backoff = SharedBackoff()  # one per script run: the experiment it starts shares it
+_, grader_pause_s = sup.demo_pacing(sup.env_token_delay(), state.get("pace_demo"),
+                                    state.get("token_delay_s"))
 models = sup.app_models(secrets, session_key=key, sidebar_base_url=state.get("base_url"),
-                        token_delay_s=0.0, backoff=backoff)
+                        token_delay_s=0.0, backoff=backoff, grader_pause_s=grader_pause_s)
 RESUME_HELP = "Continue the cells that have not ended, each on its own thread."
 
 
@@ -39,6 +41,18 @@ def delete(record: ExperimentRecord) -> None:
     state["exp_message"] = message
     if message.level == "success":
         state.pop("exp_pick", None)
+
+
+def store_dataset() -> None:
+    # A callback: the Datasets panel's count, drawn after it, includes what was just stored.
+    upload = state.get("dataset_upload")
+    data = upload.getvalue() if upload is not None else state.get("dataset_paste", "")
+    name = state.get("dataset_name") or sup.dataset_name_for(upload.name if upload else None)
+    state["dataset_message"] = sup.import_dataset(store, data, name=name)
+
+
+def load_demo_dataset() -> None:
+    state["dataset_message"] = sup.import_demo_dataset(store)
 
 
 def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -> None:
@@ -69,7 +83,8 @@ if store is None:
 
 # -- 1. datasets
 datasets = store.list_datasets()
-with st.expander(f"Datasets ({len(datasets)} stored)", expanded=not datasets):
+with st.expander(f"Datasets ({len(datasets)} stored)",
+                 expanded=not datasets or "dataset_message" in state):
     st.caption("CSV or JSONL with a `prompt` column (it may use `{column}` variables), an "
                "optional `rubric` (a row's own rubric wins) and `id`; other columns are kept.")
     upload = st.file_uploader("Upload a dataset", type=["csv", "jsonl"], key="dataset_upload")
@@ -77,15 +92,11 @@ with st.expander(f"Datasets ({len(datasets)} stored)", expanded=not datasets):
     name_col, store_col, demo_col = st.columns([3, 1, 2], vertical_alignment="bottom")
     name = name_col.text_input("Dataset name", key="dataset_name",
                                placeholder=sup.dataset_name_for(upload.name if upload else None))
-    if store_col.button("Store dataset", key="store_dataset", icon=":material/upload:"):
-        data = upload.getvalue() if upload is not None else state["dataset_paste"]
-        show(sup.import_dataset(store, data, name=name or sup.dataset_name_for(
-            upload.name if upload else None)))
-        datasets = store.list_datasets()
-    if demo_col.button("Load the bundled demo dataset", key="load_demo_dataset",
-                       icon=":material/dataset:"):
-        show(sup.import_demo_dataset(store))
-        datasets = store.list_datasets()
+    store_col.button("Store dataset", key="store_dataset", icon=":material/upload:",
+                     on_click=store_dataset)
+    demo_col.button("Load the bundled demo dataset", key="load_demo_dataset",
+                    icon=":material/dataset:", on_click=load_demo_dataset)
+    show(state.pop("dataset_message", None))
     if datasets:
         st.dataframe(sup.datasets_frame(datasets), hide_index=True, width="stretch")
         ds_col, ver_col, del_col = st.columns([3, 1, 1], vertical_alignment="bottom")
@@ -128,7 +139,12 @@ with st.expander("New experiment", expanded=not experiments):
                                                 base_url=state["base_url"],
                                                 current=state[sup.config_key(i, field)])
                     col.selectbox(f"{role} model", [c.value for c in choices],
-                                  key=sup.config_key(i, field), accept_new_options=True)
+                                  key=sup.config_key(i, field), accept_new_options=True,
+                                  format_func=lambda v, c=choices: sup.model_label(c, v))
+                    picked_model = state[sup.config_key(i, field)]
+                    if reason := next((c.reason for c in choices
+                                       if c.value == picked_model and c.reason), None):
+                        col.caption(f"Unavailable: {reason}")
                 cols[2].number_input("Cap", sup.MIN_ITERATIONS, sup.MAX_ITERATIONS,
                                      key=sup.config_key(i, "cap"), help="Grader passes per cell")
                 cols[3].text_input("Label (optional)", key=sup.config_key(i, "label"))
@@ -167,9 +183,15 @@ if not experiments:
     st.stop()
 st.subheader("Experiment")
 by_id = {e.experiment_id: e for e in experiments}
+if state.get("exp_pick") not in by_id:
+    state.pop("exp_pick", None)  # a link to an experiment that is not (or no longer) here
 exp_id = st.selectbox("Experiment", list(by_id), key="exp_pick",
                       format_func=lambda eid: sup.experiment_label(by_id[eid]),
                       label_visibility="collapsed")
+if st.query_params.get("experiment") != exp_id:
+    st.query_params["experiment"] = exp_id  # the address bar links to this experiment
+link = sup.link_for("experiment", exp_id)
+st.caption(f"Link to this experiment: [{link}]({link}) (or copy the address bar)")
 stopping = not sup.wait_experiment_inactive(exp_id, timeout_s=5.0) and not started
 experiment = store.get_experiment(exp_id) or by_id[exp_id]
 results = experiment_results(store, exp_id, verdicts=False)  # the tabs that need them read them
@@ -223,28 +245,48 @@ grid_tab, summary_tab, criteria_tab, compare_tab, export_tab = st.tabs(
     ["Grid", "Summary", "Per criterion", "Compare", "Export"], key="exp_tab", on_change="rerun")
 if grid_tab.open:
     with grid_tab:
-        grid = sup.results_grid(results)
-        st.caption("Rows × configurations: final status, passes, grader tokens, time. Select a "
-                   "cell to open its run in Review.")
-        chosen = st.dataframe(grid.table, hide_index=True, width="stretch", on_select="rerun",
-                              selection_mode="single-cell", key=f"exp_grid_{exp_id}",
-                              height=min(600, 38 + 35 * len(grid.table)))
-        opened = sup.picked_cell(chosen, grid)
-        if opened is not None and opened != state.get("exp_grid_opened"):
-            state["exp_grid_opened"] = opened
-            state["open_request"] = opened  # the Review page's run picker takes it
-            st.switch_page("pages/review.py")
-        state["exp_grid_opened"] = opened
+        only = st.toggle("Only rows where the configurations disagree",
+                         key=f"exp_disagree_{exp_id}", disabled=len(labels) < 2,
+                         help="Rows satisfied under some configurations and not others.")
+        grid = sup.shown_grid(sup.results_grid(results), only_disagreements=only)
+        st.caption(f"{len(grid.table)} row(s) × configurations: final status (green "
+                   "satisfied, yellow not met at the cap, red failed or broken, blue "
+                   "unfinished), passes, grader tokens, time. Select a cell to read its answer "
+                   "here, beside another configuration's.")
+        chosen = st.dataframe(sup.styled(grid), hide_index=True, width="stretch",
+                              on_select="rerun", selection_mode="single-cell",
+                              key=f"exp_grid_{exp_id}_{only}",
+                              height=min(600, 38 + 35 * max(len(grid.table), 1)))
+        if (picked := sup.picked_position(chosen, grid)) is not None:
+            row, column = picked
+            others = [c for c in sup.config_columns(grid) if c != column]
+            st.markdown(f"**{sup.row_label(grid, row)}** side by side")
+            other = st.selectbox("Beside", others, key=f"exp_beside_{exp_id}",
+                                 disabled=not others) if others else None
+            columns = [column, *([other] if other else [])]
+            for place, name in zip(st.columns(len(columns)), columns, strict=True):
+                view = sup.cell_view(store, grid, row, name)
+                with place.container(border=True, key=f"exp_cell_view_{len(columns)}_{name[:2]}"):
+                    st.markdown(f"**{name}**  \n{view.headline}")
+                    st.caption(view.status)
+                    st.markdown(sup.answer_markdown(view.answer) or "_(no answer yet)_")
+                    st.dataframe(view.verdicts, hide_index=True, width="stretch")
+                    if view.run_id and st.button("Open in Review", key=f"exp_open_{name}",
+                                                 icon=":material/open_in_new:"):
+                        state["open_request"] = view.run_id  # Review's run picker takes it
+                        st.switch_page("pages/review.py")
 if summary_tab.open:
     with summary_tab:
-        st.dataframe(experiment_results(store, exp_id).summary(), hide_index=True,
-                     width="stretch", key="exp_summary")
+        summary = experiment_results(store, exp_id).summary()
+        st.dataframe(sup.shown_frame(summary), hide_index=True, width="stretch",
+                     key="exp_summary", column_config=sup.column_labels(summary))
 if criteria_tab.open:
     with criteria_tab:
         st.caption("Per configuration and criterion: pass rate at each cell's first grader pass "
                    "and at its last, and the mean passes needed to fix it.")
-        st.dataframe(experiment_results(store, exp_id).criteria(), hide_index=True,
-                     width="stretch")
+        per_criterion = experiment_results(store, exp_id).criteria()
+        st.dataframe(sup.shown_frame(per_criterion), hide_index=True, width="stretch",
+                     column_config=sup.column_labels(per_criterion))
 if compare_tab.open:
     with compare_tab:
         if len(labels) < 2:
@@ -258,7 +300,8 @@ if compare_tab.open:
             view = sup.comparison_view(results, a, b)
             st.markdown(view.headline)
             st.caption(view.meaning)
-            st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips")
+            st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips",
+                         column_config=sup.column_labels(view.flips))
 if export_tab.open:
     with export_tab:
         st.caption("One row per dataset row × configuration × repeat × pass × criterion, with "

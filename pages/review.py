@@ -86,12 +86,17 @@ if store is None:
 
 session.reconcile(store)  # runs whose process died are shown as interrupted
 st.subheader("History")
+origin = st.segmented_control(
+    "Show", list(sup.ORIGIN_CHOICES), key="filter_origin",
+    format_func=lambda o: sup.ORIGIN_CHOICES[o],
+    help="Single runs: started on the Run page or with `rubric-studio run`. Experiment cells: "
+    "the runs of experiments (open an experiment on its page for its grid).")
 f_status, f_model, f_text, f_page = st.columns([3, 2, 3, 1])
 statuses = f_status.multiselect("Status", sorted(RUN_STATUSES), key="filter_status")
 model = f_model.text_input("Model (worker or grader, exact)", key="filter_model",
                            placeholder="e.g. demo")
 text = f_text.text_input("Title, prompt or rubric contains", key="filter_text")
-filters = sup.RunFilters(tuple(statuses), model, text)
+filters = sup.RunFilters(tuple(statuses), model, text, origin or "all")
 total = store.count_runs(**filters.kwargs())
 pages = sup.page_count(total)
 if state.get("history_page", 1) > pages:
@@ -110,20 +115,26 @@ picked = sup.picked_row(history, [r.run_id for r in runs])
 if picked is not None and picked != state.get("history_opened"):
     open_run(picked)  # only a new selection moves the picker; it stays free to change
 state["history_opened"] = picked
-if not runs:
-    st.info("No runs match these filters. Clear them, or start a run on the Run page.")
-    st.stop()
 
 by_id = {r.run_id: r for r in runs}
-if (requested := state.pop("open_request", None)) is not None:
+if (requested := state.pop("open_request", None)) is not None and (
+        requested in by_id or store.get_run(requested) is not None):
     # Kept in the picker even when the history filters or page would hide it.
     state["pinned_run"] = state["review_run"] = requested
 pinned = state.get("pinned_run")
 if pinned and pinned not in by_id and (pinned_record := store.get_run(pinned)) is not None:
     by_id = {pinned: pinned_record, **by_id}
+if not by_id:
+    st.info("No runs match these filters. Clear them (or show every run above), or start a "
+            "run on the Run page.")
+    st.stop()
 run_id = st.selectbox("Run to review", list(by_id), key="review_run",
                       format_func=lambda rid: sup.run_label(by_id[rid]))
 record = by_id[run_id]
+if st.query_params.get("run") != run_id:
+    st.query_params["run"] = run_id  # the address bar links to this run
+link = sup.link_for("run", run_id)
+st.caption(f"Link to this run: [{link}]({link}) (or copy the address bar)")
 evaluations = store.evaluations(run_id)
 cols = st.columns(4)
 cols[0].metric("Status", record.status)
@@ -160,14 +171,15 @@ for i, answer in enumerate(sup.shown_answers(evaluations)):
 with calls_tab:
     draw_calls(run_id)
 with table_tab:
-    table = sup.iteration_table(evaluations)
+    table = sup.iteration_table(evaluations, grader_model=record.grader_model,
+                                tool_names=record.grader_tools or ())
     st.dataframe(table, hide_index=True, width="stretch", column_config=ITERATION_COLUMNS)
     gaps = table[table["gap"].astype(str).str.strip() != ""]
     if not gaps.empty:
         with st.expander(f"Full text of the {len(gaps)} gap(s)"):
-            for row in gaps.itertuples():
-                st.markdown(f"**Iteration {row.iteration} · {row.criterion}**")
-                st.text(row.gap)
+            for row in gaps.to_dict("records"):
+                st.markdown(f"**Pass {row['pass']} · {row['criterion']}**")
+                st.text(row["gap"])
 with heat_tab:
     heat = sup.heatmap_table(evaluations, record.rubric)
     st.dataframe(heat.style.map(sup.heatmap_css), width="stretch")
@@ -178,11 +190,11 @@ with compare_tab:
         iterations = list(sup.iteration_answers(evaluations))
         col_a, col_b = st.columns(2)
         a = col_a.selectbox("Before", iterations, index=0, key=f"cmp_a_{run_id}",
-                            format_func=lambda i: f"Iteration {i}")
+                            format_func=lambda i: f"Pass {i}")
         b = col_b.selectbox("After", iterations, index=len(iterations) - 1, key=f"cmp_b_{run_id}",
-                            format_func=lambda i: f"Iteration {i}")
-        side_by_side(f"Iteration {a}", sup.evaluation_at(evaluations, a),
-                     f"Iteration {b}", sup.evaluation_at(evaluations, b))
+                            format_func=lambda i: f"Pass {i}")
+        side_by_side(f"Pass {a}", sup.evaluation_at(evaluations, a),
+                     f"Pass {b}", sup.evaluation_at(evaluations, b))
     elif mode == "Final answers of two runs":
         others = [rid for rid in by_id if rid != run_id and by_id[rid].iterations]
         other = st.selectbox("Compare with", others, key="cmp_run",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from contextlib import closing
 
 import streamlit as st
 
 from rubric_core import app_support as sup
-from rubric_core import session
+from rubric_core import redact, session
 from rubric_core.models import ModelConfigError
 from rubric_core.rubric import parse_criteria
 from rubric_core.store import StoreError
@@ -21,10 +22,10 @@ store = state.get("store")
 secrets = sup.safe_mapping(st.secrets)
 form = sup.settings_from_state(state)
 key = sup.session_key(state)
-models = sup.app_models(
-    secrets, session_key=key, sidebar_base_url=form.base_url,
-    token_delay_s=sup.token_delay(sup.env_token_delay(), state.get("token_delay_s")),
-)
+token_delay_s, grader_pause_s = sup.demo_pacing(sup.env_token_delay(), state.get("pace_demo"),
+                                                state.get("token_delay_s"))
+models = sup.app_models(secrets, session_key=key, sidebar_base_url=form.base_url,
+                        token_delay_s=token_delay_s, grader_pause_s=grader_pause_s)
 
 
 # Long criteria and gaps get the room, and their full text on hover (help).
@@ -41,8 +42,10 @@ VERDICT_COLUMNS = {
 
 
 def request_resume(run_id: str) -> None:
-    # Bound to the run the picker showed when it was drawn, not to whatever it lists next.
+    # Bound to the run the picker showed when it was drawn, not to whatever it lists next;
+    # the endpoint and models typed for it go along (the key stays in this session's memory).
     state["resume_request"] = run_id
+    state["resume_changes"] = sup.resume_changes(state, run_id)
 
 
 def show_result(run_id: str) -> None:
@@ -123,7 +126,9 @@ def live(run: session.Session) -> None:
                 with pass_slot.container():
                     st.markdown(sup.pass_headline(evaluation))
                     st.caption(evaluation["explanation"])
-                    st.dataframe(sup.verdict_frame(evaluation), hide_index=True,
+                    st.dataframe(sup.verdict_frame(
+                        evaluation, grader_model=run.settings.grader_model,
+                        tool_names=run.settings.grader_tools), hide_index=True,
                                  width="stretch", column_config=VERDICT_COLUMNS)
             elif kind == "run_finished":
                 ok = event["status"] == "satisfied"
@@ -132,20 +137,33 @@ def live(run: session.Session) -> None:
                            state="complete" if ok else "error", expanded=True)
 
 
+@st.fragment(run_every=1.0)
+def still_stopping(run_id: str) -> None:
+    # Redrawn every second until the run has let go, then the whole page shows its result.
+    if not session.is_active(run_id):
+        st.rerun()
+    st.info("This run is still stopping (or running in another tab); this page updates by "
+            "itself.", icon=":material/hourglass_top:")
+
+
 st.header("Run", divider="gray")
 last = state.get("last_run_id")
 # A Stop reruns this page on a new thread while the old one is still closing the run.
-stopping = last if last and not session.wait_until_inactive(last, timeout_s=5.0) else None
+stopping = last if last and not session.wait_until_inactive(last, timeout_s=2.0) else None
 wanted = state.pop("resume_request", None)
+changes = state.pop("resume_changes", None) or sup.ResumeChanges()
 resuming = store.get_run(wanted) if store is not None and wanted else None
 shown = resuming.settings if resuming is not None else form
 if resuming is not None:
-    st.info(f"Resuming run {resuming.run_id[:8]} · {resuming.title or '(untitled)'} with the "
-            "settings it was started with.", icon=":material/replay:")
-# Model names get the wide columns; the full string is also on hover.
+    shown = sup.changed_settings(shown, changes)
+    st.info(sup.resuming_text(resuming, changes), icon=":material/replay:")
+# Model names wrap instead of being cut off (a metric truncates a long provider:model).
 cols = st.columns([3, 3, 1, 1])
-cols[0].metric("Worker", shown.worker_model, help=f"Worker model: {shown.worker_model}")
-cols[1].metric("Grader", shown.grader_model, help=f"Grader model: {shown.grader_model}")
+for col, label, model in ((cols[0], "Worker", shown.worker_model),
+                          (cols[1], "Grader", shown.grader_model)):
+    col.markdown(f"<small>{label}</small><br><span style='font-size:1.5rem;"
+                 f"overflow-wrap:anywhere'>{html.escape(model)}</span>",
+                 unsafe_allow_html=True)
 cols[2].metric("Max iterations", shown.max_iterations)
 cols[3].metric("Criteria", len(parse_criteria(shown.rubric)))
 with st.expander("What is being resumed" if resuming else "What will run",
@@ -170,36 +188,63 @@ starting = store is not None and ((start and not blocked) or resuming is not Non
 # still running (or stopping) on another script thread.
 active = starting or bool(last and session.is_active(last))
 stop_slot = stop_col.empty()
+# The callback reads the run id when pressed: the run may have started after this was drawn.
 stop_slot.button("Stop", key="stop_button", icon=":material/stop:", disabled=not active,
-                 help="Stops the run; its thread is kept and can be resumed below."
-                 if active else "Nothing of this session is running.")
+                 on_click=lambda: session.request_stop(state.get("last_run_id")),
+                 help="Stops the run at once (a model call in progress is abandoned); its "
+                 "thread is kept and can be resumed." if active
+                 else "Nothing of this session is running.")
 
-try:
-    if start and store is not None and not resuming:
-        live(session.start(store, form, models=models))
-    elif resuming is not None and store is not None:
-        live(session.resume(store, resuming.run_id, models=models))
-except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
-    st.error(f"The run could not start or be recorded: {exc}")
-if starting:  # the run has ended: nothing is left to stop
-    stop_slot.button("Stop", key="stop_button_idle", icon=":material/stop:", disabled=True,
-                     help="Nothing of this session is running.")
+# Everything below lives in one slot: a new run replaces the last run's answer at once
+# instead of leaving it on screen (greyed) until the run ends.
+below = st.empty().container()
+with below:
+    try:
+        if start and store is not None and not resuming:
+            live(session.start(store, form, models=models))
+        elif resuming is not None and store is not None:
+            live(session.resume(store, resuming.run_id, models=sup.resume_models(
+                secrets, changes, session_key=key, sidebar_base_url=form.base_url,
+                token_delay_s=token_delay_s, grader_pause_s=grader_pause_s),
+                base_url=changes.base_url, worker_model=changes.worker_model,
+                grader_model=changes.grader_model))
+    except (ModelConfigError, ValueError, RuntimeError, KeyError, StoreError) as exc:
+        st.error(f"The run could not start or be recorded: {exc}")
+    if starting:  # the run has ended: nothing is left to stop
+        stop_slot.button("Stop", key="stop_button_idle", icon=":material/stop:", disabled=True,
+                         help="Nothing of this session is running.")
 
-last = state.get("last_run_id")  # set by the run above, if one was started
-# Listed after the run above has ended, so the picker shows what can be resumed now.
-resumable = session.resumable_runs(store) if store is not None else []
-if resumable:
-    by_id = {r.run_id: r for r in resumable}
-    res_col, res_btn = st.columns([4, 1], vertical_alignment="bottom")
-    # The run just stopped comes first; the key changes with it so the choice resets.
-    order = sorted(by_id, key=lambda rid: rid != last)
-    picked = res_col.selectbox("Interrupted runs", order, key=f"resume_select_{last}",
-                               format_func=lambda rid: sup.run_label(by_id[rid]))
-    res_btn.button("Resume", key="resume_button", icon=":material/replay:",
-                   on_click=request_resume, args=(picked,))
+    last = state.get("last_run_id")  # set by the run above, if one was started
+    # Listed after the run above has ended, so the picker shows what can be resumed now.
+    resumable = session.resumable_runs(store) if store is not None else []
+    if resumable:
+        by_id = {r.run_id: r for r in resumable}
+        res_col, res_btn = st.columns([4, 1], vertical_alignment="bottom")
+        # The run just stopped comes first; the key changes with it so the choice resets.
+        order = sorted(by_id, key=lambda rid: rid != last)
+        picked = res_col.selectbox("Interrupted runs", order, key=f"resume_select_{last}",
+                                   format_func=lambda rid: sup.run_label(by_id[rid]))
+        res_btn.button("Resume", key="resume_button", icon=":material/replay:",
+                       on_click=request_resume, args=(picked,))
+        target = by_id[picked].settings
+        with st.expander("Resume with another endpoint or models",
+                         expanded=by_id[picked].status == "error"):
+            st.caption("The run continues from where it stopped; what you change here is "
+                       "recorded in its settings. A key typed here is sent only to this base URL "
+                       "and never stored.")
+            names = sup.resume_widget_keys(picked)
+            for name, label, value in (("base_url", "Base URL", target.base_url or ""),
+                                       ("worker_model", "Worker model", target.worker_model),
+                                       ("grader_model", "Grader model", target.grader_model)):
+                state.setdefault(names[name], value)
+                st.text_input(label, key=names[name])
+            st.text_input("API key for this base URL (optional)", key=names["api_key"],
+                          type="password")
+            redact.register_secret(state.get(names["api_key"]))
 
-if store is not None and last:
-    st.subheader("Last run")
-    if last == stopping:
-        st.info("This run is still stopping (or running in another tab). Refresh in a moment.")
-    show_result(last)
+
+    if store is not None and last:
+        st.subheader("Last run")
+        if last == stopping and session.is_active(last):
+            still_stopping(last)
+        show_result(last)

@@ -33,6 +33,31 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def owner_is_gone(owner: str | None) -> bool:
+    """Whether a hold's owner (`new_owner`) was a process of this host that has exited.
+
+    Then its hold is stale at once, without waiting for its heartbeat to age: a run whose
+    process was killed on this machine can be resumed right away. Only a process of this
+    host can be checked (another host's pids mean nothing here); this process itself is
+    never gone; a pid reused since by another process reads as alive (the heartbeat rule
+    then decides, as for another host).
+    """
+    host, _, rest = (owner or "").partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, under another user
+        return False
+    return False
+
+
 class ActiveRegistry(Generic[V]):
     """Ids this process is working on right now, each with a value (e.g. its stop event).
 
@@ -98,4 +123,4 @@ class ActiveRegistry(Generic[V]):
             return self._changed.wait_for(lambda: key not in self._values, timeout=timeout_s)
 
 
-__all__ = ["ActiveRegistry", "new_owner"]
+__all__ = ["ActiveRegistry", "new_owner", "owner_is_gone"]

@@ -123,6 +123,11 @@ _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?<!\w)'[^']+'(?!\w
 _AND = re.compile(r"\band\b", re.IGNORECASE)
 _OR = re.compile(r"\bor\b(?!\s+(?:fewer|less|more|under|below|above)\b)", re.IGNORECASE)
 _SPLIT_ADVICE = "split it so each can pass or fail on its own."
+_NUMBER = (r"(?:\d+(?:st|nd|rd|th)?|one|two|three|four|five|six|seven|eight|nine|ten|first|"
+           r"second|third|fourth|fifth|last)")
+# "Lines 1, 2 and 5 rhyme": which lines, not several checks.
+_NUMBER_LIST = re.compile(rf"\b{_NUMBER}(?:\s*,\s*{_NUMBER})*,?\s+(?:and|or)\s+{_NUMBER}\b",
+                          re.IGNORECASE)
 
 
 def _joins_several_checks(criterion: str) -> bool:
@@ -134,7 +139,7 @@ def _joins_several_checks(criterion: str) -> bool:
         return True
     # "Is short and funny and rhymes", "is clear, concise and accurate": three or more
     # qualities in a row (a list the rules read as one check never gets here).
-    unquoted = _QUOTED_SPAN.sub(" ", criterion)
+    unquoted = _NUMBER_LIST.sub(" N ", _QUOTED_SPAN.sub(" ", criterion))
     ands = len(_AND.findall(unquoted))
     return ands >= 2 or (ands == 1 and "," in unquoted)
 

@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
-from rubric_core.registry import ActiveRegistry, new_owner
-from rubric_core.runner import RunSpec, arun_rubric, run_rubric
+from rubric_core.registry import ActiveRegistry, new_owner, owner_is_gone
+from rubric_core.runner import RunSpec, arun_rubric
+from rubric_core.stopping import RunPump
 from rubric_core.store import Fence, RunTakenOver, StoreError, is_unavailable
 from rubric_core.types import RESUMABLE_STATUSES
 from rubric_core.types import ModelResolver as ModelResolver  # re-exported
@@ -156,8 +157,26 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
 
 # -- the active-run registry ----------------------------------------------------------------------
 
-ACTIVE_RUNS: ActiveRegistry[None] = ActiveRegistry("Run")
-"""The runs this process is recording right now (running or stopping)."""
+ACTIVE_RUNS: ActiveRegistry[threading.Event | None] = ActiveRegistry("Run")
+"""The runs this process is recording right now (running or stopping), each with its stop
+signal (`request_stop`); None for runs on an event loop, which stop through their own."""
+
+
+def request_stop(run_id: str | None) -> bool:
+    """Stop a run this process records, from any thread (a Stop button's callback).
+
+    The run stops within `rubric_core.stopping.POLL_S` and is recorded ``interrupted``; a
+    model call in progress is abandoned, never recorded (`rubric_core.stopping`).
+
+    Returns:
+        True when the run was active here and is now stopping.
+
+    """
+    stop = ACTIVE_RUNS.get(run_id) if run_id else None
+    if stop is None:
+        return False
+    stop.set()
+    return True
 
 
 def is_active(run_id: str) -> bool:
@@ -185,11 +204,14 @@ def _stale_before(now: str | None = None) -> str:
 def is_stale(record: RunRecord) -> bool:
     """Whether a ``running`` run lost its owner (see the module docstring).
 
-    Judged at the moment the store read the record, by the database's clock
+    Stale at once when its owner was a process of this host that has exited
+    (`rubric_core.registry.owner_is_gone`); else when its heartbeat aged past `STALE_AFTER_S`,
+    judged at the moment the store read the record, by the database's clock
     (`RunRecord.observed_at`), so machines whose clocks disagree agree on it.
     """
     return (record.status == "running" and not is_active(record.run_id)
-            and record.updated_at < _stale_before(record.observed_at))
+            and (record.updated_at < _stale_before(record.observed_at)
+                 or owner_is_gone(record.owner)))
 
 
 def run_status(record: RunRecord) -> str:
@@ -207,7 +229,13 @@ def is_resumable(record: RunRecord) -> bool:
 def reconcile(store: Store) -> int:
     """Mark ``interrupted`` the running runs whose owner died; returns how many."""
     keep = ACTIVE_RUNS.keys()
-    return store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
+    count = store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
+    for record in store.list_runs(status="running", limit=None):
+        if record.run_id not in keep and owner_is_gone(record.owner):
+            with contextlib.suppress(StoreError, KeyError):  # RunTakenOver: resumed meanwhile
+                store.finish_run(record.run_id, "interrupted", owner=record.owner)
+                count += 1
+    return count
 
 
 def resumable_runs(store: Store, *, limit: int = 20) -> list[RunRecord]:
@@ -244,9 +272,10 @@ class Session(_SessionBase):
     """
 
     def __init__(self, store: Store, record: RunRecord, spec: RunSpec, *, resume: bool,
-                 owner: str) -> None:
+                 owner: str, changed: bool = False) -> None:
         super().__init__(store, record, owner)
-        self._events = _recorded(store, record, spec, resume=resume, owner=owner)
+        self._events = _recorded(store, record, spec, resume=resume, owner=owner,
+                                 changed=changed)
 
     def __iter__(self) -> Iterator[RunEvent]:
         return self._events
@@ -364,12 +393,44 @@ def _resumable(store: Store, run_id: str, record: RunRecord | None) -> RunRecord
     return record
 
 
-def _resumed_spec(record: RunRecord, models: ModelResolver | None, base_url: str | None,
-                  *, watch: bool) -> RunSpec:
-    settings = record.settings
-    if base_url:
-        settings = settings.replace(base_url=base_url)
-    return dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+def resumed_settings(
+    settings: RunSettings,
+    *,
+    base_url: str | None = None,
+    worker_model: str | None = None,
+    grader_model: str | None = None,
+) -> RunSettings | None:
+    """A stored run's settings with the endpoint or models a resume changes; None: unchanged.
+
+    A run that ended on "Connection error" can only be finished against another server: a
+    resume may change where it is sent and by which models, never what it asks or how it is
+    judged. None keeps a value; an empty ``base_url`` means the provider's own endpoint.
+
+    Raises:
+        ValueError: The changed settings cannot run (a blank model, a URL with a password).
+
+    """
+    changes: dict[str, Any] = {}
+    if base_url is not None and (base_url.strip() or None) != settings.base_url:
+        changes["base_url"] = base_url.strip() or None
+    for field, value in (("worker_model", worker_model), ("grader_model", grader_model)):
+        if value is not None and value.strip() != getattr(settings, field):
+            changes[field] = value.strip()
+    if not changes:
+        return None
+    changed = settings.replace(**changes)
+    changed.validate()
+    return changed
+
+
+def _resumed(record: RunRecord, models: ModelResolver | None, changed: RunSettings | None,
+             *, watch: bool) -> tuple[RunRecord, RunSpec]:
+    """The record as it will be resumed (changed settings scrubbed) and its spec."""
+    settings = changed or record.settings
+    spec = dataclasses.replace(build_spec(settings, models), watch_worker=watch)
+    if changed is not None:
+        record = dataclasses.replace(record, settings=changed.redacted())
+    return record, spec
 
 
 def resume(
@@ -378,9 +439,15 @@ def resume(
     *,
     models: ModelResolver | None = None,
     base_url: str | None = None,
+    worker_model: str | None = None,
+    grader_model: str | None = None,
     watch: bool = True,
 ) -> Session:
     """Continue a stored run on its thread with the settings it was started with.
+
+    The endpoint and the models may change (`resumed_settings`): the change is recorded in
+    the run's settings when the resume takes the run, so Review, export and a later Resume
+    see where it was finished. Keys are never stored: ``models`` carries them.
 
     A run that already ended reports its result without calling a model.
 
@@ -388,19 +455,24 @@ def resume(
         store: The database.
         run_id: The run.
         models: Builds the chat models, with their keys (`default_models()` when omitted).
-        base_url: Use this server instead of the stored one for this resume (not stored).
+        base_url: Send the run to this server from now on (``""``: the provider's own).
+        worker_model: Continue with this worker model.
+        grader_model: Continue with this grader model.
         watch: As for `start`.
 
     Raises:
         KeyError: No such run.
         RuntimeError: The run is being recorded now (here, or by a live process elsewhere).
-        ValueError: The stored settings cannot run.
+        ValueError: The settings (as changed) cannot run.
         ModelConfigError: A model cannot be built.
 
     """
     record = _resumable(store, run_id, store.get_run(run_id))
-    spec = _resumed_spec(record, models, base_url, watch=watch)
-    return Session(store, record, spec, resume=True, owner=new_owner())
+    changed = resumed_settings(record.settings, base_url=base_url, worker_model=worker_model,
+                               grader_model=grader_model)
+    record, spec = _resumed(record, models, changed, watch=watch)
+    return Session(store, record, spec, resume=True, owner=new_owner(),
+                   changed=changed is not None)
 
 
 async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = None,
@@ -410,7 +482,7 @@ async def aresume(store: Store, run_id: str, *, models: ModelResolver | None = N
     ``stop`` as for `astart`.
     """
     record = _resumable(store, run_id, await store.acall(store.get_run, run_id))
-    spec = _resumed_spec(record, models, None, watch=False)  # models built on the loop
+    _, spec = _resumed(record, models, None, watch=False)  # models built on the loop
     return AsyncSession(store, record, spec, resume=True, owner=new_owner(), stop=stop)
 
 
@@ -477,30 +549,40 @@ class _Recording:
     calls the methods that write through `Store.acall`).
     """
 
-    def __init__(self, store: Store, record: RunRecord, *, resume: bool, owner: str) -> None:
+    def __init__(self, store: Store, record: RunRecord, *, resume: bool, owner: str,
+                 changed: bool = False) -> None:
         self.store, self.run_id, self.owner = store, record.run_id, owner
         self.resume = resume
+        # A resume that changes the endpoint or models records them with its claim.
+        self.new_settings = record.settings if changed else None
+        # A local owner that has exited holds the run no more, however fresh its heartbeat.
+        self.gone_owner = record.owner if owner_is_gone(record.owner) else None
         self.prior = (record.duration_s or 0.0) if resume else 0.0
         self.started = time.perf_counter()
         self.heartbeat = _Heartbeat(store, record.run_id, owner, self.elapsed)
         self.seen: set[tuple[str, int]] = set()
         self.finished = self.taken = self.registered = False
+        self.stop: threading.Event | None = None
 
-    def begin(self) -> None:
+    def begin(self, stop: threading.Event | None = None) -> None:
         """Register the run as this process's and take it over when resuming.
 
         The caller then starts the heartbeat (on a thread or the event loop).
+
+        Args:
+            stop: The run's stop signal, for `request_stop` (None on an event loop).
 
         Raises:
             RuntimeError: This process records it already, or another one took it first.
 
         """
         run_id = self.run_id
-        ACTIVE_RUNS.add(run_id, None)
+        ACTIVE_RUNS.add(run_id, stop)
         self.registered = True
         try:
             if self.resume and not self.store.claim_run(
-                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner):
+                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner,
+                    settings=self.new_settings, gone_owner=self.gone_owner):
                 # Another server or process resumed it between our check and now.
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
                        "is running there now.")
@@ -578,22 +660,25 @@ class _Recording:
             ACTIVE_RUNS.discard(self.run_id)
 
 
-def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str
-              ) -> Generator[RunEvent, None, None]:
+def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, owner: str,
+              changed: bool = False) -> Generator[RunEvent, None, None]:
     """Pass the runner's events through, recording each evaluation once and the final status.
 
-    When the consumer stops early the runner is closed too (aborting the graph) and the run is
-    marked ``interrupted``; an exception marks it ``error``. When another process has taken
-    the run over (its heartbeat or a write was refused), the runner is closed, nothing more is
-    written, and `RunTakenOver` is raised.
+    The graph runs on a thread of its own (`rubric_core.stopping.RunPump`). When the consumer
+    stops early (closes this generator) or `request_stop` is called, the graph is abandoned at
+    once, a model call in progress included, and the run is marked ``interrupted``; an
+    exception marks it ``error``. When another process has taken the run over (its heartbeat
+    or a write was refused), the graph is abandoned, nothing more is written, and
+    `RunTakenOver` is raised.
     """
-    recording = _Recording(store, record, resume=resume, owner=owner)
-    recording.begin()
+    recording = _Recording(store, record, resume=resume, owner=owner, changed=changed)
+    stop = threading.Event()
+    recording.begin(stop)
     recording.heartbeat.start_thread()
-    events = run_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
-                        resume=resume, configurable=_fence(recording))
+    pump = RunPump(spec, store.saver(), record.thread_id, resume=resume,
+                   configurable=_fence(recording))
     try:
-        for event in events:
+        for event in pump.events(stop, check=recording.check):
             recording.check()
             recording.record(event)
             yield event
@@ -602,7 +687,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
         raise
     finally:
         if not recording.finished:
-            events.close()  # aborts the graph
+            pump.abandon()  # the graph writes nothing more; its thread ends on its own
         recording.stopped()
         recording.end()
 

@@ -452,15 +452,20 @@ class ExperimentConfig:
 def run_title(settings: RunSettings) -> str:
     """The run's label: the bundled example's title, else the prompt's start.
 
-    The app, the CLI and so the export's ``run_title`` all use it.
+    The example's title only while the prompt is the example's: a prompt edited away from it
+    is the user's own run, titled after what it asks. The app, the CLI and so the export's
+    ``run_title`` all use it.
     """
     if settings.example_name:
         from rubric_core.examples import get_example
 
         try:
-            return get_example(settings.example_name).title
+            example = get_example(settings.example_name)
         except KeyError:
             pass
+        else:
+            if " ".join(example.prompt.split()) == " ".join(settings.prompt.split()):
+                return example.title
     first = " ".join(settings.prompt.split())
     return first if len(first) <= TITLE_CHARS else first[: TITLE_CHARS - 1] + "…"
 

@@ -51,6 +51,12 @@ hold it are upgraded to ``interrupted``).
 RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
 """Every status a run may have in the index."""
 
+RunOrigin = Literal["single", "experiment"]
+"""Where a run came from: started alone (the Run page, ``run``), or a cell of an experiment."""
+
+RUN_ORIGINS: tuple[str, ...] = get_args(RunOrigin)
+"""Every `RunOrigin`, for filters."""
+
 RESUMABLE_STATUSES: frozenset[str] = frozenset({"interrupted", "error"})
 """Statuses offered for Resume; a ``running`` run whose owner died is shown and resumed as
 ``interrupted`` (`rubric_core.session.is_stale`)."""

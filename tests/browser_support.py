@@ -107,16 +107,19 @@ TIMEOUT_MS = 60_000
 
 @contextmanager
 def app_in_browser(db_path: Path | str, *, log_name: str, last_shot: str,
-                   accept_downloads: bool = False) -> Iterator[Any]:
+                   accept_downloads: bool = False,
+                   extra_env: Mapping[str, str] | None = None) -> Iterator[Any]:
     """The real app on a temporary database, open in headless Chromium; yields the page.
 
     A screenshot of the last state is saved as ``artifacts/browser/<last_shot>.png``.
+    ``extra_env`` goes to the server (`streamlit_server`).
     """
     from playwright.sync_api import sync_playwright
 
     browser_path = chromium_path()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with streamlit_server(db_path, ARTIFACTS / log_name) as url, sync_playwright() as pw:
+    with (streamlit_server(db_path, ARTIFACTS / log_name, extra_env) as url,
+          sync_playwright() as pw):
         browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
         context = browser.new_context(viewport={"width": 1400, "height": 1000},
                                       accept_downloads=accept_downloads)

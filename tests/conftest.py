@@ -35,6 +35,14 @@ SUMMARY = (
 CODE_OK = "```python\ndef add(a, b):\n    return a + b\n```"
 
 
+@pytest.fixture(autouse=True)
+def own_data_home(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app's default database goes under a temporary XDG_DATA_HOME: no test writes the
+    user's own (``rubric-studio run`` records there when given no ``--db``)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """One PostgreSQL server for the session (its ``postgres`` database's URL)."""

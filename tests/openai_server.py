@@ -37,7 +37,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
-"""The only route the server answers; every other path gets a 404 JSON error."""
+"""The route the server answers; every other path gets a 404 JSON error (but `MODELS_PATH`)."""
+
+MODELS_PATH = "/v1/models"
+"""The model list, answered when `FakeOpenAI.models` is set."""
 
 _STREAM_PIECE_CHARS = 16
 """Characters of content (or tool arguments) per streamed delta."""
@@ -208,7 +211,13 @@ class _Handler(BaseHTTPRequestHandler):
         """Keep test output quiet."""
 
     def do_GET(self) -> None:
-        """Every GET is unknown."""
+        """``GET /v1/models`` lists `FakeOpenAI.models` when set; every other GET is unknown."""
+        owner = self.server.owner
+        if self.path.rstrip("/") == MODELS_PATH and owner.models is not None:
+            owner.models_auth.append(self.headers.get("Authorization"))
+            data = [{"id": m, "object": "model", "owned_by": "test"} for m in owner.models]
+            self._send_json(200, {"object": "list", "data": data})
+            return
         self._not_found()
 
     def do_POST(self) -> None:
@@ -340,6 +349,10 @@ class FakeOpenAI:
             default: Initial value of `default`.
         """
         self.default: Reply | Responder | None = default
+        self.models: list[str] | None = None
+        """Model ids ``GET /v1/models`` lists; None: that route is a 404, as before."""
+        self.models_auth: list[str | None] = []
+        """The Authorization header of each ``GET /v1/models`` (None when absent)."""
         self.requests: list[dict[str, Any]] = []
         self.request_times: list[float] = []
         self._queue: deque[Reply] = deque()

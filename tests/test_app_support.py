@@ -271,8 +271,8 @@ def test_next_steps_failed_with_rules_suggests_llm_grader() -> None:
 
 
 def test_progress_and_answer_markdown() -> None:
-    assert sup.progress(0, 4) == (0.25, "Iteration 1 of 4")
-    assert sup.progress(9, 4) == (1.0, "Iteration 4 of 4")
+    assert sup.progress(0, 4) == (0.25, "Pass 1 of 4")
+    assert sup.progress(9, 4) == (1.0, "Pass 4 of 4")
     assert sup.answer_markdown("a\nb\n```\nx\n```") == "a  \nb  \n```\nx\n```"
 
 
@@ -304,20 +304,24 @@ def test_welcome_message_only_for_an_untouched_form() -> None:
 
 
 def test_filters_kwargs() -> None:
-    assert sup.RunFilters().kwargs() == {"status": None, "model": None, "text": None}
+    assert sup.RunFilters().kwargs() == {"status": None, "model": None, "text": None,
+                                         "origin": None}
     assert sup.RunFilters(("failed", "bogus"), " demo ", " x ").kwargs() == {
-        "status": ["failed"], "model": "demo", "text": "x"}
+        "status": ["failed"], "model": "demo", "text": "x", "origin": None}
+    assert sup.RunFilters(origin="single").kwargs()["origin"] == "single"
     assert sup.page_count(0) == 1 and sup.page_count(101, 50) == 3
 
 
 def test_iteration_table_and_heatmap() -> None:
     evs = [_ev(0, "one", {"A": False, "B": True}), _ev(1, "two", {"A": True, "B": True})]
     table = sup.iteration_table(evs)
-    assert list(table.columns) == ["iteration", "criterion", "passed", "gap", "note",
+    # People count passes from 1; the seed's 0-based `iteration` stays in the export.
+    assert list(table.columns) == ["pass", "criterion", "passed", "gap", "note",
                                    "verdict", "explanation", "duration_s", "tokens"]
     assert len(table) == 4 and table.loc[0, "gap"] == "fix A" and table.loc[0, "tokens"] == 15
+    assert table["pass"].tolist() == [1, 1, 2, 2]
     heat = sup.heatmap_table(evs, "- A\n- B\n- C")
-    assert list(heat.columns) == ["iteration 1", "iteration 2"]
+    assert list(heat.columns) == ["pass 1", "pass 2"]
     assert heat.loc["A"].tolist() == ["fail", "pass"] and heat.loc["C"].tolist() == ["—", "—"]
     assert "d3f9d8" in sup.heatmap_css("pass") and sup.heatmap_css("x") == ""
 
@@ -605,3 +609,11 @@ def test_tampered_judging_widgets_are_reported_not_raised(
     errors = [m.text for m in sup.check_configs([config], secrets={}) if m.level == "error"]
     assert any(e.startswith("Configuration 1: Verdict stability:") and message in e
                for e in errors), errors
+
+
+def test_streamlit_does_not_watch_the_virtual_environment() -> None:
+    # Issue 24.7: installing packages flooded the server's log with file events.
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).parents[1] / ".streamlit/config.toml").read_text())
+    assert {".venv", "venv"} <= set(config["server"]["folderWatchBlacklist"])

@@ -130,9 +130,10 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     page.get_by_role("tab", name="Grid").click()
 
     # A click on the second row's cell under the second configuration (the grid's right-hand
-    # column) opens that run in Review.
+    # column) shows that cell's answer and verdicts in place, beside the first configuration's;
+    # "Open in Review" there opens its run.
     wanted = next(c for c in cells if c.config_index == 1 and c.row_id == first[1].row_id)
-    grid = page.locator(f".st-key-exp_grid_{exp.experiment_id} "
+    grid = page.locator(f".st-key-exp_grid_{exp.experiment_id}_False "
                         "[data-testid='stDataFrameResizable']")
     grid.scroll_into_view_if_needed()
     box = grid.bounding_box()
@@ -141,6 +142,14 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + 35 + 35 + 17)
     page.wait_for_timeout(300)
     page.mouse.click(box["x"] + box["width"] * 0.7, box["y"] + 35 + 35 + 17)
+    page.get_by_text(f"row {wanted.row_id}", exact=False).first.wait_for()
+    wait_idle(page)
+    views = page.locator("[class*='st-key-exp_cell_view_2_']")
+    expect(views).to_have_count(2)
+    open_button = views.nth(0).get_by_role("button", name="Open in Review")
+    open_button.scroll_into_view_if_needed()
+    shot(page, "24-row-side-by-side")
+    open_button.click()
     picker = page.locator(".st-key-review_run [role='combobox']")
     expect(picker).to_have_value(re.compile(wanted.run.run_id[:8]))
     page.get_by_role("tab", name="Iterations").wait_for()

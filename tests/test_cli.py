@@ -11,17 +11,18 @@ import io
 import os
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
 from conftest import ROOT
-from openai_server import FakeOpenAI, Reply, error, text, verdict
+from openai_server import FakeOpenAI, Reply, error, slow, text, verdict
 
 from rubric_core.cli import main
 from rubric_core.grader import parse_grader_payload
 from rubric_core.models import BASE_URL_ENV
-from rubric_core.store import Store
+from rubric_core.store import DB_ENV_VAR, Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,7 +106,7 @@ def test_subprocess_run_over_http_satisfied_exits_0_and_writes_csv(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     out = proc.stdout
-    assert "── answer (iteration 1) ──\ndraft one" in out
+    assert "── answer (pass 1) ──\ndraft one" in out
     assert "verdict: needs_revision" in out and "[FAIL] c2 — fix c2" in out
     assert "verdict: satisfied" in out and "status: satisfied after 2 grading pass(es)" in out
     assert f"wrote 4 rows to {csv}" in out
@@ -227,8 +228,10 @@ def test_subprocess_missing_key_exits_2_with_clear_message() -> None:
         pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--model", "openai-compatible:x",
                       "--grader", "openai-compatible:x", "--base-url", "ftp://host"],
                      "must start with http", id="bad_url_scheme"),
-        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--resume"], "--resume needs --db",
-                     id="resume_without_db"),
+        pytest.param(["--prompt", "p", "--rubric", RUBRIC, "--resume"],
+                     "--resume needs --thread", id="resume_without_thread"),
+        pytest.param(["--example", "haiku", "--no-db", "--db", "x.sqlite3"],
+                     "--no-db records nothing", id="no_db_with_db"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(
@@ -303,12 +306,12 @@ def test_db_runs_are_recorded_in_the_run_index(
         assert [r.run_id for r in store.list_runs()] == [run.run_id]
 
 
-def test_resume_needs_db_and_thread(scripted: Any, capsys: pytest.CaptureFixture[str],
-                                    tmp_path: Path) -> None:
+def test_resume_needs_a_thread(scripted: Any, capsys: pytest.CaptureFixture[str],
+                               tmp_path: Path) -> None:
     s = scripted([], [])
     code, _, err = run_main(s.argv("--prompt", "p", "--rubric", RUBRIC, "--resume",
                                    "--db", str(tmp_path / "x.sqlite3")), capsys)
-    assert code == 2 and "--resume needs --db PATH and --thread ID" in err
+    assert code == 2 and "--resume needs --thread ID" in err
     assert s.server.requests == []
 
 
@@ -454,6 +457,81 @@ def test_resume_takes_the_prompt_and_settings_from_the_record(
     assert s.server.requests[0]["messages"][-1] == {"role": "user", "content": "write it"}
 
 
+def test_run_records_in_the_apps_database_like_eval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 24.7: `run` without --db stored nothing while `eval` wrote to the app's database.
+    db = tmp_path / "app.sqlite3"
+    monkeypatch.setenv(DB_ENV_VAR, str(db))
+    proc = cli("run", "--example", "haiku", "--quiet", "--thread", "t1")
+    assert proc.returncode == 0, proc.stderr
+    assert "recorded as run" in proc.stdout and str(db) in proc.stdout
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied" and run.thread_id == "t1"
+    again = cli("run", "--example", "haiku", "--quiet", "--no-db")
+    assert again.returncode == 0 and "recorded as run" not in again.stdout
+    with Store(db) as store:
+        assert len(store.list_runs()) == 1
+
+
+def test_resume_moves_a_run_to_another_server_and_models_and_records_it(
+    scripted: Any, tmp_path: Path
+) -> None:
+    # Issue 24.2: a run that ended on a dead port is finished elsewhere, through the real
+    # command; the new endpoint and models are recorded in the run's settings.
+    db = str(tmp_path / "studio.sqlite3")
+    first = cli("run", "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
+                "--base-url", "http://127.0.0.1:9/v1", "--prompt", "p", "--rubric", RUBRIC,
+                "--db", db, "--thread", "th")
+    assert first.returncode == 1 and "status: error" in first.stdout, first.stderr
+    s = scripted(["a draft"], [PASS])
+    again = cli("run", "--db", db, "--thread", "th", "--resume", "--base-url",
+                s.server.base_url, "--model", "openai-compatible:w2", "--grader",
+                "openai-compatible:g2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "status: satisfied" in again.stdout
+    assert [r["model"] for r in s.server.requests] == ["w2", "g2"]
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied" and run.settings.base_url == s.server.base_url
+    assert (run.worker_model, run.grader_model) == ("openai-compatible:w2",
+                                                    "openai-compatible:g2")
+
+
+def test_resume_right_after_a_killed_run_on_this_host_needs_no_wait(tmp_path: Path) -> None:
+    # Issue 24: --resume right after the run's process was killed waited for the 30 s
+    # heartbeat, although that process was this host's and gone.
+    db = str(tmp_path / "studio.sqlite3")
+    with FakeOpenAI() as server:
+        server.enqueue(text("first draft"), FAIL, slow(60, text("never sent")))
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "run", "--model", "openai-compatible:w",
+             "--grader", "openai-compatible:g", "--base-url", server.base_url, "--prompt",
+             "p", "--rubric", RUBRIC, "--db", db, "--thread", "th"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while len(server.requests) < 3:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+        with Store(db) as store:
+            assert store.list_runs()[0].status == "running"  # its heartbeat is fresh
+        server.enqueue(text("second draft"), PASS)
+        started = time.monotonic()
+        again = cli("run", "--db", db, "--thread", "th", "--resume", "--base-url",
+                    server.base_url)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert time.monotonic() - started < 25  # no wait for the 30 s heartbeat
+    with Store(db) as store:
+        [run] = store.list_runs()
+    assert run.status == "satisfied"
+
+
 def test_resume_keeps_the_stored_base_url(
     scripted: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -538,7 +616,7 @@ def test_best_attempt_is_labelled_when_the_last_is_worse(
                "duration_s": 0.1, "error": None}
 
     monkeypatch.setattr("rubric_core.runner.run_rubric", events)
-    code, out, _ = run_main(["run", "--prompt", "p", "--rubric", "- c"], capsys)
+    code, out, _ = run_main(["run", "--prompt", "p", "--rubric", "- c", "--no-db"], capsys)
     assert code == 1
     assert "── last attempt (pass 2 of 2) · 0/1 criteria pass ──\nworse" in out
     assert "── best attempt (pass 1 of 2) · 1/1 criteria pass ──\nbetter" in out

@@ -207,3 +207,37 @@ def test_partial_reading_names_what_is_read_and_what_is_not(
 )
 def test_partial_reading_is_none_when_there_is_no_part_to_name(criterion: str) -> None:
     assert partial_reading(criterion) is None
+
+
+LIMERICK = ("A coder who programmed all night\nin Python, by lamp and by light,\n"
+            "said my programs compile\nbut it took me a while\nto get all the indentation right.")
+
+
+@pytest.mark.parametrize(
+    ("criterion", "answer", "passed"),
+    [
+        # Issue 24.6: "mentions programming" failed a limerick with "programmed" and "Python".
+        pytest.param("Mentions programming", LIMERICK, True, id="programmed_is_programming"),
+        pytest.param("Mentions programming", "My programs run.", True, id="programs"),
+        pytest.param("Mentions programming", "I write a program.", True, id="program"),
+        pytest.param("Mentions program", "We were programming.", True, id="ing_of_the_term"),
+        pytest.param("Mentions rain", "It rained and kept raining.", True, id="rained"),
+        pytest.param("Mentions code", "We were coding; it is coded.", True, id="e_dropped"),
+        pytest.param("Mentions a study", "Two studies agree.", True, id="ies"),
+        pytest.param("Mentions planning", "We planned it.", True, id="doubled_consonant"),
+        # ...and never more: other words that only share letters stay misses.
+        pytest.param("Mentions programming", "A programmer wrote it.", False,
+                     id="programmer_is_another_word"),
+        pytest.param("Mentions evening", "It was even better.", False, id="evening_not_even"),
+        pytest.param("Mentions spring", "Sprinkle the sprig.", False, id="spring_kept_whole"),
+        pytest.param("Mentions rain", "A rainbow over the train.", False, id="rain_in_words"),
+        pytest.param("Mentions a cat", "A category of catalogs.", False, id="cat_prefix"),
+        pytest.param("Does not mention programming", LIMERICK, False,
+                     id="negated_mentions_inflect_too"),
+    ],
+)
+def test_mentions_accept_inflections_and_nothing_else(
+    criterion: str, answer: str, passed: bool
+) -> None:
+    verdict = check_criterion(criterion, answer)
+    assert verdict is not None and verdict["passed"] is passed, verdict

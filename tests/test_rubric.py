@@ -82,6 +82,8 @@ def test_lint_warns_on_long_rubric() -> None:
                      id="qualities_chained_by_and"),
         pytest.param("The summary is clear, concise and accurate", ["several checks"],
                      id="qualities_listed"),
+        pytest.param("Lines 1 and 2 rhyme, and line 3 is short", ["several checks"],
+                     id="numbers_listed_then_another_check"),
         pytest.param("mentions spring and summer or autumn", ["mixes “and” with “or”",
                      "at least one of"], id="and_or_mixed"),
     ],
@@ -102,6 +104,8 @@ def test_lint_warns_on_joined_checks_saying_what_to_do(criterion: str, says: lis
         pytest.param("The tone is warm and inviting", id="two_qualities_left_alone"),
         pytest.param('mentions "salt, pepper and oil"', id="quoted_list_ignored"),
         pytest.param("50 words or fewer", id="or_fewer_is_no_disjunction"),
+        pytest.param("Lines 1, 2 and 5 rhyme", id="numbered_lines_are_one_check"),
+        pytest.param("The first, second and last lines rhyme", id="ordinal_lines_one_check"),
     ],
 )
 def test_lint_leaves_single_checks_alone(criterion: str) -> None:

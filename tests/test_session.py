@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rubric_core import session
+from rubric_core import session, stopping
 from rubric_core.examples import get_example
 from rubric_core.settings import RunSettings
 from rubric_core.store import Store
@@ -92,7 +92,7 @@ def test_an_exception_marks_the_run_error_and_it_stays_resumable(
         msg = "worker crashed"
         raise RuntimeError(msg)
 
-    monkeypatch.setattr(session, "run_rubric", boom)
+    monkeypatch.setattr(stopping, "run_rubric", boom)  # the pump runs it
     run = session.start(store, _haiku())
     with pytest.raises(RuntimeError):
         list(run)
@@ -377,3 +377,19 @@ def test_active_registry_refuses_a_second_hold_and_wakes_its_waiters() -> None:
     assert registry.get("abcdefgh-1234") is None
     host, pid, tag = new_owner().split(":")
     assert host and pid == str(os.getpid()) and len(tag) == 8 and new_owner() != new_owner()
+
+
+def test_an_owner_is_gone_only_when_it_was_this_hosts_and_has_exited() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from rubric_core.registry import new_owner, owner_is_gone
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = socket.gethostname()
+    assert owner_is_gone(f"{host}:{child.pid}:abcd1234")
+    assert not owner_is_gone(new_owner())  # this process
+    assert not owner_is_gone(f"another-host-{host}:{child.pid}:abcd1234")
+    assert not owner_is_gone(None) and not owner_is_gone("garbage")

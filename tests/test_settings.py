@@ -109,8 +109,11 @@ def test_redacted_scrubs_every_text() -> None:
 
 def test_title_is_the_examples_else_the_prompts_start() -> None:
     haiku = get_example("haiku")
-    assert RunSettings(prompt="p", rubric="- r", example_name="haiku").titled().title == (
-        haiku.title)
+    assert RunSettings(prompt=haiku.prompt, rubric="- r", example_name="haiku").titled(
+    ).title == haiku.title
+    # A prompt edited away from the example is the user's own run (issue #24.1).
+    assert RunSettings(prompt="A limerick", rubric="- r", example_name="haiku").titled(
+    ).title == "A limerick"
     assert run_title(RunSettings(prompt="Write   it\nnow", rubric="- r")) == "Write it now"
     assert run_title(RunSettings(prompt="x " * 50, rubric="- r")).endswith("…")
     assert RunSettings(prompt="p", rubric="- r", title="Mine").titled().title == "Mine"

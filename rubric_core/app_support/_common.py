@@ -19,6 +19,13 @@ TOKEN_DELAY_ENV = "RUBRIC_STUDIO_TOKEN_DELAY"
 DEFAULT_TOKEN_DELAY_S = 0.01
 """Delay that makes the offline demo worker's stream visible in the browser."""
 
+PACED_TOKEN_DELAY_S = 0.08
+"""With "Pace the offline demo" on: seconds between the demo worker's pieces (a haiku draft
+streams for about two seconds)."""
+
+PACED_GRADER_PAUSE_S = 1.0
+"""With "Pace the offline demo" on: seconds the rules grader takes over each verdict."""
+
 MIN_ITERATIONS = 1
 """Lowest iteration cap the sidebar accepts."""
 
@@ -37,6 +44,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "grader_repeats": 1,
     "consensus": "majority",
     "return_best": False,
+    "pace_demo": True,
     "example_select": "haiku",
     "example_name": None,
     "prompt": "",
@@ -48,6 +56,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "filter_status": [],
     "filter_model": "",
     "filter_text": "",
+    "filter_origin": "single",
     "history_page": 1,
 }
 """Session-state keys shared between pages, with their first values."""

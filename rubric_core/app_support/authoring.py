@@ -45,6 +45,44 @@ def load_example_into(state: MutableMapping[str, Any], name: str | None = None) 
     state["grader_system_prompt"] = ""
 
 
+def leave_example_if_edited(state: MutableMapping[str, Any]) -> None:
+    """Prompt callback: a prompt edited away from the loaded example makes the run the user's.
+
+    While the prompt is the example's, the run is the example's (its title, its worker system
+    prompt, its own grader tools with their test cases or schema). Once the prompt says
+    something else, none of that fits: the example is dropped, so the run is titled after the
+    prompt, and what the example set that the form hides (its worker system prompt, its own
+    tools) is cleared, with a notice saying so. What the user changed is kept.
+    """
+    name = state.get("example_name")
+    if not name:
+        return
+    try:
+        example = get_example(name)
+    except KeyError:
+        state["example_name"] = None
+        return
+    prompt = state.get("prompt")
+    if isinstance(prompt, str) and " ".join(prompt.split()) == " ".join(example.prompt.split()):
+        return
+    state["example_name"] = None
+    cleared: list[str] = []
+    system = example.worker_system_prompt
+    if system and state.get("worker_system_prompt") == system:
+        state["worker_system_prompt"] = ""
+        cleared.append("its worker system prompt")
+    own = {t.name for t in example.grader_tools()} - set(default_tool_names())
+    tools = list(state.get("grader_tools") or [])
+    if any(t in own for t in tools):
+        state["grader_tools"] = [t for t in tools if t not in own]
+        cleared.append("its own grader tools")
+    what = f" {' and '.join(cleared)} {'were' if len(cleared) > 1 else 'was'} cleared." if (
+        cleared) else ""
+    state["author_notice"] = UiMessage(
+        "info", f"The prompt is no longer the example “{example.title}”: the run is yours, "
+                f"titled after your prompt.{what}")
+
+
 def default_tool_names() -> list[str]:
     """Names of the general evidence tools any rubric may use."""
     from rubric_core.tools import DEFAULT_TOOLS

@@ -29,7 +29,7 @@ from rubric_core.export import (
     write_json,
 )
 from rubric_core.rubric import normalize_name, parse_criteria
-from rubric_core.types import RUN_STATUSES
+from rubric_core.types import RUN_ORIGINS, RUN_STATUSES
 from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class RunFilters:
     """Keep runs whose worker or grader is exactly this."""
     text: str = ""
     """Keep runs whose title, prompt or rubric contains this."""
+    origin: str = "all"
+    """``single`` (runs started alone), ``experiment`` (experiment cells) or ``all``."""
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``list_runs`` / ``count_runs``."""
@@ -57,7 +59,12 @@ class RunFilters:
             "status": statuses or None,
             "model": self.model.strip() or None,
             "text": self.text.strip() or None,
+            "origin": self.origin if self.origin in RUN_ORIGINS else None,
         }
+
+
+ORIGIN_CHOICES = {"single": "Single runs", "experiment": "Experiment cells", "all": "All runs"}
+"""The history's origin filter: value → label (single runs first: a person's own work)."""
 
 
 def page_count(total: int, page_size: int = HISTORY_PAGE_SIZE) -> int:
@@ -87,10 +94,18 @@ def run_label(record: RunRecord) -> str:
     )
 
 
-def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
-    """One row per iteration × criterion: the Review page's iteration table."""
+def iteration_table(evaluations: Iterable[RubricEvaluation], *, grader_model: str = "",
+                    tool_names: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per pass × criterion: the Review page's iteration table.
+
+    With a ``hybrid:`` grader the note says which of the rule and the model decided
+    (`rubric_core.app_support.running.rule_decisions`).
+    """
+    from rubric_core.app_support.running import rule_decisions
+
     rows: list[dict[str, Any]] = []
     for ev in evaluations:
+        decided = rule_decisions(ev, grader_model, tool_names)
         tokens = token_sum(ev.get("input_tokens"), ev.get("output_tokens"))
         explanation = ev.get("explanation", "")
         if notes := pass_notes(ev):
@@ -99,19 +114,21 @@ def iteration_table(evaluations: Iterable[RubricEvaluation]) -> pd.DataFrame:
                 "duration_s": ev.get("duration_s"), "tokens": tokens}
         for row in criterion_rows(ev):
             rows.append({
-                "iteration": pass_number(ev), "criterion": row["criterion"] or "",
+                "pass": pass_number(ev), "criterion": row["criterion"] or "",
                 "passed": row["passed"], "gap": row["gap"] or "",
-                "note": criterion_note(row, ev.get("repeats")), **base,
+                "note": " · ".join(filter(None, (decided.get(str(row["criterion"])),
+                                                 criterion_note(row, ev.get("repeats"))))),
+                **base,
             })
-    frame = pd.DataFrame(rows, columns=["iteration", "criterion", "passed", "gap", "note",
+    frame = pd.DataFrame(rows, columns=["pass", "criterion", "passed", "gap", "note",
                                         "verdict", "explanation", "duration_s", "tokens"])
-    return frame.astype({"iteration": "int64", "passed": "boolean", "tokens": "Int64"})
+    return frame.astype({"pass": "int64", "passed": "boolean", "tokens": "Int64"})
 
 
 def heatmap_table(evaluations: Iterable[RubricEvaluation], rubric: str | None) -> pd.DataFrame:
     """Criteria × iteration (1-based columns) with ``pass``/``fail``/``—`` cells."""
     frame = heatmap_frame(evaluations, rubric=rubric)
-    frame.columns = pd.Index([f"iteration {int(c) + 1}" for c in frame.columns])
+    frame.columns = pd.Index([f"pass {int(c) + 1}" for c in frame.columns])
     return frame.apply(lambda col: col.map(
         lambda v: "pass" if v is True else "fail" if v is False else "—"
     ))

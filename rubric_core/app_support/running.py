@@ -6,7 +6,7 @@ page's widgets into settings and the run's events and status into what the page 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -30,15 +30,18 @@ from rubric_core.app_support.settings import (
 from rubric_core.export import criterion_rows
 from rubric_core.models import model_resolver
 from rubric_core.redact import redact, redact_stream
-from rubric_core.session import build_grader_tools
+from rubric_core.session import build_grader_tools, resumed_settings
 from rubric_core.settings import RunSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
+
+    from langchain_core.language_models import BaseChatModel
 
     from rubric_core.app_support._common import Level
     from rubric_core.http_retry import SharedBackoff
-    from rubric_core.types import ModelResolver
+    from rubric_core.store import RunRecord
+    from rubric_core.types import ModelResolver, Role
 
 
 def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
@@ -80,6 +83,7 @@ def app_models(
     sidebar_base_url: str | None,
     token_delay_s: float,
     backoff: SharedBackoff | None = None,
+    grader_pause_s: float = 0.0,
 ) -> ModelResolver:
     """The app's model builder for `rubric_core.session.start`/`resume` and experiments.
 
@@ -93,6 +97,8 @@ def app_models(
         session_key: The key typed in the sidebar (`session_key`).
         sidebar_base_url: The base URL typed in the sidebar.
         token_delay_s: Seconds between the demo worker's chunks.
+        grader_pause_s: Seconds the ``rules`` grader takes over each verdict (the paced demo,
+            `rubric_core.app_support.settings.demo_pacing`).
         backoff: For an experiment's cells: its shared backoff. The models are then built as
             the CLI's are (`rubric_core.experiments.experiment_models`): OpenAI-compatible
             models send through both of its HTTP clients (so a 429 or 5xx slows the whole
@@ -107,8 +113,105 @@ def app_models(
         return model_key(model, base_url=base_url, secrets=secrets, session_key=key)
 
     experiment = backoff is not None
-    return model_resolver(keys=keys, backoff=backoff, share=experiment, streaming=not experiment,
-                          token_delay_s=token_delay_s)
+    resolver = model_resolver(keys=keys, backoff=backoff, share=experiment,
+                              streaming=not experiment, token_delay_s=token_delay_s)
+    if not grader_pause_s:
+        return resolver
+
+    copies: dict[int, tuple[BaseChatModel, BaseChatModel]] = {}
+
+    def paced(model: str, role: Role, base_url: str | None) -> BaseChatModel:
+        from rubric_core.offline.graders import RulesGrader
+
+        built = resolver(model, role, base_url)
+        if not isinstance(built, RulesGrader):
+            return built
+        # One paced copy per model built, so an experiment's cells still share one.
+        if id(built) not in copies:
+            copies[id(built)] = (built, built.model_copy(update={"pause_s": grader_pause_s}))
+        return copies[id(built)][1]
+
+    return paced
+
+
+@dataclass(frozen=True)
+class ResumeChanges:
+    """What the Run page's Resume changes in the run it continues (None: keep it)."""
+
+    base_url: str | None = None
+    """The server to send the run to (``""``: the provider's own endpoint)."""
+    worker_model: str | None = None
+    """The worker model to continue with."""
+    grader_model: str | None = None
+    """The grader model to continue with."""
+    api_key: str | None = field(default=None, repr=False)
+    """A key typed for that base URL: this session's memory only, never stored or shown."""
+
+
+def resume_widget_keys(run_id: str) -> dict[str, str]:
+    """Session-state keys of the Resume form's widgets for one run (so each run prefills)."""
+    return {name: f"resume_{name}_{run_id}"
+            for name in ("base_url", "worker_model", "grader_model", "api_key")}
+
+
+def resume_changes(state: Mapping[str, Any], run_id: str) -> ResumeChanges:
+    """The Resume form's values for ``run_id``, as typed (a widget not drawn keeps the run's)."""
+
+    def value(name: str) -> str | None:
+        raw = state.get(resume_widget_keys(run_id)[name])
+        return raw.strip() if isinstance(raw, str) else None
+
+    return ResumeChanges(base_url=value("base_url"), worker_model=value("worker_model") or None,
+                         grader_model=value("grader_model") or None,
+                         api_key=value("api_key") or None)
+
+
+def changed_settings(settings: RunSettings, changes: ResumeChanges) -> RunSettings:
+    """The settings a resume will run with (`rubric_core.session.resumed_settings`).
+
+    Settings the change would break are shown unchanged; the resume itself reports why.
+    """
+    try:
+        changed = resumed_settings(settings, base_url=changes.base_url,
+                                   worker_model=changes.worker_model,
+                                   grader_model=changes.grader_model)
+    except ValueError:
+        return settings
+    return changed or settings
+
+
+def resuming_text(record: RunRecord, changes: ResumeChanges) -> str:
+    """What the Run page says while it resumes a run: which run, and what changed."""
+    changed = changed_settings(record.settings, changes)
+    before = record.settings
+    moved = [f"{label} {getattr(changed, name) or 'the provider default'}"
+             for name, label in (("base_url", "base URL"), ("worker_model", "worker"),
+                                 ("grader_model", "grader"))
+             if getattr(changed, name) != getattr(before, name)]
+    how = ("with " + ", ".join(moved) + " (recorded in its settings)" if moved
+           else "with the settings it was started with")
+    return f"Resuming run {record.run_id[:8]} · {record.title or '(untitled)'} {how}."
+
+
+def resume_models(
+    secrets: Mapping[str, Any],
+    changes: ResumeChanges,
+    *,
+    session_key: str | None,
+    sidebar_base_url: str | None,
+    token_delay_s: float,
+    grader_pause_s: float = 0.0,
+) -> ModelResolver:
+    """The models of a resume (`app_models`): a key typed for it goes to its base URL only.
+
+    Without a key typed in the Resume form, the sidebar's key and base URL rule applies.
+    """
+    if changes.api_key:
+        return app_models(secrets, session_key=changes.api_key,
+                          sidebar_base_url=changes.base_url or None, token_delay_s=token_delay_s,
+                          grader_pause_s=grader_pause_s)
+    return app_models(secrets, session_key=session_key, sidebar_base_url=sidebar_base_url,
+                      token_delay_s=token_delay_s, grader_pause_s=grader_pause_s)
 
 
 def check_form(
@@ -176,7 +279,7 @@ def progress(iteration: int, cap: int) -> tuple[float, str]:
     """Progress bar value and text for the 0-based grader pass ``iteration``."""
     cap = max(cap, 1)
     k = min(iteration + 1, cap)
-    return min(k / cap, 1.0), f"Iteration {k} of {cap}"
+    return min(k / cap, 1.0), f"Pass {k} of {cap}"
 
 
 def streaming_markdown(text: str) -> str:
@@ -220,12 +323,51 @@ def pass_headline(evaluation: Mapping[str, Any]) -> str:
             + (f" ({notes})" if notes else ""))
 
 
-def verdict_frame(evaluation: Mapping[str, Any]) -> pd.DataFrame:
-    """Per-criterion pass/fail table of one pass, with the gaps and notes (`criterion_note`)."""
+def rule_decisions(evaluation: Mapping[str, Any], grader_model: str,
+                   tool_names: Sequence[str] = ()) -> dict[str, str]:
+    """For a ``hybrid:`` grader: who decided each criterion, and what the model said.
+
+    The rules decide every criterion they read (`rubric_core.offline.rules.read`); where the
+    LLM's verdict differed, the explanation lists the criterion
+    (`rubric_core.offline.graders.overridden_criteria`) and the model said the opposite of
+    the recorded verdict. Other graders: an empty mapping.
+
+    Returns:
+        Criterion name → e.g. ``decided by the rule (the model said pass)``.
+
+    """
+    if not grader_model.strip().startswith("hybrid:"):
+        return {}
+    from rubric_core.offline.graders import overridden_criteria
+    from rubric_core.offline.rules import read
+
+    overridden = set(overridden_criteria(str(evaluation.get("explanation") or "")))
+    out: dict[str, str] = {}
+    for criterion in evaluation.get("criteria") or []:
+        name = str(criterion.get("name", ""))
+        if read(name, tuple(tool_names)) is None:
+            out[name] = "decided by the model"
+        elif name in overridden:
+            model_said = "fail" if criterion.get("passed") else "pass"
+            out[name] = f"decided by the rule (the model said {model_said})"
+        else:
+            out[name] = "decided by the rule (the model agreed or did not say)"
+    return out
+
+
+def verdict_frame(evaluation: Mapping[str, Any], *, grader_model: str = "",
+                  tool_names: Sequence[str] = ()) -> pd.DataFrame:
+    """Per-criterion pass/fail table of one pass, with the gaps and notes (`criterion_note`).
+
+    With a ``hybrid:`` grader the note says which of the rule and the model decided
+    (`rule_decisions`).
+    """
     repeats = evaluation.get("repeats")
+    decided = rule_decisions(evaluation, grader_model, tool_names)
     rows = [
         {"criterion": row["criterion"], "passed": bool(row["passed"]), "gap": row["gap"] or "",
-         "note": criterion_note(row, repeats)}
+         "note": " · ".join(filter(None, (decided.get(str(row["criterion"])),
+                                          criterion_note(row, repeats))))}
         for row in criterion_rows(evaluation) if row["index"] is not None
     ]
     return pd.DataFrame(rows, columns=["criterion", "passed", "gap", "note"])
@@ -258,7 +400,8 @@ def next_steps(
     """
     rules = grader_model.strip() == "rules"
     review = "Open the Review page to compare the iterations and see each criterion's gap."
-    again = ("Its thread is saved: press Resume below to continue the same grading run."
+    again = ("Its thread is saved: press Resume under “Interrupted runs” above to continue "
+             "the same grading run."
              if resumable else "Start the run again from the form above.")
     match status:
         case "satisfied":
@@ -292,11 +435,18 @@ def next_steps(
                                      "it finished.", (again,))
         case "error":
             detail = f" ({error})" if error else ""
-            fix = ("Once fixed, press Resume below to continue the saved thread, or start again."
-                   if resumable else "Once fixed, start the run again.")
+            if resumable:
+                return Advice("error", f"Final status: error — the run stopped on an "
+                                       f"error{detail}.", (
+                    "Check the worker model, its API key and the base URL (is the server "
+                    "reachable from this machine?).",
+                    "To finish this run, open “Resume with another endpoint or models” under "
+                    "“Interrupted runs” above, correct them there and press Resume: the run "
+                    "continues from its saved thread. Or start a new run.",
+                ))
             return Advice("error", f"Final status: error — the run stopped on an error{detail}.", (
                 "Check the worker model, its API key and the base URL in the sidebar (is the "
-                "server reachable from this machine?).", fix,
+                "server reachable from this machine?).", "Once fixed, start the run again.",
             ))
         case "running":
             return Advice("info", "Status: running — the run has not finished.", (

@@ -12,6 +12,8 @@ from rubric_core.app_support._common import (
     FORM_DEFAULTS,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
+    PACED_GRADER_PAUSE_S,
+    PACED_TOKEN_DELAY_S,
     TOKEN_DELAY_ENV,
 )
 from rubric_core.models import (
@@ -26,9 +28,11 @@ from rubric_core.store import default_db_path
 from rubric_core.store import is_url as is_db_url
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
     from langchain_core.language_models import BaseChatModel
+
+    from rubric_core.server_models import ServerModels
 
 
 def safe_mapping(source: Any) -> dict[str, Any]:
@@ -187,6 +191,7 @@ def model_options(
     secrets: Mapping[str, Any],
     base_url: str | None = None,
     current: str | None = None,
+    server_models: Sequence[str] = (),
 ) -> list[ModelChoice]:
     """The models a sidebar selectbox offers; unavailable ones carry the reason.
 
@@ -196,6 +201,8 @@ def model_options(
         secrets: The app's secrets (API keys there count as set).
         base_url: The OpenAI-compatible base URL typed in the sidebar.
         current: The selected value; added when it is not a listed one.
+        server_models: The models the base URL's server lists (`server_models_for`),
+            offered as ``openai-compatible:<id>`` right after the offline models.
 
     Returns:
         The choices, offline models first.
@@ -210,7 +217,9 @@ def model_options(
     openai = next(p for p in PROVIDERS if p.name == "openai")
     if compat_reason is None and not openai.installed():
         compat_reason = openai.unavailable_reason({"OPENAI_API_KEY": "x"})
-    choices.append(ModelChoice("openai-compatible:llama3.1", compat_reason))
+    listed = [f"openai-compatible:{m}" for m in server_models]
+    for name in listed or ["openai-compatible:llama3.1"]:
+        choices.append(ModelChoice(name, compat_reason))
     for provider in PROVIDERS:
         reason = provider.unavailable_reason(merged)
         if provider.name == "openai" and base and provider.installed():
@@ -332,3 +341,72 @@ def base_url_default(env: Mapping[str, str], secrets: Mapping[str, Any]) -> str:
 def env_token_delay() -> str | None:
     """``$RUBRIC_STUDIO_TOKEN_DELAY`` (for :func:`token_delay`)."""
     return os.environ.get(TOKEN_DELAY_ENV)
+
+
+SERVER_MODELS_TTL_S = 60.0
+"""Seconds a base URL's model list is reused before the server is asked again."""
+
+
+def server_key(base_url: str, *, secrets: Mapping[str, Any], env: Mapping[str, str],
+               session_key: str | None) -> str | None:
+    """The key to send when listing a base URL's models: only one configured for it.
+
+    The operator's key (secrets, then the environment) for the operator's base URL
+    (`base_url_trusted`); for a base URL typed in the app, the key typed for it, or none.
+    """
+    if base_url_trusted(base_url, secrets):
+        stored = api_key_for("openai:x", secrets) or env.get("OPENAI_API_KEY")
+        return session_key or stored or None
+    return session_key or None
+
+
+def server_models_for(
+    state: MutableMapping[str, Any],
+    base_url: str | None,
+    *,
+    api_key: str | None,
+    now: float,
+    lister: Callable[..., ServerModels] | None = None,
+) -> ServerModels:
+    """The models the base URL's server lists, asked at most every `SERVER_MODELS_TTL_S`.
+
+    Remembered in the session (``state["_server_models"]``) per base URL, so the sidebar
+    does not ask the server on every rerun. No base URL: an empty list, nothing asked.
+
+    Args:
+        state: Session state.
+        base_url: The sidebar's base URL.
+        api_key: `server_key` for it.
+        now: ``time.monotonic()``.
+        lister: `rubric_core.server_models.list_server_models` (tests pass their own).
+
+    """
+    from rubric_core.server_models import ServerModels, list_server_models
+
+    url = (base_url or "").strip()
+    if not url:
+        return ServerModels()
+    memo = state.get("_server_models")
+    if isinstance(memo, tuple) and memo[0] == url and now - memo[1] < SERVER_MODELS_TTL_S:
+        return memo[2]
+    found = (lister or list_server_models)(url, api_key=api_key)
+    state["_server_models"] = (url, now, found)
+    return found
+
+
+def demo_pacing(env_value: str | None, pace: object, override: object = None
+                ) -> tuple[float, float]:
+    """How the app paces the offline models: (seconds between demo pieces, grader pause).
+
+    The offline ``demo`` and ``rules`` answer at once, so a newcomer never sees a run live;
+    with ``pace`` (the sidebar's "Pace the offline demo", on by default) the demo worker
+    streams slowly and the rules grader takes `PACED_GRADER_PAUSE_S` over each verdict. Real
+    models are never slowed, and neither are the CLI nor anything run outside the app.
+    ``$RUBRIC_STUDIO_TOKEN_DELAY`` (or a test's ``token_delay_s`` override), when set, is
+    taken as it is and turns pacing off.
+    """
+    if override is not None or (env_value or "").strip():
+        return token_delay(env_value, override), 0.0
+    if pace is True:
+        return PACED_TOKEN_DELAY_S, PACED_GRADER_PAUSE_S
+    return DEFAULT_TOKEN_DELAY_S, 0.0

@@ -1,7 +1,9 @@
 """``rubric-studio run`` (a new run, or ``--resume`` of a stored one) and ``examples``.
 
-The arguments become a `RunSettings`; `rubric_core.session` (with ``--db``) or
-`rubric_core.runner` runs it, and each grader pass is printed as it happens.
+The arguments become a `RunSettings`; `rubric_core.session` runs it and records it in the
+app's database (``--db``, else ``RUBRIC_STUDIO_DB``, else the default file: where ``eval``
+records too, so the app's Review page lists what the CLI ran), or `rubric_core.runner` runs
+it unrecorded with ``--no-db``; each grader pass is printed as it happens.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from rubric_core.cli._common import (
     text_arg,
 )
 from rubric_core.redact import redact
-from rubric_core.store import DB_ENV_VAR, shown_location
+from rubric_core.store import DB_ENV_VAR, default_db_path, shown_location
 
 if TYPE_CHECKING:
     import argparse
@@ -31,7 +33,7 @@ NEXT_STEPS = {
     "failed": "the grader could not judge this rubric: rewrite the criteria, or use an LLM "
     "grader (e.g. --grader hybrid:openai:gpt-4.1-mini)",
     "grader_error": "the grader itself failed: check its model name, key and server",
-    "interrupted": "run again with --resume --thread THREAD --db PATH to continue",
+    "interrupted": "run again with --resume --thread THREAD (and the same --db) to continue",
     "error": "the worker failed: check its model name, key and server",
 }
 """What to do after a run that ended in one of these statuses."""
@@ -39,13 +41,16 @@ NEXT_STEPS = {
 _RESUME_CHECKED = (
     ("prompt", "--prompt", "prompt"), ("rubric", "--rubric", "rubric"),
     ("system_prompt", "--system-prompt", "worker_system_prompt"),
-    ("example", "--example", "example_name"), ("model", "--model", "worker_model"),
-    ("grader", "--grader", "grader_model"),
+    ("example", "--example", "example_name"),
     ("max_iterations", "--max-iterations", "max_iterations"),
     ("grader_repeats", "--grader-repeats", "grader_repeats"),
     ("consensus", "--consensus", "consensus"), ("return_best", "--return-best", "return_best"),
 )
-"""(argument, flag, `RunSettings` field) that ``--resume`` compares with the stored run."""
+"""(argument, flag, `RunSettings` field) that ``--resume`` compares with the stored run.
+
+``--base-url``, ``--model`` and ``--grader`` are not compared: they move the resumed run to
+another server or models, and the change is recorded in its settings
+(`rubric_core.session.resumed_settings`)."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,17 +58,24 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", help="TEXT or @FILE")
     parser.add_argument("--rubric", help="TEXT or @FILE: one criterion per line")
     parser.add_argument("--example", help="a bundled example (see `examples`)")
-    parser.add_argument("--model", default=None, help="worker model (default: demo)")
-    parser.add_argument("--grader", default=None, help="grader model (default: rules)")
+    parser.add_argument("--model", default=None,
+                        help="worker model (default: demo; with --resume: continue with it)")
+    parser.add_argument("--grader", default=None,
+                        help="grader model (default: rules; with --resume: continue with it)")
     parser.add_argument("--system-prompt", default=None,
                         help="worker system prompt, TEXT or @FILE")
     parser.add_argument("--max-iterations", type=int, default=None)
     add_judging_arguments(parser, "")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
+    parser.add_argument("--base-url", default=None,
+                        help="OpenAI-compatible server URL (with --resume: continue the run on "
+                        "this server, recorded in its settings)")
     parser.add_argument("--csv", default=None, help="write the evaluations as CSV to this path")
     parser.add_argument("--db", default=None,
-                        help="SQLite file or postgresql:// URL to keep the thread in")
-    parser.add_argument("--thread", default=None, help="thread id (with --db, to resume)")
+                        help=f"SQLite file or postgresql:// URL to record the run in (default: "
+                        f"${DB_ENV_VAR}, else the app's database)")
+    parser.add_argument("--no-db", action="store_true",
+                        help="record nothing: run in memory only (cannot be resumed)")
+    parser.add_argument("--thread", default=None, help="thread id (to resume it later)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted thread")
     parser.add_argument("--quiet", action="store_true",
                         help="do not print the worker's answers")
@@ -151,9 +163,9 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
 
     lines: list[str] = []
     if event["type"] == "worker_message" and not quiet:
-        lines.append(f"\n── answer (iteration {event['iteration'] + 1}) ──\n{event['text']}\n")
+        lines.append(f"\n── answer (pass {event['iteration'] + 1}) ──\n{event['text']}\n")
     elif event["type"] == "evaluation_started":
-        lines.append(f"\ngrading iteration {event['iteration'] + 1} …\n")
+        lines.append(f"\ngrading pass {event['iteration'] + 1} …\n")
     elif event["type"] == "evaluation_finished":
         ev = event["evaluation"]
         flag = " (unverified)" if ev.get("unverified") else ""
@@ -199,8 +211,9 @@ def _run_recorded(args: argparse.Namespace, settings: RunSettings | None, out: T
                 raise UsageError(msg)
             _check_resume_arguments(args, record.settings)
             try:
-                run = session.resume(store, record.run_id, base_url=args.base_url)
-            except (KeyError, RuntimeError) as exc:
+                run = session.resume(store, record.run_id, base_url=args.base_url,
+                                     worker_model=args.model, grader_model=args.grader)
+            except (KeyError, RuntimeError, ValueError) as exc:
                 raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
         else:
             assert settings is not None
@@ -219,14 +232,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """
     from rubric_core import session
 
-    if args.resume and not (args.db and args.thread):
-        msg = "--resume needs --db PATH and --thread ID"
+    if args.no_db and (args.db or args.resume):
+        msg = "--no-db records nothing: drop --db and --resume, or drop --no-db"
+        raise UsageError(msg)
+    if args.resume and not args.thread:
+        msg = "--resume needs --thread ID (the run's thread, printed when it ran)"
         raise UsageError(msg)
     settings = None if args.resume else settings_from(args)
     if args.csv:
         check_output(args.csv)
     run_id: str | None = None
-    if args.db:
+    if not args.no_db:
+        args.db = args.db or default_db_path()
         settings, run_id, final = _run_recorded(args, settings, out)
     else:
         from rubric_core.runner import run_rubric
@@ -246,7 +263,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"error: {redact(final['error'])}\n")
     if run_id is not None:
         out.write(f"recorded as run {run_id[:8]} in {shown_location(args.db)} (the app's Review "
-                  f"page lists it when {DB_ENV_VAR} points at that database)\n")
+                  f"page lists it when it uses that database: the default, or {DB_ENV_VAR})\n")
     if status in NEXT_STEPS:
         out.write(f"next: {NEXT_STEPS[status]}\n")
     if args.csv:

@@ -16,6 +16,7 @@ reading, so a verdict given as JSON text is merged just like a tool call.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,32 @@ def _passed(item: dict[str, Any]) -> bool:
         return False
 
 
+OVERRIDE_NOTE = "Rule checks replaced the LLM's verdict on: "
+"""How a hybrid verdict's explanation starts its list of criteria where the rules overrode the
+LLM (names as Python string literals, joined by ``"; "``); read back by `overridden_criteria`."""
+
+
+def overridden_criteria(explanation: str) -> list[str]:
+    """The criteria a hybrid verdict's explanation says the rules overrode (`OVERRIDE_NOTE`).
+
+    On each of them the LLM gave the opposite verdict to the one recorded.
+    """
+    import ast
+
+    at = explanation.rfind("(" + OVERRIDE_NOTE)
+    if at < 0 or not explanation.endswith(".)"):
+        return []
+    names = []
+    for part in explanation[at + 1 + len(OVERRIDE_NOTE): -2].split("; "):
+        try:
+            name = ast.literal_eval(part)
+        except (ValueError, SyntaxError):
+            return []
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
 def _merge(
     reply: BaseMessage, verdicts: list[CriterionVerdict | None], criteria: list[str]
 ) -> BaseMessage:
@@ -162,7 +189,7 @@ def _merge(
     explanation = str(args.get("explanation", "")).strip()
     if overridden:
         listed = "; ".join(repr(n) for n in overridden)
-        explanation = f"{explanation} (Rule checks replaced the LLM's verdict on: {listed}.)"
+        explanation = f"{explanation} ({OVERRIDE_NOTE}{listed}.)"
     new_args = {**args, "result": result, "explanation": explanation, "criteria": merged}
     calls = [c for c in reply.tool_calls if c["name"] == VERDICT_TOOL]
     if calls:
@@ -192,6 +219,9 @@ class RulesGrader(BaseChatModel):
 
     tools: list[BaseTool] = Field(default_factory=list, exclude=True)
     """Evidence tools bound with `bind_tools` (the GraderResponse schema itself is dropped)."""
+    pause_s: float = Field(default=0.0, ge=0.0, le=10.0)
+    """Seconds each verdict waits before it is given: the app's paced demo, so a newcomer
+    can follow each pass (0, the default, everywhere else)."""
 
     @property
     def _llm_type(self) -> str:
@@ -217,6 +247,8 @@ class RulesGrader(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.pause_s:
+            time.sleep(self.pause_s)
         _, payload = _find_payload(messages)
         if payload is None:
             args = {"result": "failed", "criteria": [], "explanation": (

@@ -28,7 +28,9 @@ Lines follow a 5-7-5 syllable pattern /   syllables per line, and the number of 
 syllables 5/7/5 / 5-7-5
 mentions X and Y / both X and Y / all of  all terms appear as words, plural allowed ("a",
 X, Y / mentions a cat / The theme is      "an", "the" before a term are dropped: "a cat"
-spring (= mentions spring)                matches "cat" and "cats")
+spring (= mentions spring)                matches "cat" and "cats"); a term's last word
+                                          matches its -s/-ed/-ing forms (`inflections`:
+                                          "programming" matches "programmed", "programs")
 mentions X or Y / either X or Y / X, Y    at least one term appears ("and/or" too)
 or Z / at least one of (any of) X, Y
 mentions neither X nor Y                  none of the terms appears
@@ -295,9 +297,58 @@ def _items(
     return items, mode
 
 
+_VOWELS = frozenset("aeiouy")
+_MIN_STEM = 5
+"""Shortest stem an -ing or -ed ending is taken off (with a doubled last consonant, 3 letters
+after undoubling): "evening" keeps its "ing", so it never matches "even"."""
+
+
+def _stem(word: str) -> str:
+    """The stem of an -ing or -ed form, or the word itself when it is not clearly one.
+
+    "programming" → "program", "painted" → "paint"; "spring", "evening", "bed" stay whole.
+    """
+    lower = word.lower()
+    for ending in ("ing", "ed"):
+        if not lower.endswith(ending):
+            continue
+        stem = lower[: -len(ending)]
+        if len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] not in _VOWELS | {"l", "s"}:
+            return stem[:-1]  # programm-ing → program, plann-ed → plan
+        if len(stem) >= _MIN_STEM and _VOWELS & set(stem):
+            return stem
+    return lower
+
+
+def inflections(word: str) -> tuple[str, ...]:
+    """The forms a ``mentions`` term's last word matches: plural and -ed/-ing inflections.
+
+    A careful, documented rule, not a stemmer: "programming" matches program, programs,
+    programmed and programming (not "programmer": another word); "rain" matches rains, rained
+    and raining (not "rainbow"); "code" coded and coding; "study" studies and studied. An
+    -ing or -ed is taken off only when a clear stem is left (`_stem`): "evening" never
+    matches "even", nor "spring" "spr".
+    """
+    stem = _stem(word)
+    forms = {word.lower(), stem, stem + "s", stem + "es", stem + "ed", stem + "ing"}
+    if stem.endswith("e"):
+        forms |= {stem + "d", stem[:-1] + "ing"}
+    elif len(stem) >= 3 and stem[-1] not in _VOWELS | {"w", "x"} and stem[-2] in _VOWELS and (
+            stem[-3] not in _VOWELS):
+        forms |= {stem + stem[-1] + "ed", stem + stem[-1] + "ing"}  # plan → planned
+    if stem.endswith("y") and len(stem) > 2 and stem[-2] not in _VOWELS:
+        forms |= {stem[:-1] + "ies", stem[:-1] + "ied"}
+    return tuple(sorted(forms, key=lambda f: (-len(f), f)))
+
+
 def _word_pattern(term: str, *, plural: bool) -> re.Pattern[str]:
-    body = r"\s+".join(re.escape(w) for w in term.split())
-    return re.compile(rf"(?<!\w){body}{'(?:s|es)?' if plural else ''}(?!\w)", re.IGNORECASE)
+    words = term.split()
+    head = "".join(re.escape(w) + r"\s+" for w in words[:-1])
+    if plural:  # ``mentions``: the last word's inflections too
+        last = "(?:" + "|".join(re.escape(f) for f in inflections(words[-1])) + ")"
+    else:
+        last = re.escape(words[-1])
+    return re.compile(rf"(?<!\w){head}{last}(?!\w)", re.IGNORECASE)
 
 
 def _plural(n: int, unit: str) -> str:

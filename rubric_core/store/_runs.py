@@ -27,7 +27,7 @@ from rubric_core.store._records import (
     run_to_row,
 )
 from rubric_core.store._schema import StoreError, search_text
-from rubric_core.types import RUN_STATUSES, TERMINAL_STATUSES
+from rubric_core.types import RUN_ORIGINS, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -232,7 +232,8 @@ class RunStore(StoreCore):
                 (self.now(), duration_s, run_id))
             return True
 
-    def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None) -> bool:
+    def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None,
+                  settings: RunSettings | None = None, gone_owner: str | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
 
         One statement, so of two processes resuming the same run at once only one wins: a run
@@ -244,6 +245,11 @@ class RunStore(StoreCore):
             run_id: The run.
             stale_before: An ISO 8601 UTC timestamp by the database's clock (`now`).
             owner: The new recorder.
+            settings: The run's settings from now on (a resume that changes its endpoint or
+                models), written with the claim; already scrubbed of secrets by the caller.
+                None keeps them.
+            gone_owner: An owner known to be gone (`rubric_core.registry.owner_is_gone`): a
+                ``running`` row it still holds is claimed however fresh its heartbeat.
 
         Returns:
             True when this caller now holds the run; False when another recorder does.
@@ -252,12 +258,21 @@ class RunStore(StoreCore):
             KeyError: No such run.
 
         """
+        changed: dict[str, Any] = {}
+        if settings is not None:
+            settings.validate()
+            changed = {"settings_json": settings.to_json(),
+                       "worker_model": settings.worker_model,
+                       "grader_model": settings.grader_model}
+        sets = "".join(f", {column} = ?" for column in changed)
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id)
             return bool(conn.execute(
-                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ? "
-                "WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
-                (self.now(), owner, run_id, stale_before)).rowcount)
+                "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ?"
+                f"{sets} WHERE run_id = ? AND (status <> 'running' OR updated_at < ? "
+                "OR owner = ?)",
+                (self.now(), owner, *changed.values(), run_id, stale_before,
+                 gone_owner or "")).rowcount)
 
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
@@ -300,6 +315,7 @@ class RunStore(StoreCore):
         status: str | Collection[str] | None = None,
         model: str | None = None,
         text: str | None = None,
+        origin: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[RunRecord]:
@@ -309,6 +325,8 @@ class RunStore(StoreCore):
             status: Keep runs in this status (or any of these statuses).
             model: Keep runs whose worker or grader model is exactly this.
             text: Keep runs whose title, prompt or rubric contains this, ignoring case.
+            origin: Keep only runs started alone (``single``) or only experiment cells
+                (``experiment``); None for both (`rubric_core.types.RunOrigin`).
             limit: At most this many runs; None for all.
             offset: Skip this many runs first (for paging).
 
@@ -316,7 +334,7 @@ class RunStore(StoreCore):
             The matching runs.
 
         """
-        where, params = self._filters(status, model, text)
+        where, params = self._filters(status, model, text, origin)
         if (limit is not None and limit < 0) or offset < 0:
             msg = "limit and offset must not be negative"
             raise ValueError(msg)
@@ -336,9 +354,10 @@ class RunStore(StoreCore):
         status: str | Collection[str] | None = None,
         model: str | None = None,
         text: str | None = None,
+        origin: str | None = None,
     ) -> int:
         """How many runs :meth:`list_runs` would find without a limit (same filters)."""
-        where, params = self._filters(status, model, text)
+        where, params = self._filters(status, model, text, origin)
         with self._connect() as conn:
             row = conn.execute(f"SELECT COUNT(*) AS n FROM runs{where}", params).fetchone()
         return int(row["n"])
@@ -422,10 +441,18 @@ class RunStore(StoreCore):
 
     @staticmethod
     def _filters(
-        status: str | Collection[str] | None, model: str | None, text: str | None
+        status: str | Collection[str] | None, model: str | None, text: str | None,
+        origin: str | None = None,
     ) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
+        if origin is not None:
+            if origin not in RUN_ORIGINS:
+                msg = f"unknown run origin {origin!r}; expected one of {list(RUN_ORIGINS)}"
+                raise ValueError(msg)
+            # experiment_cells.thread_id is unique, so indexed: a cell's run is on its thread.
+            negate = "NOT " if origin == "single" else ""
+            clauses.append(f"thread_id {negate}IN (SELECT thread_id FROM experiment_cells)")
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:

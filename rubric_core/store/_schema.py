@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -46,7 +46,8 @@ configuration × item × repeat, written once).
 Version 9 added ``model_calls`` (every model call of
 a run, worker and grader, with its bounded messages, reply, tokens and latency:
 `rubric_core.store._calls`) and the runs' ``cached_input_tokens`` (the grader's input tokens
-read from a prompt cache, summed over the run's passes; NULL in upgraded rows).
+read from a prompt cache, summed over the run's passes; NULL in upgraded rows). Version 10
+added ``drafts`` (the app's unsent forms, kept across a reload under a random id; never a key).
 """
 
 APP_ID = "rubric-studio"
@@ -204,6 +205,10 @@ SCHEMA = (
         http_retries INTEGER NOT NULL DEFAULT 0, content_json TEXT,
         content_chars INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, seq), UNIQUE (run_id, call_id))""",
+    # Schema 10: the app's drafts (`rubric_core.store._drafts`).
+    """CREATE TABLE IF NOT EXISTS drafts (
+        draft_id TEXT PRIMARY KEY, data_json TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rs_drafts_updated ON drafts (updated_at)",
 )
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
@@ -219,7 +224,8 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
           "experiments", "experiment_cells", "answer_sets", "answer_items", "answer_labels",
           "regrade_jobs", "regrade_results", "model_calls")
-"""Our tables other than ``meta``, each after the ones it refers to."""
+"""Our tables other than ``meta`` (and ``drafts``, an unsent form that stays with its server),
+each after the ones it refers to: what `rubric_core.store.copy_store` copies."""
 
 SEARCH_SEPARATOR = "\x1f"
 """Between the fields of ``runs.search_text`` (the unit separator: no title holds it)."""

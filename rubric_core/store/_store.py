@@ -11,6 +11,7 @@ One database holds them all (`rubric_core.store._core.StoreCore`: SQLite or Post
 - ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`), whose cells are
   leased to workers (`rubric_core.store._leases`);
 - the lab's answer sets and re-grades (`rubric_core.store._lab`);
+- the app's ``drafts`` (`rubric_core.store._drafts`);
 - ``meta``: which application owns the database and its schema version
   (`rubric_core.store._schema`).
 
@@ -22,6 +23,7 @@ cached and shared across threads.
 from __future__ import annotations
 
 from rubric_core.store._calls import CallStore
+from rubric_core.store._drafts import DraftStore
 from rubric_core.store._lab import LabStore
 from rubric_core.store._labels import LabelStore
 from rubric_core.store._leases import LeaseStore
@@ -31,7 +33,7 @@ from rubric_core.store._runs import RunStore
 __all__ = ["Store"]
 
 
-class Store(CallStore, RunStore, LibraryStore, LabelStore, LeaseStore, LabStore):
+class Store(CallStore, RunStore, LibraryStore, LabelStore, LeaseStore, LabStore, DraftStore):
     """The Rubric Studio database: runs and their calls, library, labels, experiments, the lab.
 
     Nothing touches the database until :meth:`open` (or the first operation, which opens

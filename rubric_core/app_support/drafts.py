@@ -1,0 +1,175 @@
+"""Drafts and links: a reload or a closed tab loses nothing, and a result can be shared.
+
+The form (prompt, rubric, prompts, tools, the sidebar's models and options) is kept in the
+database as a draft (`rubric_core.store.Store.save_draft`) under a random id the page's URL
+carries (``?draft=ID``); a reload, or the same URL opened again, restores it. A key is never
+part of a draft: only `DRAFT_KEYS` are kept, and none of them holds one. A restored draft is
+saved on under a new id, so two tabs opened from one URL never write the same draft.
+
+Links: ``?run=ID`` opens that run on the Review page and ``?experiment=ID`` that experiment on
+the Experiments page; the pages put the open run's or experiment's link in the URL, so the
+address bar is always a link to what is on screen.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rubric_core.app_support._common import FORM_DEFAULTS
+from rubric_core.app_support.settings import check_max_iterations
+from rubric_core.store import StoreError
+from rubric_core.types import CONSENSUS_MODES, MAX_GRADER_REPEATS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, MutableMapping
+
+    from rubric_core.store._drafts import DraftStore
+
+DRAFT_KEYS: tuple[str, ...] = (
+    "prompt", "rubric_text", "worker_system_prompt", "grader_system_prompt", "grader_tools",
+    "example_name", "rubric_name", "worker_model", "grader_model", "base_url",
+    "max_iterations", "grader_repeats", "consensus", "return_best", "pace_demo",
+)
+"""The session-state keys a draft keeps (never ``session_api_key`` or another secret)."""
+
+DRAFT_PARAM = "draft"
+"""The URL query parameter holding the draft id."""
+
+LINK_PAGES = {"run": "pages/review.py", "experiment": "pages/experiments.py"}
+"""URL query parameters that open a page, and the page each opens."""
+
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def new_draft_id() -> str:
+    """A fresh, unguessable draft id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def param_id(value: object) -> str | None:
+    """A run, experiment or draft id from a URL parameter; None when it is not one."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    return text if _ID.fullmatch(text) else None
+
+
+def draft_of(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The draft of a session: the `DRAFT_KEYS` it holds, as JSON values."""
+    out: dict[str, Any] = {}
+    for key in DRAFT_KEYS:
+        if key not in state:
+            continue
+        value = state[key]
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is None or isinstance(value, str | int | float | bool | list):
+            out[key] = value
+    return out
+
+
+def is_blank(draft: Mapping[str, Any]) -> bool:
+    """Whether a draft holds nothing the person typed (the form's first values)."""
+    return all(draft.get(k) == FORM_DEFAULTS.get(k, draft.get(k)) for k in draft)
+
+
+def _valid(key: str, value: Any) -> bool:
+    if key == "grader_tools":
+        return isinstance(value, list) and all(isinstance(t, str) for t in value)
+    if key == "example_name":
+        return value is None or isinstance(value, str)
+    if key == "max_iterations":
+        return check_max_iterations(value)[1] is None
+    if key == "grader_repeats":
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and 1 <= value <= MAX_GRADER_REPEATS)
+    if key == "consensus":
+        return value in CONSENSUS_MODES
+    if key in ("return_best", "pace_demo"):
+        return isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def restore_draft(state: MutableMapping[str, Any], draft: Mapping[str, Any]) -> int:
+    """Put a stored draft's values into the session; returns how many were restored.
+
+    Only `DRAFT_KEYS` with a value of the widget's type are taken: a draft edited in the
+    database cannot put anything else into the session.
+    """
+    restored = 0
+    for key in DRAFT_KEYS:
+        if key in draft and _valid(key, draft[key]):
+            state[key] = draft[key]
+            restored += 1
+    return restored
+
+
+@dataclass(frozen=True)
+class LinkRequest:
+    """What a URL asked to open: the page, and the id of the run or experiment."""
+
+    page: str
+    """The page file (`LINK_PAGES`)."""
+    param: str
+    """``run`` or ``experiment``."""
+    target_id: str
+    """The run's or experiment's id."""
+
+
+def link_request(params: Mapping[str, Any]) -> LinkRequest | None:
+    """The run or experiment a URL's query parameters ask to open (the first valid one)."""
+    for param, page in LINK_PAGES.items():
+        target = param_id(params.get(param))
+        if target is not None:
+            return LinkRequest(page, param, target)
+    return None
+
+
+def open_link(state: MutableMapping[str, Any], link: LinkRequest) -> None:
+    """Make the linked page open the linked run or experiment when it is drawn."""
+    if link.param == "run":
+        state["open_request"] = link.target_id  # the Review page's run picker takes it
+    else:
+        state["exp_pick"] = link.target_id
+
+
+def link_for(param: str, target_id: str) -> str:
+    """The relative link that opens a run (``run``) or an experiment (``experiment``)."""
+    return f"?{param}={target_id}"
+
+
+def sync_draft(state: MutableMapping[str, Any], params: MutableMapping[str, Any],
+               store: DraftStore) -> str | None:
+    """Keep the session's draft and the URL's ``?draft=`` in step (every script run).
+
+    On a session's first run, the draft the URL names is restored (and saved on under a new
+    id); afterwards the draft is saved whenever it changed. A blank form is not saved.
+
+    Args:
+        state: Session state.
+        params: The page's query parameters (``st.query_params``).
+        store: The database.
+
+    Returns:
+        What to tell the person: that a draft was restored, or why drafts cannot be kept now;
+        None otherwise.
+
+    """
+    notice = None
+    try:
+        if "draft_id" not in state:  # a new browser session: a reload, or a link opened
+            state["draft_id"] = new_draft_id()
+            wanted = param_id(params.get(DRAFT_PARAM))
+            stored = store.load_draft(wanted) if wanted is not None else None
+            if stored is not None and restore_draft(state, stored):
+                notice = "Restored what you had typed (your draft from this link)."
+        current = draft_of(state)
+        if current != state.get("draft_saved") and not is_blank(current):
+            store.save_draft(state["draft_id"], current)
+            state["draft_saved"] = current
+    except (StoreError, ValueError) as exc:
+        return f"Your typing is not being kept across reloads: {exc}"
+    if state.get("draft_saved") is not None and params.get(DRAFT_PARAM) != state["draft_id"]:
+        params[DRAFT_PARAM] = state["draft_id"]
+    return notice
