@@ -43,7 +43,7 @@ from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.registry import ActiveRegistry, new_owner, owner_is_gone
 from rubric_core.runner import RunSpec, arun_rubric
-from rubric_core.stopping import RunPump
+from rubric_core.stopping import VERDICT_CHANNEL, RunPump
 from rubric_core.store import Fence, RunTakenOver, StoreError, is_unavailable
 from rubric_core.types import RESUMABLE_STATUSES
 from rubric_core.types import ModelResolver as ModelResolver  # re-exported
@@ -564,13 +564,14 @@ class _Recording:
         self.finished = self.taken = self.registered = False
         self.stop: threading.Event | None = None
 
-    def begin(self, stop: threading.Event | None = None) -> None:
+    def begin(self, stop: threading.Event | None = None, *, thread_id: str = "") -> None:
         """Register the run as this process's and take it over when resuming.
 
         The caller then starts the heartbeat (on a thread or the event loop).
 
         Args:
             stop: The run's stop signal, for `request_stop` (None on an event loop).
+            thread_id: The run's thread, whose held passes a resume records first.
 
         Raises:
             RuntimeError: This process records it already, or another one took it first.
@@ -590,9 +591,29 @@ class _Recording:
             self.started = time.perf_counter()
             if self.resume:  # a new run has no evaluations yet
                 self.seen = {_eval_key(e) for e in self.store.evaluations(run_id)}
+                self._record_held(thread_id)
         except BaseException:
             self.end()
             raise
+
+    def _record_held(self, thread_id: str) -> None:
+        """Record, in their order, the passes the thread holds that the run's record lacks.
+
+        A former owner stopped (or killed) between a pass's verdict and its recording leaves
+        that pass only in the thread; recorded here, before the run goes on, it keeps its place
+        before the passes this resume adds (instead of arriving with the ending, last).
+        """
+        saved = self.store.saver().get_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        if saved is None:
+            return
+        held = list(saved.checkpoint.get("channel_values", {}).get(VERDICT_CHANNEL) or [])
+        for _task, channel, value in saved.pending_writes or ():
+            if channel == VERDICT_CHANNEL and isinstance(value, list):
+                held += value  # a finished pass whose step was cut before it was applied
+        for evaluation in held:
+            if isinstance(evaluation, dict) and "grading_run_id" in evaluation:
+                self._add(cast("RubricEvaluation", evaluation))
 
     def elapsed(self) -> float:
         return self.prior + time.perf_counter() - self.started
@@ -673,7 +694,7 @@ def _recorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: bool, o
     """
     recording = _Recording(store, record, resume=resume, owner=owner, changed=changed)
     stop = threading.Event()
-    recording.begin(stop)
+    recording.begin(stop, thread_id=record.thread_id)
     recording.heartbeat.start_thread()
     pump = RunPump(spec, store.saver(), record.thread_id, resume=resume,
                    configurable=_fence(recording))
@@ -698,7 +719,7 @@ async def _arecorded(store: Store, record: RunRecord, spec: RunSpec, *, resume: 
     """`_recorded` for `arun_rubric`: the graph on this loop, the writes by `Store.acall`."""
     recording = _Recording(store, record, resume=resume, owner=owner)
     try:
-        await store.acall(recording.begin)
+        await store.acall(recording.begin, thread_id=record.thread_id)
         recording.heartbeat.start_task()
         events = arun_rubric(spec, checkpointer=store.saver(), thread_id=record.thread_id,
                              resume=resume, stop=stop, configurable=_fence(recording))

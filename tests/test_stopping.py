@@ -86,3 +86,33 @@ def test_a_closed_gate_refuses_writes_but_a_reported_verdict() -> None:
     gate.put_writes(config, [("_rubric_evaluations", ["verdict"])], "verdict")
     assert inner.tasks == ["open", "verdict"]
     assert gate.get_tuple(config) is None  # reads still pass
+
+
+def test_a_resume_records_a_held_pass_the_former_owner_did_not_before_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process stopped (or killed) between a pass's verdict and its recording leaves the pass
+    # in the thread only. The resume records it first, so passes keep their order: it used to
+    # arrive with the ending, after the resume's own pass (seen with SIGSTOP and a takeover).
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    with FakeOpenAI() as server, Store(tmp_path / "db.sqlite3") as store:
+        server.enqueue(text("first draft"), verdict("needs_revision", ("c2",)),
+                       slow(20, text("never seen")))
+        run = session.start(store, SETTINGS.replace(base_url=server.base_url))
+        consumer = threading.Thread(target=lambda: list(run))
+        consumer.start()
+        deadline = time.monotonic() + 30
+        while len(server.requests) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert session.request_stop(run.run_id)
+        consumer.join(timeout=15)
+        assert session.wait_until_inactive(run.run_id, timeout_s=5)
+        with store._connect(write=True) as conn:  # as if the verdict was never recorded
+            conn.execute("DELETE FROM evaluations WHERE run_id = ?", (run.run_id,))
+        server.enqueue(text("second draft"), verdict("satisfied"))
+        events = list(session.resume(store, run.run_id))
+        assert events[-1]["status"] == "satisfied"
+        evaluations = store.evaluations(run.run_id)
+    assert [(e["iteration"], e["result"]) for e in evaluations] == [
+        (0, "needs_revision"), (1, "satisfied")]
