@@ -97,7 +97,7 @@ def run_loop(at: AppTest) -> Store:
 # --------------------------------------------------------------------------- pages
 
 
-@pytest.mark.parametrize("page", ["author", "run", "review", "experiments"])
+@pytest.mark.parametrize("page", ["author", "run", "review", "experiments", "lab"])
 def test_every_page_renders(app: AppTest, page: str, db_path: Path) -> None:
     goto(app, page)
     assert db_path.exists()
