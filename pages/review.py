@@ -51,7 +51,8 @@ def draw_calls(run_id: str) -> None:
     st.caption(sup.calls_summary(calls))
     if not calls:
         return
-    st.dataframe(sup.calls_frame(calls), hide_index=True, width="stretch", key="review_calls")
+    st.dataframe(sup.calls_frame(calls).rename(columns=sup.CALL_HEADERS), hide_index=True,
+                 width="stretch", key="review_calls")
     index = st.selectbox("Call", range(len(calls)), key=f"review_call_{run_id}",
                          format_func=lambda i: sup.call_label(calls, i))
     detail = sup.call_detail(calls[index])

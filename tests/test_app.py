@@ -1267,8 +1267,8 @@ def test_calls_and_cached_tokens_are_recorded_and_shown(
         shown = _texts(at.caption)
         assert f"({cached:,} read from the provider's prompt cache)" in shown
         assert "4 call(s): 2 worker, 2 grader" in shown
-        table = next(d.value for d in at.dataframe if "cached" in d.value.columns)
-        assert list(table["cached"]) == server.cached and list(table["pass"]) == [1, 1, 2, 2]
+        table = next(d.value for d in at.dataframe if "Cached in" in d.value.columns)
+        assert list(table["Cached in"]) == server.cached and list(table["Pass"]) == [1, 1, 2, 2]
         # ... and in Review, where a selected call's messages and reply are readable.
         goto(at, "review")
         assert f"({cached:,} read from the provider's prompt cache)" in _texts(at.caption)

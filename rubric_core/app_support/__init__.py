@@ -54,6 +54,7 @@ from rubric_core.app_support.authoring import (
 )
 from rubric_core.app_support.calls import (
     CALL_COLUMNS,
+    CALL_HEADERS,
     CallDetail,
     ShownMessage,
     call_detail,
@@ -264,6 +265,7 @@ __all__ = [
     "ACTIVE_REGRADES",
     "ANALYTICS_SCOPES",
     "CALL_COLUMNS",
+    "CALL_HEADERS",
     "CHART_MEASURES",
     "CONSENSUS_MODES",
     "CORRECT_CHOICES",

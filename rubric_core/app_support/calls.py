@@ -25,6 +25,11 @@ CALL_COLUMNS = ("pass", "role", "model", "status", "tokens_in", "cached", "token
                 "latency_s", "retries", "messages")
 """Columns of `calls_frame`, in order."""
 
+CALL_HEADERS = {"pass": "Pass", "role": "Role", "model": "Model", "status": "Status",
+                "tokens_in": "Tokens in", "cached": "Cached in", "tokens_out": "Tokens out",
+                "latency_s": "Latency (s)", "retries": "Retries", "messages": "Messages"}
+"""How the Calls view heads `calls_frame`'s columns for people."""
+
 _ROLE_NAMES = {"system": "System", "human": "User", "ai": "Assistant", "tool": "Tool result",
                "marker": "…"}
 
