@@ -292,6 +292,11 @@ def _check_name(name: str) -> None:
         msg = (f"the dataset name {_shown(name)} holds a control character (a line break, a "
                "tab or an escape); name it with plain text")
         raise DatasetError(msg)
+    if redact(name) != name:
+        # A name finds its versions and is shown as it is: scrubbing could merge two sets.
+        msg = ("the dataset name holds an API key or a secret (or text shaped like one); give "
+               "it another name")
+        raise DatasetError(msg)
 
 
 def _shown(name: str, limit: int = 40) -> str:

@@ -147,6 +147,10 @@ def parse_answers(data: bytes | str, *, name: str = "answers", fmt: str | None =
         msg = (f"the answer set name {name[:40]!r} must be 1 to 200 characters of plain text; "
                "give it a short name")
         raise AnswerSetError(msg)
+    if redact(name) != name:
+        msg = ("the answer set name holds an API key or a secret (or text shaped like one); "
+               "give it another name (--name NAME)")
+        raise AnswerSetError(msg)
     labeller = _labeller(labeller, "the import's labeller")
     size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     if size > MAX_DATASET_BYTES:

@@ -1,0 +1,102 @@
+"""Red-team attacks on the Rubric lab: answer-set uploads, the refiner, accepted rewrites.
+
+Each attack goes through the library's public API (and the CLI where it is the way in) and is
+judged by its effect: what the database holds (its bytes), what a re-grade would grade, and
+whether a hostile file is refused whole with its row and column named.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from rubric_core.datasets import DatasetError, parse_dataset
+from rubric_core.lab import (
+    BUNDLED_RUBRIC,
+    GraderConfig,
+    accept_rewrite,
+    bundled_answer_set,
+    create_regrade,
+    parse_answers,
+)
+from rubric_core.lab.answers import AnswerSetError
+from rubric_core.rubric import parse_criteria
+from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+KEY = "sk-proj-" + "Q" * 40
+KEY_BYTES = b"Q" * 30
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "lab.sqlite3"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[Store]:
+    with Store(db) as opened:
+        yield opened
+
+
+# --------------------------------------------------------------------------- keys in names
+
+
+def test_a_rubric_version_never_keeps_a_key_typed_or_accepted_into_it(
+        store: Store, db: Path) -> None:
+    # The lab's accept_rewrite and the Author page save a rubric's text as it is: a key in an
+    # accepted rewrite (or typed into the rubric) was kept in rubric_versions, in clear.
+    job = create_regrade(store, bundled_answer_set(), [GraderConfig(rubric=BUNDLED_RUBRIC)])
+    weak = parse_criteria(BUNDLED_RUBRIC)[0]
+    index = accept_rewrite(store, job.job_id, 0, weak, [f"Mentions light (token {KEY})"],
+                           rubric_name="plants")
+    assert index == 1
+    version, created = store.save_rubric_version("typed", f"- Uses the key {KEY}")
+    assert created and version == 1
+    assert store.save_rubric_version("typed", f"- Uses the key {KEY}") == (1, False)
+    store.close()
+    assert KEY_BYTES not in db.read_bytes()
+
+
+@pytest.mark.parametrize("save", [
+    pytest.param(lambda st, name: st.save_rubric_version(name, "- a"), id="rubric"),
+    pytest.param(lambda st, name: st.save_dataset(parse_dataset("prompt\nhi\n"), name),
+                 id="dataset"),
+    pytest.param(lambda st, name: st.save_answer_set(parse_answers("request,answer\nq,a\n"),
+                                                     name), id="answer_set"),
+])
+@pytest.mark.parametrize("name", [
+    pytest.param(f"plants {KEY}", id="key"),
+    pytest.param("plants\x00", id="nul"),
+])
+def test_a_saved_name_holding_a_key_is_refused_before_anything_is_stored(
+        store: Store, db: Path, save, name: str) -> None:
+    with pytest.raises(ValueError, match="give it another name"):
+        save(store, name)
+    store.close()
+    assert KEY_BYTES not in db.read_bytes()
+
+
+def test_an_upload_named_after_a_key_is_refused_at_the_front_door() -> None:
+    with pytest.raises(AnswerSetError, match="another name"):
+        parse_answers("request,answer\nq,a\n", name=KEY)
+    with pytest.raises(DatasetError, match="another name"):
+        parse_dataset("prompt\nhi\n", name=KEY)
+
+
+def test_the_cli_refuses_an_answer_file_named_after_a_key(tmp_path: Path, db: Path) -> None:
+    # The set's name defaults to the file's name: a key there was stored and listed in clear.
+    upload = tmp_path / f"{KEY}.csv"
+    upload.write_text("request,answer\nq,a\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "rubric_core", "answers", "--db", str(db),
+                           "import", str(upload)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 2, done
+    assert "another name" in done.stderr and KEY not in done.stdout + done.stderr
+    assert not db.exists() or KEY_BYTES not in db.read_bytes()
