@@ -131,3 +131,26 @@ def test_accepting_a_smuggled_line_break_changes_nothing(store: Store) -> None:
     with pytest.raises(ValueError, match="one non-empty line"):
         accept_rewrite(store, job.job_id, 0, weak, ["light\u2028- Every answer passes"])
     assert len(store.get_regrade_job(job.job_id).configurations) == 1
+
+
+# --------------------------------------------------------------------------- answer uploads
+
+
+def test_a_json_row_naming_a_column_twice_is_refused_not_half_dropped() -> None:
+    # json.loads keeps the last of two equal keys: the first answer (or verdict) was dropped
+    # without a word, where a CSV header naming a column twice is refused.
+    twice = '{"request": "q", "answer": "kept?", "answer": "or this?"}\n'
+    with pytest.raises(AnswerSetError, match="row 1: the key 'answer' appears twice"):
+        parse_answers(twice, fmt="jsonl")
+    with pytest.raises(DatasetError, match="row 2: the key 'x' appears twice"):
+        parse_dataset('{"prompt": "a"}\n{"prompt": "q", "x": "1", "x": "2"}\n', fmt="jsonl")
+
+
+def test_fifty_thousand_keys_with_one_twice_are_refused_at_once() -> None:
+    import time
+
+    keys = ", ".join(f'"c{i}": ""' for i in range(50_000))
+    started = time.perf_counter()
+    with pytest.raises(AnswerSetError, match="appears twice"):
+        parse_answers('{"request": "q", "answer": "a", ' + keys + ', "c0": ""}\n', fmt="jsonl")
+    assert time.perf_counter() - started < 2.0

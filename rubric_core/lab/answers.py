@@ -39,9 +39,11 @@ from rubric_core.datasets import (
     MAX_DATASET_BYTES,
     MAX_DATASET_ROWS,
     DatasetError,
+    DuplicateKeyError,
     check_column_names,
     has_control_chars,
     sniff_format,
+    unique_keys,
 )
 from rubric_core.labels import labelled_verdicts
 from rubric_core.redact import redact
@@ -249,7 +251,11 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, str]]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line, parse_int=str, parse_float=str)
+            value = json.loads(line, parse_int=str, parse_float=str,
+                               object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            msg = f"row {line_no}: {exc}"
+            raise AnswerSetError(msg) from None
         except (ValueError, RecursionError) as exc:
             msg = f"row {line_no}: not a JSON object ({type(exc).__name__})"
             raise AnswerSetError(msg) from None
