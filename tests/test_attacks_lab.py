@@ -154,3 +154,80 @@ def test_fifty_thousand_keys_with_one_twice_are_refused_at_once() -> None:
     with pytest.raises(AnswerSetError, match="appears twice"):
         parse_answers('{"request": "q", "answer": "a", ' + keys + ', "c0": ""}\n', fmt="jsonl")
     assert time.perf_counter() - started < 2.0
+
+
+# --------------------------------------------------------------------------- attacks that held
+
+
+@pytest.mark.parametrize(("data", "match"), [
+    pytest.param(b"request,answer\nq,caf\xe9\n", "row 2: the file is not UTF-8", id="latin1"),
+    pytest.param("request,answer\nq," + "x" * 1_000_000 + "\n", r"limit for a cell is 100,000",
+                 id="1MB_cell"),
+    pytest.param("id,request,answer\n1,q,a\n1,q,b\n", "row 3, column 'id': '1' is used",
+                 id="duplicate_id"),
+    pytest.param(f"id,request,answer\n{KEY},q,a\n", "row 2, column 'id': the id holds",
+                 id="key_id"),
+    pytest.param("id,request,answer\na\x00b,q,a\n", "row 2, column 'id'", id="nul_id"),
+    pytest.param(f"request,answer,label:{KEY}\nq,a,pass\n", "row 1, column 3: the column name",
+                 id="key_criterion"),
+    pytest.param(f"request,answer,label@{KEY}:c\nq,a,pass\n", "row 1, column 3",
+                 id="key_labeller"),
+    pytest.param("request,answer,label:\nq,a,pass\n", "unknown column 'label:'",
+                 id="empty_criterion"),
+    pytest.param("request,answer,label:c\nq,a,1e9\n", "'1e9' is not a verdict", id="absurd"),
+    pytest.param("request,answer,notes\nq,a,x\n", "unknown column 'notes'", id="unknown"),
+    pytest.param('{"request": "q", "answer": {"a": 1}}\n', "nested JSON is not a cell",
+                 id="nested_json"),
+    pytest.param('{"request": "q", "answer": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+                 "row 1: not a JSON object", id="deep_json"),
+    pytest.param('{"request": "q", "answer": "a", "label:c": NaN}\n', "'nan' is not a verdict",
+                 id="nan_verdict"),
+])
+def test_a_hostile_answer_file_is_refused_whole_naming_where(data: str | bytes,
+                                                            match: str) -> None:
+    with pytest.raises(AnswerSetError, match=match):
+        parse_answers(data)
+
+
+def test_boms_huge_numbers_and_formulas_are_kept_as_text(store: Store, db: Path,
+                                                         tmp_path: Path) -> None:
+    from rubric_core.export import restore_cell
+
+    boms = parse_answers(b"\xef\xbb\xbf" + "\ufeffid,request,answer\nx,q,a\n".encode())
+    assert boms.items[0].id == "x"
+    huge = parse_answers('{"id": ' + "9" * 5000 + ', "request": "q", "answer": 1e999}\n')
+    assert huge.items[0].id == "9" * 5000 and huge.items[0].answer == "1e999"
+    formulas = parse_answers('id,request,answer,label@=cmd:c\n"=HYPERLINK(""http://e.x"")",'
+                             '=1+1,@SUM(A1) a\x00b,pass\n', name="formulas")
+    store.save_answer_set(formulas)
+    assert store.answer_items("formulas", 1)[0].answer == "@SUM(A1) a\ufffdb"  # NUL: no store
+    store.close()
+    out = tmp_path / "set.csv"
+    done = subprocess.run([sys.executable, "-m", "rubric_core", "answers", "--db", str(db),
+                           "export", "formulas", "--csv", str(out)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(out.read_text(encoding="utf-8"))))
+    cells = [c for row in rows for c in row]
+    assert not [c for c in cells if c and c[0] in "=+-@"], cells
+    assert restore_cell(rows[1][0]) == '=HYPERLINK("http://e.x")'
+
+
+def test_a_multi_gigabyte_sparse_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    import resource
+    import time
+
+    from rubric_core.lab import read_answers_file
+
+    big = tmp_path / "big.csv"
+    with big.open("wb") as handle:
+        handle.truncate(3 * 1024**3)  # 3 GB of holes: nothing on disk, everything if read
+    started = time.perf_counter()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(AnswerSetError, match=r"at least 3,072\.0 MB; the limit is 20 MB"):
+        read_answers_file(big)
+    assert time.perf_counter() - started < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50_000  # KB
