@@ -292,11 +292,42 @@ def _check_name(name: str) -> None:
         msg = (f"the dataset name {_shown(name)} holds a control character (a line break, a "
                "tab or an escape); name it with plain text")
         raise DatasetError(msg)
+    if redact(name) != name:
+        # A name finds its versions and is shown as it is: scrubbing could merge two sets.
+        msg = ("the dataset name holds an API key or a secret (or text shaped like one); give "
+               "it another name")
+        raise DatasetError(msg)
 
 
 def _shown(name: str, limit: int = 40) -> str:
     """A column name for a message: quoted, and cut when long."""
     return repr(name if len(name) <= limit else name[:limit] + "…")
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice (`unique_keys`)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for JSON rows: an object naming a key twice is refused.
+
+    ``json.loads`` keeps the last of two equal keys, so the first value would be dropped
+    without a word; a CSV header naming a column twice is refused, and so is this.
+
+    Raises:
+        DuplicateKeyError: Naming the key.
+
+    """
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        msg = f"the key {_shown(key)} appears twice in one object; keep one"
+        raise DuplicateKeyError(msg)
+    return value
 
 
 def _too_many_rows(count: int) -> NoReturn:
@@ -317,7 +348,11 @@ def _records_jsonl(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]
         try:
             # Numbers are kept as written: "1.10" stays "1.10", and a 5,000-digit id is text,
             # not an int over Python's conversion limit.
-            value = json.loads(line, parse_int=str, parse_float=str)
+            value = json.loads(line, parse_int=str, parse_float=str,
+                               object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            msg = f"row {line_no}: {exc}"
+            raise DatasetError(msg) from None
         except RecursionError:
             msg = (f"row {line_no}: JSON nested too deep to read; a cell is text or a number, "
                    "not nested JSON")

@@ -11,7 +11,8 @@ line, the app or the CLI's output goes through `redact` first, which removes:
 - key-shaped tokens whatever their source: ``Bearer <token>``, ``sk-…`` (OpenAI, Anthropic's
   ``sk-ant-…``), ``gsk_…`` (Groq), ``AIza…`` (Google), ``xai-…``, ``api_key=…`` /
   ``"api_key": "…"`` assignments, and credentials in a URL's query string (``?key=…``,
-  ``&access_token=…``, ``?sig=…``, ``?password=…``: httpx names the URL in its errors).
+  ``&access_token=…``, ``?sig=…``, ``?password=…``: httpx names the URL in its errors), and
+  the password of a URL's user info (``http://user:password@host``).
 
 Each is replaced by ``[redacted]`` (a ``Bearer``, an assignment or a query parameter keeps its
 name, so the text still says what was there). Since every stored string passes through here,
@@ -50,13 +51,15 @@ _KEY_SHAPES = re.compile(
     r"|(?P<assign>\bapi[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',}\\]{6,}"
     # A credential in a URL's query string (httpx puts the URL in its error messages):
     # ?key=, &access_token=, ?x-goog-api-key=, an Azure SAS ?sig=, libpq's ?password=.
-    r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>\\]+",
+    r"|(?P<query>[?&][\w.-]*(?:key|token|secret|password|passwd|sig|signature)=)[^&#\s\"'<>\\]+"
+    # A password in a URL's user info (http://user:password@host, postgresql://u:p@h/db).
+    r"|(?P<userinfo>\b[a-z][a-z0-9+.-]*://[^\s/?#@:\"'<>\\]*:)[^\s/?#@\"'<>\\]+(?=@)",
     re.IGNORECASE,
 )
 
 _KEY_HINTS = re.compile(
     rb"\bbearer|\b(?:sk-|gsk_|xai-)[a-z0-9_-]{12}|\baiza[0-9a-z_-]{30}|\bapi[_-]?key"
-    rb"|(?:key|token|secret|password|passwd|sig|signature)=",
+    rb"|(?:key|token|secret|password|passwd|sig|signature)=|://[^\s/?#@]*:[^\s/?#@]+@",
     re.IGNORECASE,
 )
 """What every match of `_KEY_SHAPES` contains, as UTF-8 bytes: a serialized checkpoint with
@@ -64,7 +67,7 @@ none of these (and no configured secret) holds nothing `redact` would change."""
 
 _KEY_HINT_WORDS = (b"bearer", b"sk-", b"gsk_", b"xai-", b"aiza", b"api_key", b"api-key",
                    b"apikey", b"key=", b"token=", b"secret=", b"password=", b"passwd=", b"sig=",
-                   b"signature=")
+                   b"signature=", b"://")
 """Words one of which every `_KEY_HINTS` match holds (lower case): looked for first, since a
 substring search is some ten times faster than the expression over the same bytes."""
 
@@ -167,7 +170,8 @@ def secret_values() -> list[str]:
 
 
 def _shape(match: re.Match[str]) -> str:
-    prefix = match.group("bearer") or match.group("assign") or match.group("query") or ""
+    prefix = (match.group("bearer") or match.group("assign") or match.group("query")
+              or match.group("userinfo") or "")
     return prefix + REDACTED
 
 

@@ -39,9 +39,11 @@ from rubric_core.datasets import (
     MAX_DATASET_BYTES,
     MAX_DATASET_ROWS,
     DatasetError,
+    DuplicateKeyError,
     check_column_names,
     has_control_chars,
     sniff_format,
+    unique_keys,
 )
 from rubric_core.labels import labelled_verdicts
 from rubric_core.redact import redact
@@ -147,6 +149,10 @@ def parse_answers(data: bytes | str, *, name: str = "answers", fmt: str | None =
         msg = (f"the answer set name {name[:40]!r} must be 1 to 200 characters of plain text; "
                "give it a short name")
         raise AnswerSetError(msg)
+    if redact(name) != name:
+        msg = ("the answer set name holds an API key or a secret (or text shaped like one); "
+               "give it another name (--name NAME)")
+        raise AnswerSetError(msg)
     labeller = _labeller(labeller, "the import's labeller")
     size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     if size > MAX_DATASET_BYTES:
@@ -245,7 +251,11 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, str]]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line, parse_int=str, parse_float=str)
+            value = json.loads(line, parse_int=str, parse_float=str,
+                               object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            msg = f"row {line_no}: {exc}"
+            raise AnswerSetError(msg) from None
         except (ValueError, RecursionError) as exc:
             msg = f"row {line_no}: not a JSON object ({type(exc).__name__})"
             raise AnswerSetError(msg) from None

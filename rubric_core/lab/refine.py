@@ -100,6 +100,16 @@ LEAD_IN = "The disagreements follow; their tags end in this message's random val
 _NONCE = re.compile(r"[0-9A-Za-z]{1,64}")
 
 
+def is_one_line(text: str) -> bool:
+    """Whether ``text`` is one non-empty line as a rubric reads it.
+
+    Rubrics are split with `str.splitlines`, which also breaks at a carriage return, a vertical
+    tab, a form feed, U+001C-U+001E, U+0085, U+2028 and U+2029: a "reword" holding one of them
+    would add a criterion of the refiner's choosing to the rubric.
+    """
+    return len(text.strip().splitlines()) == 1
+
+
 class RefineError(RuntimeError):
     """The refiner gave no usable proposal: what it answered, and what to do."""
 
@@ -120,7 +130,7 @@ class Rewrite(BaseModel):
                    if expected[1] != expected[0] else "") + f" criteria, got {len(self.criteria)}")
             raise ValueError(msg)
         for text in self.criteria:
-            if not text.strip() or "\n" in text.strip() or len(text) > MAX_CRITERION_CHARS:
+            if not is_one_line(text) or len(text) > MAX_CRITERION_CHARS:
                 msg = (f"each criterion is one non-empty line of at most {MAX_CRITERION_CHARS} "
                        f"characters, got {text[:60]!r}")
                 raise ValueError(msg)
@@ -339,7 +349,7 @@ def rewrite_rubric(rubric: str, criterion: str, replacements: Sequence[str]) -> 
 
     """
     for text in replacements:
-        if not text.strip() or "\n" in text.strip():
+        if not is_one_line(text):
             msg = f"a criterion is one non-empty line, got {text[:60]!r}"
             raise ValueError(msg)
     if not replacements:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
+from rubric_core.redact import redact
 from rubric_core.store._async_saver import in_thread
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._postgres import PostgresBackend
@@ -77,6 +78,24 @@ def default_db_path() -> Path | str:
 def shown_location(location: str | Path) -> str:
     """A database location as it may be shown: a file path, or a URL with its password masked."""
     return mask_url(str(location).strip()) if is_url(location) else str(location)
+
+
+def check_name(name: str, what: str) -> str:
+    """``name`` for a saved rubric, dataset or answer set, refused when it holds a key.
+
+    A name is how its versions are found, shown and exported as it is: scrubbed, two names
+    could become one, so a name holding a key, text shaped like one (`rubric_core.redact`),
+    or a character no database can keep (NUL) is refused instead.
+
+    Raises:
+        ValueError: Such a name, saying to choose another.
+
+    """
+    if redact(name) != name:
+        msg = (f"the {what} name holds an API key or a secret (or text shaped like one, or a NUL "
+               "character); give it another name")
+        raise ValueError(msg)
+    return name
 
 
 class StoreCore:

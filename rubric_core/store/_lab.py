@@ -23,7 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data, secret_values
-from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore
+from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name
 from rubric_core.store._records import (
     AnswerItem,
     ItemLabel,
@@ -82,6 +82,7 @@ class LabStore(StoreCore):
         if not name:
             msg = "an answer set needs a name: give it a short non-empty name"
             raise ValueError(msg)
+        check_name(name, "answer set")
         if not answer_set.items:
             msg = f"answer set {name!r} has no answers"
             raise ValueError(msg)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rubric_core.datasets import Dataset, rows_from_jsonl
 from rubric_core.redact import redact, secret_values
 from rubric_core.settings import RunSettings
-from rubric_core.store._core import StoreCore
+from rubric_core.store._core import StoreCore, check_name
 from rubric_core.store._records import DatasetInfo, dataset_info_from_row
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class LibraryStore(StoreCore):
 
         Args:
             name: The rubric's name (surrounding whitespace is ignored).
-            text: The rubric text.
+            text: The rubric text; stored scrubbed of secrets.
 
         Returns:
             The new version number (1 for a new name); when ``text`` equals the latest
@@ -84,7 +84,7 @@ class LibraryStore(StoreCore):
 
         Args:
             name: The rubric's name (surrounding whitespace is ignored).
-            text: The rubric text.
+            text: The rubric text; stored scrubbed of secrets.
             settings: The preset (prompt, tools, models, cap) to keep beside the text; stored
                 scrubbed of secrets (`RunSettings.redacted`), with ``rubric`` set to ``text``.
 
@@ -93,7 +93,7 @@ class LibraryStore(StoreCore):
             latest version was identical and is kept).
 
         Raises:
-            ValueError: An empty name or text.
+            ValueError: An empty name or text, or a name holding a key (`check_name`).
             TypeError: ``settings`` is not `RunSettings`.
 
         """
@@ -101,9 +101,11 @@ class LibraryStore(StoreCore):
         if not name:
             msg = "a rubric needs a name: give it a short non-empty name"
             raise ValueError(msg)
+        check_name(name, "rubric")
         if not isinstance(text, str) or not text.strip():
             msg = f"rubric {name!r} is empty: write at least one criterion before saving"
             raise ValueError(msg)
+        text = redact(text)  # a key typed (or accepted from a refiner) into it is not kept
         if settings is not None and not isinstance(settings, RunSettings):
             msg = f"settings must be RunSettings, got {type(settings).__name__}"
             raise TypeError(msg)
@@ -211,6 +213,7 @@ class LibraryStore(StoreCore):
         if not name:
             msg = "a dataset needs a name: give it a short non-empty name"
             raise ValueError(msg)
+        check_name(name, "dataset")
         if not dataset.rows:
             msg = f"dataset {name!r} has no rows"
             raise ValueError(msg)
