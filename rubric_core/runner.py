@@ -30,6 +30,7 @@ from rubric_core.middleware import RubricMiddleware
 from rubric_core.models import resolve_model
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.settings import validate_judging, validate_run_text
+from rubric_core.store import is_unavailable
 from rubric_core.types import (
     MAX_ITERATIONS,
     TERMINAL_STATUSES,
@@ -399,7 +400,7 @@ def _run_sync(run: RunSpec, state: _Run, *, resume: bool) -> Iterator[RunEvent]:
                         yield event
         status = ""
     except Exception as exc:
-        status, error = "error", error_text(exc)
+        status, error = _failed_status(exc), error_text(exc)
     yield state.finished(agent.get_state(config).values or {}, status, error)
 
 
@@ -467,8 +468,16 @@ async def _run_async(state: _Run, *, resume: bool, stop: Callable[[], bool] | No
                     yield event
         status = ""
     except Exception as exc:
-        status, error = "error", error_text(exc)
+        status, error = _failed_status(exc), error_text(exc)
     yield state.finished((await agent.aget_state(config)).values or {}, status, error)
+
+
+def _failed_status(exc: BaseException) -> str:
+    """How a graph that raised ends: ``interrupted`` when its database went away, else ``error``.
+
+    A checkpoint write cut by a lost server is no failure of the run: Resume continues it.
+    """
+    return "interrupted" if is_unavailable(exc) else "error"
 
 
 def _finished(

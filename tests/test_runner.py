@@ -318,3 +318,30 @@ def test_runs_sharing_one_compiled_agent_keep_their_own_threads() -> None:
     for i in range(6):
         values = thread_values(runs[i], saver, f"t{i}")
         assert [m.content for m in values["messages"]][:2] == [f"row {i}", f"echo row {i}"]
+
+
+class _LostDatabaseSaver(InMemorySaver):
+    """A checkpointer whose server goes away after ``ok`` checkpoints (reads keep working)."""
+
+    def __init__(self, ok: int) -> None:
+        super().__init__()
+        self.ok = ok
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        if self.ok <= 0:
+            from rubric_core.store import StoreUnavailable
+
+            msg = "Lost the connection to the PostgreSQL server"
+            raise StoreUnavailable(msg)
+        self.ok -= 1
+        return super().put(*args, **kwargs)
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["stream_events", "custom_stream"])
+def test_a_checkpoint_cut_by_a_lost_database_ends_interrupted_not_error(watch: bool) -> None:
+    # The run did nothing wrong: Resume must continue it, and --retry-errors must not be needed.
+    run = dataclasses.replace(spec([AIMessage("draft")], [FAIL, PASS]), watch_worker=watch)
+    events = list(run_rubric(run, checkpointer=_LostDatabaseSaver(ok=2), thread_id="t"))
+    assert events[-1]["type"] == "run_finished"
+    assert events[-1]["status"] == "interrupted", events[-1]
+    assert "Lost the connection" in (events[-1]["error"] or "")
