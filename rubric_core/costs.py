@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from rubric_core.settings import RunSettings
-    from rubric_core.store import CallUsage, ExperimentRecord, Store
+    from rubric_core.store import CallUsage, ExperimentRecord, RegradeJob, Store
     from rubric_core.types import ModelCallRecord
 
 HUNDRED = Decimal(100)
@@ -308,6 +308,23 @@ def usage_of(run_id: str, calls: Iterable[ModelCallRecord]) -> list[CallUsage]:
                       c["output_tokens"]) for c in calls]
 
 
+def regrade_cost(store: Store, prices: Prices, job: RegradeJob) -> list[Decimal | None]:
+    """Per grader configuration of a re-grade: what its gradings cost.
+
+    The lab records a grading's input and output tokens, not its cached ones, so each grading
+    is priced as if nothing was read from a prompt cache (at most what it cost).
+    """
+    parts: list[list[Decimal | None]] = [[] for _ in job.configurations]
+    for result in store.regrade_results(job.job_id):
+        model = job.configurations[result.config_index].grader_model
+        if result.input_tokens is None and result.output_tokens is None and result.error:
+            parts[result.config_index].append(Decimal(0) if prices.known(model) else None)
+            continue
+        parts[result.config_index].append(prices.cost(model, Usage(
+            result.input_tokens, 0, 0, result.output_tokens)))
+    return [_sum(p) for p in parts]
+
+
 def cost_difference(a: ConfigCost, b: ConfigCost) -> Decimal | None:
     """How much more ``b`` costs than ``a`` per 100 rows (None when either is unknown)."""
     pa, pb = a.per_100_rows, b.per_100_rows
@@ -321,6 +338,7 @@ def costs_by_run(costs: Mapping[str, RunCost]) -> dict[str, Decimal | None]:
 
 __all__ = [
     "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RunCost", "RunLike", "call_cost",
-    "cell_cost", "cost_difference", "costs_by_run", "experiment_cost", "run_cost", "run_costs",
+    "cell_cost", "cost_difference", "costs_by_run", "experiment_cost", "regrade_cost", "run_cost",
+    "run_costs",
     "store_costs", "usage_of",
 ]

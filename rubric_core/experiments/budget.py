@@ -138,15 +138,15 @@ def unknown_models(configs: Iterable[ExperimentConfig], prices: Prices) -> list[
     return out
 
 
-def check_budget(experiment: ExperimentRecord, budget: Budget) -> None:
-    """Refuse a budget that cannot be enforced for this experiment.
+def check_budget(configs: Iterable[ExperimentConfig], budget: Budget) -> None:
+    """Refuse a budget that cannot be enforced for these configurations (before anything runs).
 
     Raises:
         BudgetError: A model's price is unknown and unknown prices are not allowed; the
             message names the models and says how to give their prices.
 
     """
-    unknown = unknown_models(experiment.configurations, budget.prices)
+    unknown = unknown_models(configs, budget.prices)
     if unknown and not budget.allow_unknown:
         shown = ", ".join(unknown)
         msg = (f"the budget cannot be enforced: no known price for {shown}. Give each its price "
@@ -181,7 +181,7 @@ class BudgetGuard:
     """
 
     def __init__(self, store: Store, experiment: ExperimentRecord, budget: Budget) -> None:
-        check_budget(experiment, budget)
+        check_budget(experiment.configurations, budget)
         self.store, self.experiment, self.budget = store, experiment, budget
         self.prices = budget.prices
         self.runs: dict[str, Decimal] = {}
