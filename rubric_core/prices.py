@@ -236,7 +236,7 @@ def total(costs: Iterable[Decimal | None]) -> Decimal | None:
 _DISPLAY = re.compile(r"\.?0+$")
 
 
-def format_dollars(cost: Decimal | float | None) -> str:
+def format_dollars(cost: Decimal | float | str | None) -> str:
     """``$0.0123`` (four significant decimals below a cent), or ``unknown`` for None."""
     if cost is None or (isinstance(cost, float) and math.isnan(cost)):
         return "unknown"
