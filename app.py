@@ -145,6 +145,8 @@ with st.sidebar:
             help="When the run ends at the iteration cap, end with the answer of the pass that "
             "met the most criteria instead of the last answer.",
         )
+    # Kept while another page is shown (Streamlit drops an undrawn widget's state); never stored.
+    state[sup.PRICES_KEY] = state.get(sup.PRICES_KEY, "")
     session_prices = sup.session_prices(state)
     with st.expander("Cost", expanded=bool(session_prices.problems)):
         for model in dict.fromkeys((state["worker_model"], state["grader_model"])):
