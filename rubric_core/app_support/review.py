@@ -79,7 +79,7 @@ def history_frame(runs: Sequence[RunRecord], costs: Sequence[str] | None = None
     Args:
         runs: A page of the run index.
         costs: Each run's cost as text (`rubric_core.app_support.costs.run_list_costs`), for
-            a ``cost`` column before ``run_id``; none without.
+            a ``cost`` column after ``status`` (seen without scrolling); none without.
 
     """
     rows = [
@@ -94,7 +94,7 @@ def history_frame(runs: Sequence[RunRecord], costs: Sequence[str] | None = None
                "run_id"]
     frame = pd.DataFrame(rows, columns=columns)
     if costs is not None:
-        frame.insert(columns.index("run_id"), "cost", list(costs))
+        frame.insert(columns.index("status") + 1, "cost", list(costs))
     return frame
 
 
