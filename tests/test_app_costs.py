@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from openai_server import CachingOpenAI, Reply, text, verdict
 from streamlit.testing.v1 import AppTest
 from test_app import _messages, _texts, goto, navigation_routing, run_loop  # noqa: F401
 
 from rubric_core import app_support as sup
 from rubric_core.prices import format_dollars
-from rubric_core.store import Store
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai-compatible:llama3.1"

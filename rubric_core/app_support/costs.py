@@ -90,11 +90,11 @@ def cost_caption(cost: RunCost) -> str:
 
 
 def pass_costs_frame(cost: RunCost) -> pd.DataFrame:
-    """Per pass (counted from 1): worker, grader and total dollars as text."""
+    """Per pass (``pass #``, counted from 1): worker, grader and total dollars as text."""
     return pd.DataFrame(
-        [{"pass": p.iteration + 1, "worker": format_dollars(p.worker),
+        [{"pass #": p.iteration + 1, "worker": format_dollars(p.worker),
           "grader": format_dollars(p.grader), "total": format_dollars(p.total)}
-         for p in cost.passes], columns=["pass", "worker", "grader", "total"])
+         for p in cost.passes], columns=["pass #", "worker", "grader", "total"])
 
 
 def run_list_costs(store: Store, prices: Prices, records: Sequence[RunRecord]) -> list[str]:
