@@ -145,6 +145,16 @@ with st.sidebar:
             help="When the run ends at the iteration cap, end with the answer of the pass that "
             "met the most criteria instead of the last answer.",
         )
+    # Kept while another page is shown (Streamlit drops an undrawn widget's state); never stored.
+    state[sup.PRICES_KEY] = state.get(sup.PRICES_KEY, "")
+    session_prices = sup.session_prices(state)
+    with st.expander("Cost", expanded=bool(session_prices.problems)):
+        for model in dict.fromkeys((state["worker_model"], state["grader_model"])):
+            st.caption(sup.price_caption(session_prices.prices, model))
+        st.text_area("Your prices", key=sup.PRICES_KEY, help=sup.PRICES_HELP,
+                     placeholder="openai-compatible:llama3.1=0.2,0.1,0.6")
+        for problem in session_prices.problems:
+            st.warning(f"Ignored: {problem}")
     sandbox = sup.sandbox_summary()
     getattr(st, sandbox.level)(sandbox.text)
     st.markdown("### Database")

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from rubric_core import app_support as sup
-from rubric_core.experiments import SharedBackoff, experiment_results, retry_cell
+from rubric_core.experiments import BudgetError, SharedBackoff, experiment_results, retry_cell
 
 if TYPE_CHECKING:
+    from rubric_core.experiments import Budget
     from rubric_core.store import ExperimentRecord
 
 state = st.session_state
@@ -28,7 +29,15 @@ _, grader_pause_s = sup.demo_pacing(sup.env_token_delay(), state.get("pace_demo"
                                     state.get("token_delay_s"))
 models = sup.app_models(secrets, session_key=key, sidebar_base_url=state.get("base_url"),
                         token_delay_s=0.0, backoff=backoff, grader_pause_s=grader_pause_s)
+prices = sup.session_prices(state).prices  # the sidebar's Cost prices
 RESUME_HELP = "Continue the cells that have not ended, each on its own thread."
+BUDGET_HELP = ("No cell starts that would spend past it: what was spent plus an estimate per "
+               "cell (the mean of the configuration's ended cells; before any, its cap of "
+               "typical calls). The experiment then stops, resumable; Resume keeps the budget, "
+               "or uses the one typed here. Needs every model's price (sidebar, Cost).")
+ESTIMATE_HELP = ("Before any cell ended: each cell at its cap of passes, each pass a worker call "
+                 "of 2,000 tokens in and 1,000 out and the grader's repeats of 4,000 in and "
+                 "500 out, nothing cached: on the high side. After: the mean of ended cells.")
 
 
 def show(message: sup.UiMessage | None) -> None:
@@ -55,13 +64,14 @@ def load_demo_dataset() -> None:
     state["dataset_message"] = sup.import_demo_dataset(store)
 
 
-def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -> None:
+def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
+         budget: Budget | None = None) -> None:
     bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
     note = st.empty()
     try:
         events = sup.live_experiment(store, experiment_id, models=models, backoff=backoff,
                                      concurrency=state["exp_concurrency"],
-                                     retry_errors=retry_errors)
+                                     retry_errors=retry_errors, budget=budget)
         with closing(events) as stream:
             for event in stream:
                 if event["type"] == "experiment_progress":
@@ -70,9 +80,13 @@ def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False) -
                     note.info(f"The model server answered {event['status_code']}: every cell "
                               f"waits {event['wait_s']:.1f} s (shared backoff, "
                               f"{event['hits']} so far).")
+                elif event["type"] == "experiment_finished" and event.get("budget_reached"):
+                    note.warning(f"Budget reached: {sup.format_dollars(event['spent_usd'])} "
+                                 "spent, so no further cell started. Resume with a larger "
+                                 "budget to continue.", icon=":material/savings:")
                 elif event["type"] == "experiment_finished":
                     note.success(f"Experiment {event['status']} after {event['duration_s']:.1f} s.")
-    except RuntimeError as exc:
+    except (RuntimeError, BudgetError) as exc:
         st.error(str(exc))
 
 
@@ -166,9 +180,21 @@ with st.expander("New experiment", expanded=not experiments):
         for problem in problems:
             show(problem)
         cells = len(dataset.dataset.rows) * len(configs) * state["exp_repeats"]
+        b_col, u_col = st.columns([1, 2], vertical_alignment="bottom")
+        b_col.number_input("Budget (US dollars; 0: none)", min_value=0.0, step=1.0,
+                           key="exp_budget", help=BUDGET_HELP)
+        u_col.checkbox("Allow unknown prices (their calls count $0 toward the budget)",
+                       key="exp_allow_unknown")
+        planned = sup.budget_view(prices, state["exp_budget"], state["exp_allow_unknown"],
+                                  configs=configs, rows=len(dataset.dataset.rows),
+                                  repeats=state["exp_repeats"])
+        st.caption(planned.estimate, help=ESTIMATE_HELP)
+        if planned.problem:
+            st.error(planned.problem, icon=":material/savings:")
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
-                     disabled=any(p.level == "error" for p in problems)):
+                     disabled=any(p.level == "error" for p in problems)
+                     or planned.problem is not None):
             started, problem = sup.new_experiment(
                 store, ds, ds_version, configs, repeats=state["exp_repeats"],
                 name=state["exp_name"], models=models)
@@ -224,12 +250,23 @@ with delete_col.popover("Delete", icon=":material/delete:", disabled=active or s
                 "stay in Review. This cannot be undone.")
     st.button("Delete experiment", key="exp_delete", type="primary", icon=":material/delete:",
               on_click=delete, args=(experiment,))
+if not active and experiment.status != "finished":
+    resumed = sup.budget_view(prices, state.get("exp_budget"), state.get("exp_allow_unknown",
+                                                                            False),
+                              configs=experiment.configurations, store=store,
+                              experiment=experiment)
+    kept = (f" · budget kept with it: {sup.format_dollars(experiment.budget['max_usd'])}"
+            if experiment.budget else "")
+    st.caption(f"Resume: {resumed.estimate.removeprefix('Estimate: ')}{kept}")
+else:
+    resumed = None
 if stopping:
     st.info("This experiment is still stopping (or running in another tab). Refresh in a moment.")
 if retry is not None:
     retry_cell(store, exp_id, retry)
 if running:
-    live(exp_id, labels)
+    live(exp_id, labels, budget=(planned.budget if started is not None
+                                 else resumed.budget if resume and resumed else None))
     stop_slot.button("Stop", key="exp_stop_idle", icon=":material/stop:", disabled=True,
                      help="This experiment is not running in this session.")
     results = experiment_results(store, exp_id, verdicts=False)
@@ -277,7 +314,10 @@ if grid_tab.open:
                         st.switch_page("pages/review.py")
 if summary_tab.open:
     with summary_tab:
-        summary = experiment_results(store, exp_id).summary()
+        costs = sup.experiment_costs(store, prices, experiment)
+        summary = sup.shown_summary(experiment_results(store, exp_id).summary(costs))
+        st.caption(f"Cost: {sup.format_dollars(costs.total)}, priced from the recorded tokens "
+                   "at the session's prices (sidebar, Cost).")
         st.dataframe(sup.shown_frame(summary), hide_index=True, width="stretch",
                      key="exp_summary", column_config=sup.column_labels(summary))
 if criteria_tab.open:
@@ -299,6 +339,8 @@ if compare_tab.open:
                                 format_func=labels.__getitem__)
             view = sup.comparison_view(results, a, b)
             st.markdown(view.headline)
+            st.markdown(sup.compare_sentence(
+                results, sup.experiment_costs(store, prices, experiment), a, b))
             st.caption(view.meaning)
             st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips",
                          column_config=sup.column_labels(view.flips))
@@ -307,14 +349,15 @@ if export_tab.open:
         st.caption("One row per dataset row × configuration × repeat × pass × criterion, with "
                    "the dataset's columns; formula-safe CSV.")
         e1, e2, e3 = st.columns(3)
-        e1.download_button("Download experiment CSV", sup.export_data(store, exp_id, "csv"),
+        e1.download_button("Download experiment CSV", sup.export_data(store, exp_id, "csv", prices),
                            f"experiment-{exp_id[:8]}.csv", "text/csv", key="exp_download_csv",
                            on_click="ignore", icon=":material/download:")
-        e2.download_button("Download experiment JSON", sup.export_data(store, exp_id, "json"),
+        e2.download_button("Download experiment JSON",
+                           sup.export_data(store, exp_id, "json", prices),
                            f"experiment-{exp_id[:8]}.json", "application/json",
                            key="exp_download_json", on_click="ignore",
                            icon=":material/download:")
-        e3.download_button("Download summary CSV", sup.summary_csv(store, exp_id),
+        e3.download_button("Download summary CSV", sup.summary_csv(store, exp_id, prices),
                            f"experiment-{exp_id[:8]}-summary.csv", "text/csv",
                            key="exp_download_summary", on_click="ignore",
                            icon=":material/download:")

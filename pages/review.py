@@ -6,6 +6,7 @@ import streamlit as st
 
 from rubric_core import app_support as sup
 from rubric_core import session
+from rubric_core.costs import store_costs
 from rubric_core.export import export_rows
 from rubric_core.types import RUN_STATUSES
 
@@ -108,7 +109,9 @@ size = sup.HISTORY_PAGE_SIZE
 runs = store.list_runs(limit=size, offset=(page - 1) * size, **filters.kwargs())
 st.caption(f"{total} run(s) match; showing {len(runs)}, most recent first. "
            "Select a row to open that run.")
-history = st.dataframe(sup.history_frame(runs), hide_index=True, width="stretch",
+prices = sup.session_prices(state).prices
+history = st.dataframe(sup.history_frame(runs, sup.run_list_costs(store, prices, runs)),
+                       hide_index=True, width="stretch",
                        height=min(250, 38 + 35 * max(len(runs), 1)), key="history_table",
                        column_config=HISTORY_COLUMNS, on_select="rerun",
                        selection_mode="single-row")
@@ -147,6 +150,11 @@ cols[3].metric("Grader tokens", "n/a" if tokens is None else tokens,
                help="Reported by the grader's provider; offline graders report none.")
 if caption := sup.tokens_caption(record):
     st.caption(caption)
+run_cost = sup.run_cost_of(store, prices, record)
+st.caption(sup.cost_caption(run_cost))
+if run_cost.passes:
+    with st.expander("Cost per pass"):
+        st.dataframe(sup.pass_costs_frame(run_cost), hide_index=True, key="review_pass_costs")
 with st.expander("Prompt, rubric and models"):
     st.markdown(f"**Prompt**\n\n{record.prompt}\n\n**Rubric**\n\n{record.rubric}")
     for label, text in (("Worker system prompt", record.worker_system_prompt),
@@ -307,7 +315,9 @@ with analytics_tab:
                                icon=":material/download:")
 with export_tab:
     st.markdown("**This run** — one row per iteration × criterion")
-    csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)], calls=store))
+    costs = store_costs(store, prices)
+    csv_data, json_data = sup.export_bytes(export_rows([(record, evaluations)], calls=store,
+                                                       costs=costs))
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", csv_data, f"run-{run_id[:8]}.csv", "text/csv",
                        key="download_run_csv", on_click="ignore", icon=":material/download:")
@@ -318,7 +328,8 @@ with export_tab:
     if st.button(f"Prepare export of {total} run(s)", key="prepare_export"):
         state["export_filters"] = filters
     if state.get("export_filters") == filters:
-        all_csv, all_json = sup.export_bytes(export_rows(sup.filtered_pairs(store, filters)))
+        all_csv, all_json = sup.export_bytes(export_rows(sup.filtered_pairs(store, filters),
+                                                         costs=costs))
         c3, c4 = st.columns(2)
         c3.download_button("Download all as CSV", all_csv, "rubric-runs.csv", "text/csv",
                            key="download_all_csv", on_click="ignore")

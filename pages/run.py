@@ -69,6 +69,10 @@ def show_result(run_id: str) -> None:
         cols[3].metric("Run id", record.run_id[:8])
         if caption := sup.tokens_caption(record):
             st.caption(caption)
+        cost = sup.run_cost_of(store, sup.session_prices(state).prices, record)
+        st.caption(sup.cost_caption(cost))
+        if cost.passes:
+            st.dataframe(sup.pass_costs_frame(cost), hide_index=True, key="run_pass_costs")
     for i, answer in enumerate(sup.shown_answers(evaluations)):
         with st.container(key=f"final_answer_{i}", border=i > 0):
             st.markdown(sup.answer_heading(answer, first=i == 0))

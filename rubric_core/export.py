@@ -36,8 +36,17 @@ answer                str       The text that was graded, on the first row of it
                                 (empty on the iteration's other criterion rows, so a long answer
                                 is written once per pass, not once per criterion).
 cached_input_tokens   Int64     Of the grader's input tokens, those read from the provider's prompt
-                                cache (added last, after the others were published).
+                                cache (added after the others were published).
+pass_cost_usd         decimal   US dollars of the pass's calls, worker and grader, on the first row
+                                of its iteration only (like ``answer``, so a column sum is the
+                                run's cost); empty when unknown or exported without prices.
+criterion_cost_usd    decimal   The criterion's even share of the pass's grader cost
+                                (`rubric_core.costs`); empty when unknown or without prices.
 ====================  ========  ==============================================================
+
+Costs are computed when exported, from the recorded calls' tokens and the prices given
+(``export_rows(..., costs=...)``, `rubric_core.costs.store_costs`): a price override applies to
+past runs too. CSV writes them as exact decimals, JSON as numbers.
 
 JSON exports with call traces (``export_rows(..., calls=store)``, `JSON_COLUMNS`) add one
 field, ``calls``: on the first row of each pass, the model calls of that pass (the worker's
@@ -66,6 +75,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import pandas as pd
@@ -75,13 +85,15 @@ from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import RunRecord, Store
 
 if TYPE_CHECKING:
+    from rubric_core.costs import RunCost
     from rubric_core.types import ModelCallRecord, RubricEvaluation
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "run_id", "run_title", "worker_model", "grader_model", "run_status", "grading_run_id",
     "iteration", "criterion_index", "criterion", "passed", "gap", "result", "status",
     "unverified", "explanation", "duration_s", "input_tokens", "output_tokens", "agreement",
-    "unstable", "regressed", "stalled", "answer", "cached_input_tokens",
+    "unstable", "regressed", "stalled", "answer", "cached_input_tokens", "pass_cost_usd",
+    "criterion_cost_usd",
 )
 """Export columns in their documented, stable order (see the module docstring)."""
 
@@ -101,7 +113,7 @@ _DTYPES: dict[str, str] = {
     "iteration": "int64", "criterion_index": "Int64", "passed": "boolean", "unverified": "bool",
     "duration_s": "float64", "input_tokens": "Int64", "output_tokens": "Int64",
     "agreement": "float64", "unstable": "bool", "regressed": "bool", "stalled": "bool",
-    "cached_input_tokens": "Int64",
+    "cached_input_tokens": "Int64", "pass_cost_usd": "float64", "criterion_cost_usd": "float64",
 }
 _ESCAPED_PREFIXES = (*FORMULA_PREFIXES, ESCAPE)
 _RUNS_PER_READ = 100  # runs whose evaluations are read from the store at a time
@@ -109,6 +121,9 @@ _TOKENS = re.compile(r"\s+|\S+")
 
 RunLike = RunRecord | Mapping[str, Any]
 """A run from the index, or a mapping with the same field names."""
+
+CostLookup = Callable[[Any], "RunCost | None"]
+"""A run (a `RunLike`) → its cost, or None when not priced (`rubric_core.costs.store_costs`)."""
 
 
 def _run_columns(run: RunLike | None, text: Callable[[Any], Any]) -> tuple[Any, ...]:
@@ -150,8 +165,10 @@ def criterion_rows(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Iterator[tuple]:
+def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None,
+          cost: RunCost | None = None) -> Iterator[tuple]:
     secrets = secret_values()  # read once per run, not once per cell
+    shares = len(cost.criteria) if cost is not None else 0
 
     def _text(value: Any) -> Any:
         return redact(value, secrets=secrets) if isinstance(value, str) else value
@@ -167,17 +184,22 @@ def _rows(evaluations: Iterable[RubricEvaluation], run: RunLike | None) -> Itera
         )
         answer = _text(ev.get("answer"))
         stalled = bool(ev.get("stalled", False))
+        spent = None if cost is None else cost.pass_cost(int(ev.get("iteration") or 0))
+        pass_cost = None if spent is None else spent.total
+        share = (spent.grader / shares if spent is not None and spent.grader is not None
+                 and shares else None)
         for n, row in enumerate(criterion_rows(ev)):
             yield (*start, row["index"], _text(row["criterion"]), row["passed"],
                    _text(row["gap"]), *middle, row["agreement"], row["unstable"],
-                   row["regressed"], stalled, answer if n == 0 else None, cached)
+                   row["regressed"], stalled, answer if n == 0 else None, cached,
+                   pass_cost if n == 0 else None, share if row["index"] is not None else None)
 
 
 def _rows_with_calls(evaluations: Sequence[RubricEvaluation], run: RunLike | None,
-                     calls: Sequence[ModelCallRecord]) -> Iterator[tuple]:
+                     calls: Sequence[ModelCallRecord], cost: RunCost | None) -> Iterator[tuple]:
     """`_rows` with the `JSON_COLUMNS` ``calls`` field (see the module docstring)."""
     pending = redact_data(list(calls))
-    rows = list(_rows(evaluations, run))
+    rows = list(_rows(evaluations, run, cost))
     index = 0
     for ev in evaluations:
         # A pass's calls: its grader calls, and the worker's answer it judged (a worker call
@@ -213,6 +235,7 @@ def export_rows(
     source: Store | Iterable[tuple[RunLike, Sequence[RubricEvaluation]]],
     *,
     calls: Store | Mapping[str, Sequence[ModelCallRecord]] | None = None,
+    costs: CostLookup | None = None,
 ) -> Iterator[tuple]:
     """Rows in :data:`EXPORT_COLUMNS` order for many runs, produced lazily.
 
@@ -221,16 +244,19 @@ def export_rows(
             evaluations)`` pairs.
         calls: Also give each row the `JSON_COLUMNS` ``calls`` field (for JSON only): the
             runs' call traces from this store, or by run id.
+        costs: Fills ``pass_cost_usd`` and ``criterion_cost_usd``
+            (`rubric_core.costs.store_costs`); empty without.
 
     """
     for run, evaluations in _pairs(source):
+        cost = costs(run) if costs is not None else None
         if calls is None:
-            yield from _rows(evaluations, run)
+            yield from _rows(evaluations, run, cost)
             continue
         run_id = (run.get("run_id") if isinstance(run, Mapping)
                   else getattr(run, "run_id", None)) or ""
         traced = calls.calls(run_id) if isinstance(calls, Store) else calls.get(run_id, [])
-        yield from _rows_with_calls(evaluations, run, traced)
+        yield from _rows_with_calls(evaluations, run, traced, cost)
 
 
 def _csv_cell(value: Any) -> Any:
@@ -270,10 +296,18 @@ def write_json(rows: Iterable[Sequence[Any]], out: TextIO,
     count = 0
     for row in rows:
         out.write(("," if count else "") + json.dumps(dict(zip(columns, row, strict=True)),
-                                                      ensure_ascii=False))
+                                                      ensure_ascii=False, default=_json_value))
         count += 1
     out.write("]")
     return count
+
+
+def _json_value(value: Any) -> Any:
+    """Dollars (`Decimal`) as JSON numbers; anything else JSON cannot write is refused."""
+    if isinstance(value, Decimal):
+        return float(value)
+    msg = f"cannot write {type(value).__name__} as JSON"
+    raise TypeError(msg)
 
 
 def _frame(rows: Iterable[tuple]) -> pd.DataFrame:

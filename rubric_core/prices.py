@@ -13,7 +13,8 @@ Rules, in order, for a model string (`rubric_core.models` syntax):
 2. the offline models (``demo``, ``rules``) make no provider call and cost 0;
 3. ``hybrid:<model>`` is priced as ``<model>`` (its rules cost nothing);
 4. a LangChain provider known to genai-prices (``openai``, ``anthropic``, ``google_genai``,
-   ``groq``, ``mistralai``…) with a model it lists is priced by it, at the call's time;
+   ``groq``, ``mistralai``…) with a model it lists is priced by it, at the price in force on
+   the call's day (UTC; looked up once per model and day);
 5. anything else — ``openai-compatible:`` servers, ``ollama:``, a model the library does not
    list — is unknown (`None`): a local or self-hosted model's cost is not ours to guess.
 
@@ -26,11 +27,12 @@ read from the provider's prompt cache, billed at the cached price; ``cache_creat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.models import parse_model_spec
 
@@ -180,16 +182,33 @@ class Prices:
 def _library_cost(provider_id: str, model_id: str, input_tokens: int, cached: int,
                   creation: int, output_tokens: int, at: datetime | None) -> Decimal | None:
     from genai_prices import Usage as LibraryUsage
-    from genai_prices import calc_price
 
+    when = at or datetime.now(UTC)
+    price = _model_price(provider_id, model_id, when.astimezone(UTC).date())
+    if price is None:
+        return None
     usage = LibraryUsage(input_tokens=input_tokens, cache_read_tokens=cached or None,
                          cache_write_tokens=creation or None, output_tokens=output_tokens)
+    return price.calc_price(usage)["total_price"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_price(provider_id: str, model_id: str, day: date) -> Any:
+    """genai-prices' price of a model on a day (None: not listed), looked up once per day.
+
+    The lookup (matching the model id, picking the price in force) is most of what a library
+    price costs (about 0.3 ms); an experiment prices thousands of calls of a few models.
+    """
+    from genai_prices import Usage as LibraryUsage
+    from genai_prices import calc_price
+
+    noon = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
     try:
-        price = calc_price(usage, model_id, provider_id=provider_id,
-                           genai_request_timestamp=at or datetime.now(UTC))
+        found = calc_price(LibraryUsage(input_tokens=0, output_tokens=0), model_id,
+                           provider_id=provider_id, genai_request_timestamp=noon)
     except (LookupError, ValueError):  # a model or provider it does not list
         return None
-    return price.total_price
+    return found.model_price
 
 
 def parse_overrides(values: Iterable[str]) -> Prices:
@@ -217,7 +236,7 @@ def total(costs: Iterable[Decimal | None]) -> Decimal | None:
 _DISPLAY = re.compile(r"\.?0+$")
 
 
-def format_dollars(cost: Decimal | float | None) -> str:
+def format_dollars(cost: Decimal | float | str | None) -> str:
     """``$0.0123`` (four significant decimals below a cent), or ``unknown`` for None."""
     if cost is None or (isinstance(cost, float) and math.isnan(cost)):
         return "unknown"

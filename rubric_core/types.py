@@ -504,6 +504,10 @@ class ExperimentFinished(TypedDict):
     """The experiment's status now."""
     duration_s: float
     """Wall-clock seconds of this session."""
+    budget_reached: NotRequired[bool]
+    """With a budget: whether it stopped the session (a cell would have spent past it)."""
+    spent_usd: NotRequired[str]
+    """With a budget: the dollars its cells' recorded calls cost, as a decimal string."""
 
 
 ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished

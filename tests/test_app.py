@@ -1280,5 +1280,6 @@ def test_calls_and_cached_tokens_are_recorded_and_shown(
         exported = [c for r in records for c in (r["calls"] or [])]
         assert [c["cached_input_tokens"] for c in exported] == server.cached
         csv = pd.read_csv(io.BytesIO(captured_files[f"run-{run_id[:8]}.csv"]))
-        assert list(csv.columns)[-1] == "cached_input_tokens" and "calls" not in csv.columns
+        assert list(csv.columns)[-3:] == ["cached_input_tokens", "pass_cost_usd",
+                                          "criterion_cost_usd"] and "calls" not in csv.columns
         assert sorted(set(csv["cached_input_tokens"])) == [0, cached]

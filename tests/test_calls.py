@@ -365,7 +365,9 @@ def test_cli_eval_sums_cached_tokens_per_configuration(scripted: Any, tmp_path: 
             s.server.cached)
     assert total > 0  # the second row's grader call repeats the first's long start
     [row] = list(csv.DictReader(summary.open(encoding="utf-8")))
-    assert list(row)[-1] == "cached_input_tokens" and int(row["cached_input_tokens"]) == total
+    # cached_input_tokens stays where it was published; the costs were appended after it.
+    assert list(row)[-3:] == ["cached_input_tokens", "cost_usd", "cost_per_100_rows_usd"]
+    assert int(row["cached_input_tokens"]) == total
     assert "cached_input_tokens" in proc.stdout
 
 

@@ -85,8 +85,10 @@ def test_columns_in_documented_order() -> None:
     df = evaluations_frame([_ev(0, {"a": True})])
     assert tuple(df.columns) == EXPORT_COLUMNS
     assert EXPORT_COLUMNS[:3] == ("run_id", "run_title", "worker_model")
-    # Columns are only ever appended: the answer was last until cached tokens came after it.
-    assert EXPORT_COLUMNS[-2:] == ("answer", "cached_input_tokens")
+    # Columns are only ever appended: the answer was last until cached tokens came after it,
+    # then the costs after those.
+    assert EXPORT_COLUMNS[-4:] == ("answer", "cached_input_tokens", "pass_cost_usd",
+                                   "criterion_cost_usd")
     assert tuple(evaluations_frame([]).columns) == EXPORT_COLUMNS
 
 
@@ -482,7 +484,8 @@ def test_cached_tokens_column_and_json_calls_per_pass(tmp_path: Path) -> None:
              {"role": "worker", "iteration": 2, "grading_run_id": grading_run, "model": "w",
               "error": "Bearer sk-abcdefghijklmnopqrstuvwxyz123456 refused"}]
     plain = list(export_rows([(_run(), evs)]))
-    assert [row[-1] for row in plain] == [0, 0, 900, 900]
+    cached_at = EXPORT_COLUMNS.index("cached_input_tokens")
+    assert [row[cached_at] for row in plain] == [0, 0, 900, 900]
     assert evaluations_frame(evs)["cached_input_tokens"].tolist() == [0, 0, 900, 900]
     traced = list(export_rows([(_run(), evs)], calls={"r1": calls}))
     assert [row[:-1] for row in traced] == plain  # the same rows, one field more

@@ -26,6 +26,7 @@ from rubric_core.app_support.settings import (
     judging_from_widgets,
     model_problem,
 )
+from rubric_core.costs import experiment_cost
 from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     SUMMARY_COLUMNS,
@@ -39,6 +40,7 @@ from rubric_core.experiments import (
 from rubric_core.export import write_csv, write_json
 from rubric_core.models import ModelConfigError
 from rubric_core.offline.demo_dataset import demo_dataset
+from rubric_core.prices import Prices
 from rubric_core.registry import ActiveRegistry
 from rubric_core.settings import ExperimentConfig
 from rubric_core.types import DEFAULT_CONCURRENCY, ERROR_STATUSES, MAX_CONCURRENCY, MAX_REPEATS
@@ -47,7 +49,7 @@ from rubric_core.usage import token_sum
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
-    from rubric_core.experiments import ExperimentResults
+    from rubric_core.experiments import Budget, ExperimentResults
     from rubric_core.http_retry import SharedBackoff
     from rubric_core.store import CellOutcome, DatasetInfo, ExperimentRecord, Store
     from rubric_core.types import ExperimentEvent, ExperimentProgress, ModelResolver
@@ -321,18 +323,22 @@ def wait_experiment_inactive(experiment_id: str, timeout_s: float) -> bool:
 def live_experiment(
     store: Store, experiment_id: str, *, models: ModelResolver, backoff: SharedBackoff,
     concurrency: int = DEFAULT_CONCURRENCY, retry_errors: bool = False,
+    budget: Budget | None = None,
 ) -> Iterator[ExperimentEvent]:
     """`run_experiment`, registered so that `stop_experiment` from another rerun stops it.
 
-    Closing the iterator is Stop too.
+    Closing the iterator is Stop too. ``budget`` (None: the one kept with the experiment, if
+    any) stops it before a cell would spend past it.
 
     Raises:
         RuntimeError: This process is already running (or stopping) the experiment.
+        BudgetError: The budget cannot be enforced (a model of unknown price).
 
     """
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
         yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
-                                  backoff=backoff, retry_errors=retry_errors, stop=stop)
+                                  backoff=backoff, retry_errors=retry_errors, stop=stop,
+                                  budget=budget)
 
 
 def progress_text(event: ExperimentProgress) -> tuple[float, str]:
@@ -488,7 +494,8 @@ def comparison_view(results: ExperimentResults, a: int, b: int) -> ComparisonVie
 # -- downloads ------------------------------------------------------------------------------------
 
 
-def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], bytes]:
+def export_data(store: Store, experiment_id: str, fmt: str,
+                prices: Prices | None = None) -> Callable[[], bytes]:
     """A callable for ``st.download_button(data=...)``: the full experiment as CSV or JSON.
 
     Called only when the button is pressed, on Streamlit's download thread. Rows are streamed
@@ -501,7 +508,7 @@ def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], byte
         writer = write_csv if fmt == "csv" else write_json
         with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024, mode="w+b") as out:
             text = io.TextIOWrapper(out, encoding="utf-8", newline="")
-            writer(export_experiment_rows(store, experiment_id), text, columns)
+            writer(export_experiment_rows(store, experiment_id, prices=prices), text, columns)
             text.flush()
             text.detach()
             out.seek(0)
@@ -510,7 +517,8 @@ def export_data(store: Store, experiment_id: str, fmt: str) -> Callable[[], byte
     return build
 
 
-def summary_csv(store: Store, experiment_id: str) -> Callable[[], str]:
+def summary_csv(store: Store, experiment_id: str,
+                prices: Prices | None = None) -> Callable[[], str]:
     """A callable for ``st.download_button(data=...)``: the summary as formula-safe CSV.
 
     Like `export_data`, read only when the button is pressed.
@@ -518,7 +526,9 @@ def summary_csv(store: Store, experiment_id: str) -> Callable[[], str]:
 
     def build() -> str:
         buf = io.StringIO(newline="")
-        write_csv(summary_rows(experiment_results(store, experiment_id)), buf, SUMMARY_COLUMNS)
+        results = experiment_results(store, experiment_id)
+        costs = experiment_cost(store, prices or Prices(), results.experiment)
+        write_csv(summary_rows(results, costs), buf, SUMMARY_COLUMNS)
         return buf.getvalue()
 
     return build

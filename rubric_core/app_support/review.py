@@ -72,8 +72,16 @@ def page_count(total: int, page_size: int = HISTORY_PAGE_SIZE) -> int:
     return max(1, -(-total // page_size))
 
 
-def history_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
-    """The run index as a table for the history listing."""
+def history_frame(runs: Sequence[RunRecord], costs: Sequence[str] | None = None
+                  ) -> pd.DataFrame:
+    """The run index as a table for the history listing.
+
+    Args:
+        runs: A page of the run index.
+        costs: Each run's cost as text (`rubric_core.app_support.costs.run_list_costs`), for
+            a ``cost`` column after ``status`` (seen without scrolling); none without.
+
+    """
     rows = [
         {
             "created": r.created_at[:19].replace("T", " "), "title": r.title, "status": r.status,
@@ -82,8 +90,12 @@ def history_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         }
         for r in runs
     ]
-    return pd.DataFrame(rows, columns=["created", "title", "status", "worker", "grader",
-                                       "iterations", "duration_s", "run_id"])
+    columns = ["created", "title", "status", "worker", "grader", "iterations", "duration_s",
+               "run_id"]
+    frame = pd.DataFrame(rows, columns=columns)
+    if costs is not None:
+        frame.insert(columns.index("status") + 1, "cost", list(costs))
+    return frame
 
 
 def run_label(record: RunRecord) -> str:

@@ -19,6 +19,8 @@ from rubric_core.store import is_url as is_db_url
 if TYPE_CHECKING:
     import argparse
 
+    from rubric_core.prices import Prices
+
 MAX_TEXT_FILE_BYTES = 1024 * 1024
 """The largest ``@FILE`` (or ``@-`` input) read for a prompt, rubric or system prompt."""
 
@@ -119,6 +121,31 @@ def add_judging_arguments(parser: argparse.ArgumentParser, whose: str) -> None:
     parser.add_argument("--return-best", action="store_const", const=True, default=None,
                         help="at the iteration cap, end with the best attempt's answer "
                         f"instead of the last one{whose}")
+
+
+def add_price_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--price MODEL=IN,CACHED,OUT`` (repeatable): a person's prices for the costs shown."""
+    parser.add_argument(
+        "--price", action="append", default=[], metavar="MODEL=IN,CACHED,OUT",
+        help="US dollars per million input, cached input and output tokens for MODEL (a model "
+        "string, or a bare model id); wins over the bundled price table; repeatable. Costs "
+        "are computed from recorded tokens, so a price applies to past runs too")
+
+
+def prices_from(args: argparse.Namespace) -> Prices:
+    """The prices ``--price`` gives (over the bundled table).
+
+    Raises:
+        UsageError: A ``--price`` that cannot be read, with the shape to write.
+
+    """
+    from rubric_core.prices import PriceError, parse_overrides
+
+    try:
+        return parse_overrides(getattr(args, "price", None) or [])
+    except PriceError as exc:
+        msg = f"--price: {exc}"
+        raise UsageError(msg) from exc
 
 
 def judging(args: argparse.Namespace) -> dict[str, Any]:

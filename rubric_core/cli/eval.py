@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rubric_core.cli._common import (
     UsageError,
     add_judging_arguments,
+    add_price_arguments,
     check_output,
     judging,
+    prices_from,
     text_arg,
 )
 from rubric_core.redact import redact
@@ -25,8 +28,13 @@ from rubric_core.store import default_db_path, shown_location
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Iterable
+
+    import pandas as pd
 
     from rubric_core.datasets import Dataset
+    from rubric_core.experiments.budget import Budget
+    from rubric_core.prices import Prices
     from rubric_core.settings import ExperimentConfig
 
 DESCRIPTION = (
@@ -81,6 +89,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --resume: run again the cells that ended in an error")
     add("--csv", default=None, help="write every pass × criterion as CSV here")
     add("--summary-csv", default=None, help="write the summary table as CSV here")
+    add_price_arguments(parser)
+    add("--max-cost", default=None, metavar="USD",
+        help="a budget in US dollars: no cell starts that would spend past it (what was spent "
+        "plus an estimate per cell); the experiment then stops, resumable. Kept with the "
+        "experiment: --resume continues under it, or under a new --max-cost")
+    add("--allow-unknown-prices", action="store_true",
+        help="with --max-cost: run even when a model has no known price (its calls count $0)")
 
 
 class ProgressPrinter:
@@ -116,6 +131,11 @@ class ProgressPrinter:
         elif event["type"] == "cell_finished" and event["status"] not in ("satisfied",):
             out.write(f"    row {event['row_id']} [{event['config_index']}]: {event['status']}"
                       + (f" — {redact(event['error'])}" if event["error"] else "") + "\n")
+        elif event["type"] == "experiment_finished" and event.get("budget_reached"):
+            from rubric_core.prices import format_dollars
+
+            out.write(f"budget reached: {format_dollars(Decimal(event['spent_usd']))} spent; "
+                      "no further cell starts (resume with --resume and a larger --max-cost)\n")
         elif event["type"] == "experiment_backoff":
             out.write(f"    server answered {event['status_code']}: waiting "
                       f"{event['wait_s']:.2f}s ({event['hits']} so far)\n")
@@ -238,6 +258,47 @@ def _exit_status(rows: list[dict[Any, Any]], args: argparse.Namespace, exp_id: s
     return 1 if low else 0
 
 
+def _budget(args: argparse.Namespace, prices: Prices) -> Budget | None:
+    """``--max-cost`` (with the ``--price`` overrides), or None.
+
+    Raises:
+        UsageError: A bad amount, or --allow-unknown-prices without --max-cost.
+
+    """
+    from rubric_core.experiments.budget import Budget, BudgetError
+
+    if args.max_cost is None:
+        if args.allow_unknown_prices:
+            msg = "--allow-unknown-prices goes with --max-cost USD"
+            raise UsageError(msg)
+        return None
+    try:
+        return Budget.parse(args.max_cost, prices.overrides.values(),
+                            allow_unknown=args.allow_unknown_prices)
+    except BudgetError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _check(configs: Iterable[ExperimentConfig], budget: Budget) -> None:
+    """`check_budget`, as a usage error (exit 2) naming the models without a price."""
+    from rubric_core.experiments.budget import BudgetError, check_budget
+
+    try:
+        check_budget(configs, budget)
+    except BudgetError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _shown(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as printed: dollars as text ("unknown" where a price is unknown)."""
+    from rubric_core.prices import format_dollars
+
+    shown = summary.copy()
+    for column in ("cost_usd", "cost_per_100_rows_usd"):
+        shown[column] = [format_dollars(v) for v in summary[column]]
+    return shown
+
+
 def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     """``eval``: create (or resume) the experiment, run it, print and write its summary.
 
@@ -250,6 +311,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         ValueError: A bound the library refuses (concurrency, repeats, iterations...).
 
     """
+    from rubric_core.costs import experiment_cost
     from rubric_core.experiments import (
         DEFAULT_CONCURRENCY,
         SUMMARY_COLUMNS,
@@ -259,7 +321,9 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         export_experiment_rows,
         summary_rows,
     )
+    from rubric_core.experiments.budget import Budget, estimate_experiment
     from rubric_core.export import write_csv
+    from rubric_core.prices import format_dollars
     from rubric_core.store import Store
     from rubric_core.workers import WorkerPlan, run_with_workers
 
@@ -267,6 +331,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         if path:
             check_output(path)
     _check_arguments(args)
+    prices = prices_from(args)
+    budget = _budget(args, prices)
     plan = WorkerPlan.split(
         workers=args.workers, per_model=model_limits(args.model_limit),
         concurrency=DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency)
@@ -279,9 +345,22 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                 msg = f"no experiment {args.resume!r} in {shown_location(db)}"
                 raise UsageError(msg)
         else:
-            experiment = create_experiment(store, load_dataset(args), configurations(args),
+            configs = configurations(args)
+            if budget is not None:  # refused before anything is stored
+                _check(configs, budget)
+            experiment = create_experiment(store, load_dataset(args), configs,
                                            repeats=args.repeats)
         exp_id = experiment.experiment_id
+        if budget is None and experiment.budget is not None and args.price:
+            # A kept budget is checked with the prices given now as well.
+            budget = Budget.from_dict(experiment.budget).with_overrides(prices.overrides.values())
+        if budget is not None:
+            _check(experiment.configurations, budget)
+            store.set_experiment_budget(exp_id, budget.to_dict())  # every worker reads it
+        estimate = estimate_experiment(store, experiment, budget.prices if budget else prices,
+                                       retry_errors=args.retry_errors)
+        shown_budget = (f", budget {format_dollars(budget.max_usd)}" if budget else "")
+        out.write(f"estimate: {estimate.text()}{shown_budget}\n")
         out.write(f"experiment {exp_id} ({experiment.name}): "
                   f"{len(experiment.configurations)} configuration(s), "
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
@@ -292,16 +371,19 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         for message in failed:
             out.write(message + "\n")
         results = experiment_results(store, exp_id)
-        summary = results.summary()
-        out.write("\n" + redact(summary.to_string(index=False)) + "\n")
+        costs = experiment_cost(store, prices, results.experiment)
+        summary = results.summary(costs)
+        out.write("\n" + redact(_shown(summary).to_string(index=False)) + "\n")
+        out.write(f"cost: {format_dollars(costs.total)} (priced from the recorded tokens; "
+                  "--price overrides win)\n")
         if args.csv:
             with open(args.csv, "w", encoding="utf-8", newline="") as handle:
-                count = write_csv(export_experiment_rows(store, exp_id), handle,
+                count = write_csv(export_experiment_rows(store, exp_id, prices=prices), handle,
                                   export_columns(store, exp_id))
             out.write(f"wrote {count} rows to {args.csv}\n")
         if args.summary_csv:
             with open(args.summary_csv, "w", encoding="utf-8", newline="") as handle:
-                write_csv(summary_rows(results), handle, SUMMARY_COLUMNS)
+                write_csv(summary_rows(results, costs), handle, SUMMARY_COLUMNS)
             out.write(f"wrote the summary to {args.summary_csv}\n")
     finally:
         store.close()

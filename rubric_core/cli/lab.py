@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rubric_core.cli._common import UsageError, check_output, existing_database, text_arg
+from rubric_core.cli._common import (
+    UsageError,
+    add_price_arguments,
+    check_output,
+    existing_database,
+    prices_from,
+    text_arg,
+)
 from rubric_core.redact import redact
 from rubric_core.store import default_db_path, shown_location
 from rubric_core.store import is_url as is_db_url
@@ -46,6 +53,7 @@ RUN_FILTER_KEYS = ("rubric", "model", "status", "text")
 def add_regrade_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``regrade``."""
     add = parser.add_argument
+    add_price_arguments(parser)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--answers", default=None, metavar="FILE|bundled",
                         help="a CSV or JSONL answer file (request, answer, optional id, "
@@ -249,6 +257,7 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
         KeyboardInterrupt: Ctrl-C, after the re-grade was stopped (resumable).
 
     """
+    from rubric_core.costs import regrade_cost
     from rubric_core.export import write_csv, write_json
     from rubric_core.http_retry import SharedBackoff
     from rubric_core.lab import (
@@ -260,6 +269,7 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
         regrade_rows,
         run_regrade,
     )
+    from rubric_core.prices import format_dollars
     from rubric_core.store import Store
     from rubric_core.types import DEFAULT_CONCURRENCY
 
@@ -267,6 +277,7 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
         if path:
             check_output(path)
     _check_arguments(args)
+    prices = prices_from(args)
     db = args.db or default_db_path()
     if args.resume is not None or args.experiment is not None or args.runs is not None or (
             args.answer_set is not None):
@@ -317,6 +328,11 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
                 with open(path, "w", encoding="utf-8", newline="") as handle:
                     count = write(regrade_rows(store, job.job_id), handle, REGRADE_COLUMNS)
                 out.write(f"wrote {count} rows to {path}\n")
+        costs = regrade_cost(store, prices, job)
+        out.write("cost: " + ", ".join(
+            f"[{i}] {format_dollars(c)}" for i, c in enumerate(costs))
+            + " (input priced as uncached: the lab does not record cached tokens; --price "
+            "overrides win)\n")
         counts = store.regrade_counts(job.job_id)
     finally:
         store.close()

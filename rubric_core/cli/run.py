@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rubric_core.cli._common import (
     UsageError,
     add_judging_arguments,
+    add_price_arguments,
     check_output,
     judging,
+    prices_from,
     text_arg,
 )
 from rubric_core.redact import redact
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterator
 
+    from rubric_core.costs import RunCost
+    from rubric_core.prices import Prices
     from rubric_core.runner import RunEvent
     from rubric_core.settings import RunSettings
 
@@ -79,6 +83,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue an interrupted thread")
     parser.add_argument("--quiet", action="store_true",
                         help="do not print the worker's answers")
+    add_price_arguments(parser)
 
 
 def list_examples(args: argparse.Namespace, out: TextIO) -> int:  # noqa: ARG001 - one signature
@@ -188,10 +193,14 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
 def _consume(events: Iterator[RunEvent], out: TextIO, quiet: bool) -> dict[str, Any]:
     """Print events as they come; the ``run_finished`` event (empty if there was none)."""
     final: dict[str, Any] = {}
+    calls: list[Any] = []
     for event in events:
         _print_event(event, out, quiet)
+        if event["type"] in ("evaluation_finished", "run_finished"):
+            calls += event.get("calls") or []
         if event["type"] == "run_finished":
             final = dict(event)
+    final["calls"] = calls
     return final
 
 
@@ -223,6 +232,34 @@ def _run_recorded(args: argparse.Namespace, settings: RunSettings | None, out: T
         store.close()
 
 
+def _cost(args: argparse.Namespace, prices: Prices, settings: RunSettings, run_id: str | None,
+          final: dict[str, Any]) -> RunCost:
+    """The run's cost from its recorded calls (with ``--no-db``: its events' calls)."""
+    from rubric_core.costs import run_cost, usage_of
+
+    iterations = len(final.get("evaluations", []))
+    if run_id is not None:
+        from rubric_core.store import Store
+
+        with Store(args.db) as store:
+            calls = store.call_usage_for_runs([run_id])[run_id]
+    else:
+        calls = usage_of("", final.get("calls") or [])
+    return run_cost(prices, settings, calls, iterations=iterations)
+
+
+def cost_lines(cost: RunCost) -> str:
+    """``cost: $X (worker $W, grader $G)`` and one line of per-pass costs."""
+    from rubric_core.prices import format_dollars as usd
+
+    text = (f"cost: {usd(cost.total)} (worker {usd(cost.worker)}, grader {usd(cost.grader)}; "
+            "priced from the recorded tokens; --price overrides win)\n")
+    if cost.passes:
+        text += "  per pass: " + ", ".join(
+            f"{p.iteration + 1} {usd(p.total)}" for p in cost.passes) + "\n"
+    return text
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``run``: 0 when the rubric is satisfied, 1 when the run ends otherwise.
 
@@ -239,6 +276,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         msg = "--resume needs --thread ID (the run's thread, printed when it ran)"
         raise UsageError(msg)
     settings = None if args.resume else settings_from(args)
+    prices = prices_from(args)
     if args.csv:
         check_output(args.csv)
     run_id: str | None = None
@@ -261,6 +299,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
               f" in {final.get('duration_s', 0):.2f}s (thread {final.get('thread_id')})\n")
     if final.get("error"):
         out.write(f"error: {redact(final['error'])}\n")
+    cost = _cost(args, prices, settings, run_id, final)
+    out.write(cost_lines(cost))
     if run_id is not None:
         out.write(f"recorded as run {run_id[:8]} in {shown_location(args.db)} (the app's Review "
                   f"page lists it when it uses that database: the default, or {DB_ENV_VAR})\n")
@@ -274,6 +314,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                     "worker_model": settings.worker_model,
                     "grader_model": settings.grader_model, "status": status}
         with open(args.csv, "w", encoding="utf-8", newline="") as handle:
-            count = write_csv(export_rows([(run_info, final.get("evaluations", []))]), handle)
+            count = write_csv(export_rows([(run_info, final.get("evaluations", []))],
+                                          costs=lambda _run: cost), handle)
         out.write(f"wrote {count} rows to {args.csv}\n")
     return 0 if status == "satisfied" else 1

@@ -19,6 +19,12 @@ status sets (`ENDED_STATUSES`, `ERROR_STATUSES`) are `rubric_core.types`'s.
 
 from __future__ import annotations
 
+from rubric_core.experiments.budget import (
+    Budget,
+    BudgetError,
+    estimate_experiment,
+    estimate_new,
+)
 from rubric_core.experiments.create import create_experiment, retry_cell
 from rubric_core.experiments.export import export_columns, export_experiment_rows, summary_rows
 from rubric_core.experiments.results import (
@@ -48,10 +54,14 @@ __all__ = [
     "MAX_REPEATS",
     "RETRY_STATUS_CODES",
     "SUMMARY_COLUMNS",
+    "Budget",
+    "BudgetError",
     "ExperimentResults",
     "SharedBackoff",
     "check_limits",
     "create_experiment",
+    "estimate_experiment",
+    "estimate_new",
     "experiment_models",
     "experiment_results",
     "export_columns",

@@ -22,15 +22,18 @@ from rubric_core.usage import token_sum
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from rubric_core.costs import ExperimentCost
     from rubric_core.store import CellOutcome, ExperimentRecord, PassVerdicts, Store
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "config_index", "configuration", "worker_model", "grader_model", "cells", "done",
     "satisfied_pct", "first_pass_satisfied_pct", "mean_passes", "errors", "input_tokens",
-    "output_tokens", "mean_duration_s", "cached_input_tokens",
+    "output_tokens", "mean_duration_s", "cached_input_tokens", "cost_usd",
+    "cost_per_100_rows_usd",
 )
 """Columns of `ExperimentResults.summary`, in order (``cached_input_tokens``, the grader's
-input tokens read from a prompt cache, came last, after the others were published)."""
+input tokens read from a prompt cache, came after the others were published, and the costs
+after it: `rubric_core.costs`, empty when unknown or read without prices)."""
 
 CRITERIA_COLUMNS: tuple[str, ...] = (
     "config_index", "criterion", "cells", "first_pass_rate", "final_pass_rate",
@@ -104,8 +107,13 @@ class ExperimentResults:
         """Cells whose run ended (in `ENDED_STATUSES`)."""
         return sum(c.status in ENDED_STATUSES for c in self.cells)
 
-    def summary(self) -> pd.DataFrame:
+    def summary(self, costs: ExperimentCost | None = None) -> pd.DataFrame:
         """Per configuration (`SUMMARY_COLUMNS`); percentages over the cells that ended.
+
+        Args:
+            costs: The experiment's costs (`rubric_core.costs.experiment_cost`), for the
+                ``cost_usd`` and ``cost_per_100_rows_usd`` columns (Decimal, None when
+                unknown); empty without.
 
         Raises:
             ValueError: The results were read without their verdicts.
@@ -126,6 +134,8 @@ class ExperimentResults:
             "mean_duration_s": (round(sum(t.durations) / len(t.durations), 3)
                                 if t.durations else None),
             "cached_input_tokens": t.cached_input_tokens,
+            "cost_usd": None if costs is None else costs.configs[index].total,
+            "cost_per_100_rows_usd": None if costs is None else costs.configs[index].per_100_rows,
         } for (index, config), t in zip(enumerate(self.experiment.configurations), tallies,
                                         strict=True)]
         return pd.DataFrame.from_records(records, columns=list(SUMMARY_COLUMNS))

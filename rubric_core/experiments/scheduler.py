@@ -31,6 +31,12 @@
   their own threads (`rubric_core.session.aresume`). A cell whose run ended is never run again;
   one that ended ``error`` or ``grader_error`` runs again only when asked (`retry_errors`, or
   `rubric_core.experiments.create.retry_cell` for one cell).
+- A budget (`rubric_core.experiments.budget`): before a claimed cell starts, `BudgetGuard`
+  checks that what was spent plus the estimates of the cells in flight and of this one stay
+  within it (a query per cell that ends, never one over every cell); when not, the cell is
+  released unstarted, no further cell starts, the cells in flight finish and the experiment
+  ends ``stopped`` with ``budget_reached`` set, resumable like a Stop. The budget is kept with
+  the experiment, so a Resume (and every worker process) continues under it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import TYPE_CHECKING
 from rubric_core import session
 from rubric_core.background import drive
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
+from rubric_core.experiments.budget import Budget, BudgetGuard
 from rubric_core.experiments.create import require_experiment
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.http_retry import SharedBackoff
@@ -134,6 +141,7 @@ def run_experiment(
     backoff: SharedBackoff | None = None,
     retry_errors: bool = False,
     stop: threading.Event | None = None,
+    budget: Budget | None = None,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
 
@@ -152,6 +160,9 @@ def run_experiment(
         retry_errors: Also run again the cells that ended ``error`` (continuing their
             threads) or ``grader_error`` (on a fresh thread).
         stop: Set it (from any thread) to stop, like closing the iterator.
+        budget: Start no cell that would spend past it (`rubric_core.experiments.budget`);
+            kept with the experiment for later Resumes. Without: the budget kept with it, if
+            any.
 
     Yields:
         ``experiment_progress`` for every configuration at the start and after each cell,
@@ -160,17 +171,24 @@ def run_experiment(
     Raises:
         KeyError: No such experiment.
         ValueError: A bad concurrency or per-model limit.
+        BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
+    guard = None
+    if budget is None and experiment.budget is not None:
+        budget = Budget.from_dict(experiment.budget)
+    if budget is not None:
+        guard = BudgetGuard(store, experiment, budget)  # refuses unknown prices first
+        store.set_experiment_budget(experiment_id, budget.to_dict())
     backoff = backoff or SharedBackoff()
     models = models or experiment_models(backoff)
     stop = stop or threading.Event()
     events: queue.Queue[ExperimentEvent | None] = queue.Queue()
 
     driver = _Driver(store, experiment, models, stop, events, concurrency, per_model or {},
-                     retry_errors)
+                     retry_errors, guard)
     yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
 
@@ -199,8 +217,11 @@ class _Driver:
 
     def __init__(self, store: Store, experiment: ExperimentRecord, models: ModelResolver,
                  stop: threading.Event, events: queue.Queue[ExperimentEvent | None],
-                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool) -> None:
+                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool,
+                 guard: BudgetGuard | None = None) -> None:
         self.store, self.experiment, self.models, self.stop = store, experiment, models, stop
+        self.guard = guard
+        """The budget's check before each cell (None: no budget)."""
         self.events, self.concurrency = events, concurrency
         self.retry_errors = retry_errors
         self.model_limits = {m: asyncio.Semaphore(n) for m, n in per_model.items()}
@@ -240,6 +261,9 @@ class _Driver:
                 "type": "experiment_finished", "experiment_id": self.experiment.experiment_id,
                 "status": "finished" if status == "finished" else "stopped",
                 "duration_s": round(time.monotonic() - self.started, 3)}
+            if self.guard is not None:
+                finished["budget_reached"] = self.guard.reached
+                finished["spent_usd"] = str(self.guard.spent)
             self.events.put(finished)
             self.events.put(None)
 
@@ -310,13 +334,18 @@ class _Driver:
         exp_id = self.experiment.experiment_id
         # A slot is one request in flight: grader repeats wait for each other (this task only).
         REPEATS_IN_SEQUENCE.set(True)
-        while not self.stop.is_set() and self.left:
+        while not self.stop.is_set() and self.left and not self._over_budget():
             cell = await self.store.acall(self._claim)
             if cell is None:  # the rest are leased by other workers: wait for them or their expiry
                 await self._count_ended_elsewhere()
                 if self.left:
                     await asyncio.sleep(_CLAIM_POLL_S)
                 continue
+            if self.guard is not None and not self.guard.admit(cell.key):
+                with contextlib.suppress(StoreError):  # unstarted: left for a Resume
+                    await self.store.acall(self.store.release_cell, exp_id, cell.key,
+                                            self.owner)
+                break
             self.left.pop(cell.key, None)
             lost = self.held[cell.key] = threading.Event()
             try:
@@ -326,6 +355,9 @@ class _Driver:
                 with contextlib.suppress(StoreError):
                     await self.store.acall(self.store.release_cell, exp_id, cell.key,
                                             self.owner)
+
+    def _over_budget(self) -> bool:
+        return self.guard is not None and self.guard.reached
 
     async def _watch_elsewhere(self) -> None:
         """Count, as they end, the cells other workers run, so progress covers theirs too.
@@ -360,8 +392,20 @@ class _Driver:
             for name in names:  # always in the same order, so no two cells deadlock
                 await stack.enter_async_context(self.model_limits[name])
             if self.stop.is_set():
+                if self.guard is not None:
+                    self.guard.release(cell.key)
                 return
-            status, run_id, error = await self._run_cell(cell, self._settings(cell, row), lost)
+            try:
+                status, run_id, error = await self._run_cell(cell, self._settings(cell, row),
+                                                             lost)
+            except BaseException:
+                if self.guard is not None:
+                    self.guard.release(cell.key)
+                raise
+        if self.guard is not None:
+            calls = [] if run_id is None else (
+                await self.store.acall(self.store.call_usage_for_runs, [run_id]))[run_id]
+            self.guard.ended_cell(cell.key, run_id, calls, status in ENDED_STATUSES)
         if status in ENDED_STATUSES:
             self.tallies[cell.config_index].add(status)
             self.finished_here += 1

@@ -19,6 +19,7 @@ from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
     AnswerItem,
     AnswerSetInfo,
+    CallUsage,
     CellOutcome,
     CellRecord,
     DatasetInfo,
@@ -51,6 +52,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AnswerItem",
     "AnswerSetInfo",
+    "CallUsage",
     "CellOutcome",
     "CellRecord",
     "DatasetInfo",

@@ -19,7 +19,8 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.store._core import CHUNK
-from rubric_core.store._records import named_rows
+from rubric_core.store._experiments import LATEST_RUN
+from rubric_core.store._records import CALL_USAGE_COLUMNS, CallUsage, named_rows
 from rubric_core.store._runs import RunStore
 from rubric_core.types import CALL_CONTENT_BUDGET_CHARS, MAX_CALLS_PER_RUN
 
@@ -121,4 +122,44 @@ class CallStore(RunStore):
                     "ORDER BY run_id, seq", chunk))
                 for row in rows:
                     out[row["run_id"]].append(_call_from_row(row))
+        return out
+
+    def call_usage_for_runs(self, run_ids: Iterable[str]) -> dict[str, list[CallUsage]]:
+        """The numbers of many runs' calls (no messages or replies), for pricing.
+
+        Returns:
+            Every requested id mapped to its calls in record order.
+
+        """
+        out: dict[str, list[CallUsage]] = {rid: [] for rid in run_ids}
+        ids = list(out)
+        columns = ", ".join(CALL_USAGE_COLUMNS)
+        with self._connect() as conn:
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start : start + CHUNK]
+                cursor = conn.execute(
+                    f"SELECT {columns} FROM model_calls WHERE run_id IN "
+                    f"({', '.join('?' * len(chunk))}) ORDER BY run_id, seq", chunk)
+                for row in cursor:
+                    call = CallUsage(*row)
+                    out[call.run_id].append(call)
+        return out
+
+    def experiment_call_usage(self, experiment_id: str) -> dict[str, list[CallUsage]]:
+        """The numbers of the calls of an experiment's cells' runs (each cell's latest run).
+
+        Returns:
+            Run id → its calls in record order, for the runs that recorded any.
+
+        """
+        columns = ", ".join(f"m.{c}" for c in CALL_USAGE_COLUMNS)
+        out: dict[str, list[CallUsage]] = {}
+        with self._connect() as conn:
+            cursor = conn.execute(
+                f"SELECT {columns} FROM experiment_cells c JOIN runs r ON r.rowid = "
+                f"({LATEST_RUN}) JOIN model_calls m ON m.run_id = r.run_id "
+                "WHERE c.experiment_id = ? ORDER BY c.seq, m.seq", (experiment_id,))
+            for row in cursor:
+                call = CallUsage(*row)
+                out.setdefault(call.run_id, []).append(call)
         return out

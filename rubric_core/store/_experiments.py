@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data, secret_values
 from rubric_core.store._core import NO_LIMIT, StoreCore
@@ -118,6 +118,21 @@ class ExperimentStore(StoreCore):
                 (NO_LIMIT if limit is None else limit,),
             ))
         return [experiment_from_row(row) for row in rows]
+
+    def set_experiment_budget(self, experiment_id: str, budget: dict[str, Any] | None) -> None:
+        """Keep (or with None, clear) the budget an experiment runs under, as JSON.
+
+        Raises:
+            KeyError: No such experiment.
+
+        """
+        text = None if budget is None else json.dumps(budget, sort_keys=True)
+        with self._connect(write=True) as conn:
+            changed = conn.execute("UPDATE experiments SET budget_json = ? WHERE "
+                                   "experiment_id = ?", (text, experiment_id)).rowcount
+        if not changed:
+            msg = f"no experiment {experiment_id!r}"
+            raise KeyError(msg)
 
     def set_experiment_status(self, experiment_id: str, status: str) -> None:
         """Set an experiment's lifecycle status (`rubric_core.types.EXPERIMENT_STATUSES`)."""

@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     from rubric_core.types import CriterionLabel, CriterionVerdict, RubricEvaluation
 
 __all__ = [
+    "CALL_USAGE_COLUMNS",
     "EVALUATION_COLUMNS",
     "RUN_COLUMNS",
     "AnswerItem",
     "AnswerSetInfo",
+    "CallUsage",
     "CellOutcome",
     "CellRecord",
     "DatasetInfo",
@@ -222,6 +224,9 @@ class ExperimentRecord:
     """ISO 8601 UTC timestamp of creation."""
     updated_at: str
     """ISO 8601 UTC timestamp of the last status change."""
+    budget: dict[str, Any] | None = None
+    """The budget its last Start or Resume gave (`rubric_core.experiments.budget.Budget`'s
+    JSON form), or None."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -300,6 +305,36 @@ class CellOutcome(NamedTuple):
 
 
 # -- rows -> records ------------------------------------------------------------------------------
+
+
+class CallUsage(NamedTuple):
+    """A model call's numbers only, as costs read them (`Store.call_usage_for_runs`).
+
+    No messages or reply are read: pricing the calls of a thousand runs reads a few columns.
+    """
+
+    run_id: str
+    """The run the call was made for."""
+    role: str
+    """``worker`` or ``grader`` (`rubric_core.types.CallRole`)."""
+    iteration: int
+    """0-based grader pass the call belongs to."""
+    status: str
+    """``ok`` or ``error``."""
+    started_at: str
+    """ISO 8601 UTC time the call started (prices change over time)."""
+    input_tokens: int | None
+    """Input tokens, cached ones included (None when not reported)."""
+    cached_input_tokens: int | None
+    """Of those, read from the provider's prompt cache."""
+    cache_creation_tokens: int | None
+    """Of those, written to the provider's prompt cache."""
+    output_tokens: int | None
+    """Output tokens (None when not reported)."""
+
+
+CALL_USAGE_COLUMNS = CallUsage._fields
+"""`CallUsage`'s columns of ``model_calls``, in field order."""
 
 
 def named_rows(cursor: Any) -> list[dict[str, Any]]:
@@ -406,7 +441,16 @@ def experiment_from_row(row: Any) -> ExperimentRecord:
         dataset_version=int(row["dataset_version"]), configurations=configs,
         repeats=int(row["repeats"]), status=row["status"], created_at=row["created_at"],
         updated_at=row["updated_at"],
+        budget=json.loads(row["budget_json"]) if _has(row, "budget_json") else None,
     )
+
+
+def _has(row: Any, column: str) -> bool:
+    """Whether ``row`` has a non-NULL ``column`` (a row read before it existed has none)."""
+    try:
+        return row[column] is not None
+    except (IndexError, KeyError):
+        return False
 
 
 def cell_from_row(row: Any, experiment_id: str, observed_at: str | None = None) -> CellRecord:

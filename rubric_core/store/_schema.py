@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -48,6 +48,8 @@ a run, worker and grader, with its bounded messages, reply, tokens and latency:
 `rubric_core.store._calls`) and the runs' ``cached_input_tokens`` (the grader's input tokens
 read from a prompt cache, summed over the run's passes; NULL in upgraded rows). Version 10
 added ``drafts`` (the app's unsent forms, kept across a reload under a random id; never a key).
+Version 11 added the experiments' ``budget_json`` (the budget a Start or Resume gave, with the
+price overrides it was checked with: `rubric_core.experiments.budget`; NULL when none).
 """
 
 APP_ID = "rubric-studio"
@@ -217,6 +219,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
              "owner": "TEXT", "cached_input_tokens": "INTEGER"},
     "rubric_versions": {"settings_json": "TEXT"},
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
+    "experiments": {"budget_json": "TEXT"},
     "evaluations": {"extra_json": "TEXT"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
