@@ -26,6 +26,7 @@ from browser_support import (
     streamlit_server,
     wait_idle,
 )
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect, sync_playwright
 
 from rubric_core import session
@@ -116,8 +117,17 @@ def test_a_run_made_on_one_server_is_reviewed_on_the_other(
     picker = open_review(page_b)
     expect(picker).to_have_value(re.compile(first.run_id[:8]))
     page_b.get_by_text("1 run(s) match").wait_for()
-    page_b.get_by_role("tab", name="Side by side").click()
-    page_b.get_by_text("Before").first.wait_for()
+    wait_idle(page_b)
+    # A click that lands while a rerun redraws the tabs is lost: click again, at most 3 times.
+    for attempt in range(3):
+        page_b.get_by_role("tab", name="Side by side").click()
+        try:
+            page_b.get_by_text("Before").first.wait_for(timeout=10_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            wait_idle(page_b)
     wait_idle(page_b)
     shot(page_b, "33-server-b-reviews-a-run")
 
