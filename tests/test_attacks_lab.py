@@ -7,8 +7,10 @@ whether a hostile file is refused whole with its row and column named.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -28,7 +30,6 @@ from rubric_core.store import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 KEY = "sk-proj-" + "Q" * 40
 KEY_BYTES = b"Q" * 30
@@ -231,3 +232,21 @@ def test_a_multi_gigabyte_sparse_file_is_refused_before_it_is_read(tmp_path: Pat
         read_answers_file(big)
     assert time.perf_counter() - started < 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50_000  # KB
+
+
+@pytest.mark.parametrize("concurrency", ["0", "1000"])
+def test_a_bad_concurrency_stores_no_regrade_job(tmp_path: Path, concurrency: str) -> None:
+    # Refused with exit 2 as before, but the job (and the imported set) used to be stored first.
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "db.sqlite3"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rubric_core", "regrade", "--answers", "bundled", "--rubric",
+         "- The answer mentions sunlight", "--grader", "rules", "--concurrency", concurrency,
+         "--db", str(db)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "concurrency must be from 1 to 64" in proc.stderr
+    if db.exists():
+        with Store(db) as store:
+            assert store.list_regrade_jobs() == []

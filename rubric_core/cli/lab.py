@@ -258,6 +258,7 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
 
     """
     from rubric_core.costs import regrade_cost
+    from rubric_core.experiments import check_limits
     from rubric_core.export import write_csv, write_json
     from rubric_core.http_retry import SharedBackoff
     from rubric_core.lab import (
@@ -277,6 +278,8 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
         if path:
             check_output(path)
     _check_arguments(args)
+    if args.concurrency is not None:
+        check_limits(args.concurrency)  # before anything is stored: no job left behind
     prices = prices_from(args)
     db = args.db or default_db_path()
     if args.resume is not None or args.experiment is not None or args.runs is not None or (
