@@ -35,6 +35,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.models import parse_model_spec
+from rubric_core.redact import redact
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -90,6 +91,11 @@ class PriceOverride:
         if not sep or not model or len(parts) != 3:
             msg = (f"price {text!r} is not MODEL=IN,CACHED,OUT (US dollars per million tokens, "
                    "e.g. openai:gpt-4.1-mini=0.40,0.10,1.60)")
+            raise PriceError(msg)
+        if redact(model) != model:
+            # A model name is stored with a budget and shown: one holding a key is refused.
+            msg = (f"price {redact(text)!r}: the model name holds an API key or a secret (or "
+                   "text shaped like one); give the model string, e.g. openai:gpt-4.1-mini")
             raise PriceError(msg)
         values = [_dollars(p, model) for p in parts]
         return cls(model, *values)

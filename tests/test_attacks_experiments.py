@@ -66,3 +66,14 @@ def test_keys_in_configuration_files_are_never_stored_or_exported(tmp_path: Path
         assert secret.encode() not in exported
         assert secret not in proc.stdout + proc.stderr
     assert b"[redacted]" in stored  # scrubbed, not dropped: the rubric keeps its criteria
+
+
+def test_a_key_given_as_a_priced_model_is_refused_and_never_stored(tmp_path: Path) -> None:
+    # Attack: the budget and its prices are stored with the experiment; a model name holding a
+    # key went into experiments.budget_json as typed.
+    (tmp_path / "d.csv").write_text("prompt\nWrite a haiku about spring\n", encoding="utf-8")
+    proc = _eval(tmp_path, "--dataset", "d.csv", "--rubric", "- The poem has three lines",
+                 "--price", f"{KEY}=1,1,1", "--max-cost", "5")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "holds an API key" in proc.stderr and KEY not in proc.stdout + proc.stderr
+    assert KEY.encode() not in _stored_bytes(tmp_path)

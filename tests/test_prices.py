@@ -89,3 +89,11 @@ def test_pricing_never_touches_the_network(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
     assert Prices().cost("anthropic:claude-haiku-4-5", CALL) is not None
+
+
+def test_a_key_shaped_model_name_in_a_price_is_refused_and_never_echoed() -> None:
+    # Attack: `eval --price sk-proj-…=1,1,1 --max-cost 5` stored the key with the budget.
+    key = "sk-proj-" + "Zq7Xw2Lm" * 5
+    with pytest.raises(PriceError, match="holds an API key") as info:
+        PriceOverride.parse(f"{key}=1,1,1")
+    assert key not in str(info.value)

@@ -126,7 +126,8 @@ class ExperimentStore(StoreCore):
             KeyError: No such experiment.
 
         """
-        text = None if budget is None else json.dumps(budget, sort_keys=True)
+        # Scrubbed like every text the store keeps (a model name in a price is the person's).
+        text = None if budget is None else json.dumps(redact_data(budget), sort_keys=True)
         with self._connect(write=True) as conn:
             changed = conn.execute("UPDATE experiments SET budget_json = ? WHERE "
                                    "experiment_id = ?", (text, experiment_id)).rowcount
