@@ -315,3 +315,24 @@ def test_a_json_export_writes_dollars_as_numbers() -> None:
     row[-2] = Decimal("0.0125")
     write_json([row], out)
     assert json.loads(out.getvalue())[0]["pass_cost_usd"] == 0.0125
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param("1,000.50", "1000.50", id="thousands_in_groups_of_three"),
+    pytest.param("$2.50", "2.50", id="a_dollar_sign"),
+])
+def test_a_budget_reads_dollars(text: str, expected: str) -> None:
+    from decimal import Decimal
+
+    from rubric_core.experiments.budget import Budget
+
+    assert Budget.parse(text).max_usd == Decimal(expected)
+
+
+@pytest.mark.parametrize("text", ["5,00", "12,34,567", "1,0000"])
+def test_an_ambiguous_comma_in_a_budget_is_refused_not_read_as_hundreds(text: str) -> None:
+    # Attack: --max-cost 5,00 (five dollars in much of the world) ran with a $500 budget.
+    from rubric_core.experiments.budget import Budget, BudgetError
+
+    with pytest.raises(BudgetError, match="write cents after a point"):
+        Budget.parse(text)

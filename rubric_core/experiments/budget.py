@@ -25,6 +25,7 @@ unknown price count $0 toward the budget, and the budget holds only for the pric
 from __future__ import annotations
 
 import dataclasses
+import re
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,9 @@ TYPICAL_GRADER_CALL = Usage(input_tokens=4_000, cached_input_tokens=0, cache_cre
 in, a verdict per criterion out; nothing read from a prompt cache."""
 
 _MAX_BUDGET = Decimal(1_000_000)
+
+
+_THOUSANDS = re.compile(r"\d{1,3}(,\d{3})+(\.\d+)?")
 
 
 class BudgetError(ValueError):
@@ -80,8 +84,14 @@ class Budget:
             BudgetError: Not a number of dollars above 0.
 
         """
+        number = str(text).strip().removeprefix("$")
+        if "," in number and not _THOUSANDS.fullmatch(number):
+            # "5,00" is five dollars to some and five hundred to others: say which it is.
+            msg = (f"--max-cost {text!r}: write cents after a point (5.00) and thousands with "
+                   "commas only in groups of three (1,000.00), or no commas at all")
+            raise BudgetError(msg)
         try:
-            value = Decimal(str(text).strip().removeprefix("$").replace(",", ""))
+            value = Decimal(number.replace(",", ""))
         except InvalidOperation:
             value = Decimal("NaN")
         if not value.is_finite():
