@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._calls_view import draw_calls
 from rubric_core import app_support as sup
 from rubric_core import session
 from rubric_core.costs import store_costs
@@ -44,28 +45,6 @@ def open_run(run_id: str) -> None:
 def show_messages(messages: list[sup.UiMessage]) -> None:
     for message in messages:
         getattr(st, message.level)(message.text)
-
-
-def draw_calls(run_id: str) -> None:
-    """The Calls view: the run's model calls per pass, and one call's messages and reply."""
-    calls = store.calls(run_id)
-    st.caption(sup.calls_summary(calls))
-    if not calls:
-        return
-    st.dataframe(sup.calls_frame(calls).rename(columns=sup.CALL_HEADERS), hide_index=True,
-                 width="stretch", key="review_calls")
-    index = st.selectbox("Call", range(len(calls)), key=f"review_call_{run_id}",
-                         format_func=lambda i: sup.call_label(calls, i))
-    detail = sup.call_detail(calls[index])
-    st.caption(detail.facts)
-    for note in detail.notes:
-        st.info(note)
-    for message in detail.messages:
-        st.markdown(f"**{message.heading}**")
-        st.text(message.text)
-    if detail.reply is not None:
-        st.markdown(f"**Reply · {detail.reply.heading}**")
-        st.text(detail.reply.text)
 
 
 def side_by_side(label_a: str, ev_a: dict, label_b: str, ev_b: dict,
@@ -178,7 +157,7 @@ for i, answer in enumerate(sup.shown_answers(evaluations)):
  export_tab, calls_tab) = st.tabs(["Iterations", "Heatmap", "Side by side", "Labels",
                                    "Agreement", "Loop analytics", "Export", "Calls"])
 with calls_tab:
-    draw_calls(run_id)
+    draw_calls(store, run_id, key="review")
 with table_tab:
     table = sup.iteration_table(evaluations, grader_model=record.grader_model,
                                 tool_names=record.grader_tools or ())

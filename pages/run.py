@@ -7,6 +7,7 @@ from contextlib import closing
 
 import streamlit as st
 
+from pages._calls_view import draw_calls
 from rubric_core import app_support as sup
 from rubric_core import redact, session
 from rubric_core.models import ModelConfigError
@@ -78,29 +79,7 @@ def show_result(run_id: str) -> None:
             st.markdown(sup.answer_heading(answer, first=i == 0))
             st.markdown(sup.answer_markdown(answer.text))
     with st.expander("Calls: every model call of this run"):
-        draw_calls(run_id)
-
-
-def draw_calls(run_id: str) -> None:
-    """The Calls view: the run's model calls per pass, and one call's messages and reply."""
-    calls = store.calls(run_id)
-    st.caption(sup.calls_summary(calls))
-    if not calls:
-        return
-    st.dataframe(sup.calls_frame(calls).rename(columns=sup.CALL_HEADERS), hide_index=True,
-                 width="stretch", key="run_calls")
-    index = st.selectbox("Call", range(len(calls)), key=f"run_call_{run_id}",
-                         format_func=lambda i: sup.call_label(calls, i))
-    detail = sup.call_detail(calls[index])
-    st.caption(detail.facts)
-    for note in detail.notes:
-        st.info(note)
-    for message in detail.messages:
-        st.markdown(f"**{message.heading}**")
-        st.text(message.text)
-    if detail.reply is not None:
-        st.markdown(f"**Reply · {detail.reply.heading}**")
-        st.text(detail.reply.text)
+        draw_calls(store, run_id, key="run")
 
 
 def live(run: session.Session) -> None:
