@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from rubric_core.redact import redact
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 MAX_DATASET_BYTES = 20 * 1024 * 1024
 """The largest dataset file accepted."""
@@ -147,15 +147,39 @@ def read_dataset_file(
 
     """
     file = Path(path)
-    with file.open("rb") as handle:
+    data = read_limited(file, _too_big)
+    fmt: DatasetFormat | None = "jsonl" if is_jsonl_name(file) else None
+    return parse_dataset(data, name=name or file.stem, fmt=fmt, template=template)
+
+
+def read_limited(path: str | os.PathLike[str],
+                 too_big: Callable[..., Exception]) -> bytes:
+    """A file's bytes, refused by its size before it is read, never more than the limit read.
+
+    Datasets and answer files (`rubric_core.lab.answers`) both read through it.
+
+    Args:
+        path: The file.
+        too_big: Builds the error for a file over `MAX_DATASET_BYTES`: called with its size,
+            and ``at_least=True`` when the file grew past the limit while it was read.
+
+    Raises:
+        OSError: The file cannot be opened.
+
+    """
+    with Path(path).open("rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > MAX_DATASET_BYTES:
-            raise _too_big(size)
+            raise too_big(size)
         data = handle.read(MAX_DATASET_BYTES + 1)  # a file that grew since fstat stops here
     if len(data) > MAX_DATASET_BYTES:
-        raise _too_big(len(data), at_least=True)
-    fmt: DatasetFormat | None = "jsonl" if file.suffix.lower() in (".jsonl", ".ndjson") else None
-    return parse_dataset(data, name=name or file.stem, fmt=fmt, template=template)
+        raise too_big(len(data), at_least=True)
+    return data
+
+
+def is_jsonl_name(path: str | os.PathLike[str]) -> bool:
+    """Whether a file's name says JSONL (``.jsonl``, ``.ndjson``); anything else is read as CSV."""
+    return Path(path).suffix.lower() in (".jsonl", ".ndjson")
 
 
 def sniff_format(text: str) -> DatasetFormat:

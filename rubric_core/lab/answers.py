@@ -29,7 +29,6 @@ import csv
 import dataclasses
 import io
 import json
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +41,8 @@ from rubric_core.datasets import (
     DuplicateKeyError,
     check_column_names,
     has_control_chars,
+    is_jsonl_name,
+    read_limited,
     sniff_format,
     unique_keys,
 )
@@ -51,6 +52,7 @@ from rubric_core.store import AnswerItem, ItemLabel
 from rubric_core.types import LABELLER_CHAR_LIMIT
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Iterable, Iterator, Sequence
 
     from rubric_core.store import RunRecord, Store
@@ -112,19 +114,13 @@ def read_answers_file(path: str | os.PathLike[str], *, name: str | None = None,
 
     """
     file = Path(path)
-    with file.open("rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > MAX_DATASET_BYTES:
-            raise _too_big(size)
-        data = handle.read(MAX_DATASET_BYTES + 1)  # a file that grew since fstat stops here
-    if len(data) > MAX_DATASET_BYTES:
-        raise _too_big(len(data))
-    jsonl = file.suffix.lower() in (".jsonl", ".ndjson")
-    return parse_answers(data, name=name or file.stem, fmt="jsonl" if jsonl else None,
-                         labeller=labeller)
+    data = read_limited(file, _too_big)
+    return parse_answers(data, name=name or file.stem,
+                         fmt="jsonl" if is_jsonl_name(file) else None, labeller=labeller)
 
 
-def _too_big(size: int) -> AnswerSetError:
+def _too_big(size: int, *, at_least: bool = True) -> AnswerSetError:
+    del at_least  # the message always says "at least"
     shown = f"{size / 1024 / 1024:,.1f} MB"
     return AnswerSetError(f"the answer file is at least {shown}; the limit is "
                           f"{MAX_DATASET_BYTES // 1024 // 1024} MB. Split it into smaller sets.")
