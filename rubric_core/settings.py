@@ -297,6 +297,20 @@ class ConfigSyntaxError(ValueError):
     """
 
 
+def check_known_fields(cls: Any, data: Mapping[str, Any], what: str) -> None:
+    """Refuse keys of ``data`` that are not fields of the dataclass ``cls``.
+
+    Raises:
+        ValueError: Unknown keys, named with the known ones (``what`` names the record).
+
+    """
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        msg = f"unknown {what} setting(s) {unknown}; known: {sorted(known)}"
+        raise ValueError(msg)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExperimentConfig:
     """One configuration of an experiment: the models, rubric and prompts every row runs with.
@@ -392,11 +406,7 @@ class ExperimentConfig:
             ValueError: Unknown keys.
 
         """
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            msg = f"unknown configuration setting(s) {unknown}; known: {sorted(known)}"
-            raise ValueError(msg)
+        check_known_fields(cls, data, "configuration")
         return cls(**data)
 
     @classmethod

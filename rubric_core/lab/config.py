@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rubric_core.rubric import normalize_name, parse_criteria, validate_rubric
-from rubric_core.settings import validate_judging
+from rubric_core.settings import check_known_fields, validate_judging
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,9 +125,5 @@ class GraderConfig:
             ValueError: Unknown keys.
 
         """
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            msg = f"unknown grader configuration setting(s) {unknown}; known: {sorted(known)}"
-            raise ValueError(msg)
+        check_known_fields(cls, data, "grader configuration")
         return cls(**data)
