@@ -154,3 +154,25 @@ def choose(page: Any, key: str, label: str) -> None:
     box.click()
     page.get_by_role("option", name=label).click()
     expect(box).to_have_value(label)
+
+
+def open_tab(page: Any, name: str) -> Any:
+    """Select the tab called `name` and return its panel.
+
+    A click sent while Streamlit re-draws the page can be lost on a loaded machine, so the click
+    is repeated until the tab says it is selected. Look for text through the returned panel: the
+    same text can stand, hidden, in another tab's panel too.
+    """
+    from playwright.sync_api import expect
+
+    tab = page.get_by_role("tab", name=name, exact=True)
+    for attempt in range(5):
+        wait_idle(page)
+        tab.click()
+        try:
+            expect(tab).to_have_attribute("aria-selected", "true", timeout=5_000)
+            break
+        except AssertionError:
+            if attempt == 4:
+                raise
+    return page.get_by_role("tabpanel", name=name, exact=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, TIMEOUT_MS, app_in_browser, choose, shot, wait_idle
+from browser_support import ARTIFACTS, TIMEOUT_MS, app_in_browser, choose, open_tab, shot, wait_idle
 from playwright.sync_api import expect
 
 from rubric_core.export import EXPORT_COLUMNS, restore_cell
@@ -70,9 +70,9 @@ def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
     page.get_by_role("tab", name="Iterations").wait_for()
     wait_idle(page)
     shot(page, "05-review")
-    page.get_by_role("tab", name="Side by side").click()
+    open_tab(page, "Side by side")
     shot(page, "06-side-by-side")
-    page.get_by_role("tab", name="Export").click()
+    open_tab(page, "Export")
     page.locator(".st-key-download_run_csv button").wait_for()
     with page.expect_download() as info:
         page.locator(".st-key-download_run_csv button").click()
@@ -160,7 +160,7 @@ def test_history_row_opens_a_run_and_labels_feed_agreement(app_page: tuple[Any, 
     shot(page, "12-history-row-opened")
 
     # Label a verdict; Agreement counts it; Loop analytics draws its chart.
-    page.get_by_role("tab", name="Labels").click()
+    open_tab(page, "Labels")
     page.locator(".st-key-labeller input").fill("browser-person")
     page.locator(".st-key-labeller input").press("Enter")
     wait_idle(page)
@@ -169,10 +169,10 @@ def test_history_row_opens_a_run_and_labels_feed_agreement(app_page: tuple[Any, 
     page.locator(".st-key-save_label button").click()
     page.get_by_text("browser-person disagrees").wait_for()
     shot(page, "13-labelled")
-    page.get_by_role("tab", name="Agreement").click()
+    open_tab(page, "Agreement")
     page.get_by_text("Disagreements (1)").wait_for()
     shot(page, "14-agreement")
-    page.get_by_role("tab", name="Loop analytics").click()
+    open_tab(page, "Loop analytics")
     page.locator("[data-testid='stVegaLiteChart']").first.wait_for()
     wait_idle(page)
     shot(page, "15-loop-analytics")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, app_in_browser, shot, wait_idle
+from browser_support import ARTIFACTS, app_in_browser, open_tab, shot, wait_idle
 from playwright.sync_api import expect
 
 from rubric_core.store import Store
@@ -103,16 +103,16 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     capped = {c.row_id for c in cells if c.config_index == 1 and c.status != "satisfied"}
     assert capped  # one pass is not enough for every row
 
-    page.get_by_role("tab", name="Summary").click()
+    open_tab(page, "Summary")
     shot(page, "24-experiment-summary")
 
     # Compare: the rows the one-pass configuration lost, with McNemar's exact p.
-    page.get_by_role("tab", name="Compare").click()
+    open_tab(page, "Compare")
     page.get_by_text(f"{len(capped)} pass → fail, 0 fail → pass. McNemar's exact p =").wait_for()
     shot(page, "24b-experiment-compare")
 
     # Export: the CSV holds one row per row × configuration × pass × criterion.
-    page.get_by_role("tab", name="Export").click()
+    open_tab(page, "Export")
     button = page.locator(".st-key-exp_download_csv button")
     button.wait_for()
     with page.expect_download() as info:
@@ -127,7 +127,7 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     assert set(frame["row_id"]) == {c.row_id for c in cells}
     assert set(frame["config_index"]) == {"0", "1"}
 
-    page.get_by_role("tab", name="Grid").click()
+    open_tab(page, "Grid")
 
     # A click on the second row's cell under the second configuration (the grid's right-hand
     # column) shows that cell's answer and verdicts in place, beside the first configuration's;

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from browser_support import app_in_browser, wait_idle
+from browser_support import app_in_browser, open_tab, wait_idle
 from playwright.sync_api import expect
 
 from rubric_core.lab import BUNDLED_NAME
@@ -44,7 +44,7 @@ def test_the_offline_lab_loop_in_the_browser(app_page: tuple[Any, Path], tmp_pat
     wait_idle(page)
 
     # A bad upload names the row and column, and nothing is stored.
-    page.get_by_role("tab", name="Upload").click()
+    open_tab(page, "Upload")
     bad = tmp_path / "bad.csv"
     bad.write_text("id,request,answer,label:fine\n1,q,a,pass\n2,q,b,maybe\n")
     page.locator(".st-key-lab_upload input[type='file']").set_input_files(str(bad))
@@ -56,7 +56,7 @@ def test_the_offline_lab_loop_in_the_browser(app_page: tuple[Any, Path], tmp_pat
         assert store.list_answer_sets() == []
 
     # The bundled labelled set, in one click.
-    page.get_by_role("tab", name="Bundled").click()
+    open_tab(page, "Bundled")
     page.locator(".st-key-lab_load_bundled button").click()
     page.get_by_text("The bundled set 'bundled' is stored").wait_for()
     wait_idle(page)
@@ -78,7 +78,7 @@ def test_the_offline_lab_loop_in_the_browser(app_page: tuple[Any, Path], tmp_pat
     assert mine == [("a01", "The answer is one sentence", False)]
 
     # Re-grade with the saved rubric v1 and the offline grader.
-    page.get_by_role("tab", name="Re-grade").click()
+    open_tab(page, "Re-grade")
     page.locator(".st-key-lab_start button").click()
     page.get_by_text("Re-grade finished").wait_for()
     wait_idle(page)
@@ -86,14 +86,14 @@ def test_the_offline_lab_loop_in_the_browser(app_page: tuple[Any, Path], tmp_pat
     expect(page.get_by_role("button", name="Stop")).to_be_disabled()
 
     # The health table flags the weak criterion.
-    page.get_by_role("tab", name="Health").click()
+    health = open_tab(page, "Health")
     flagged = "The answer mentions sunlight (rules · bundled-plants v1): disagrees"
-    page.get_by_text(flagged).wait_for()
+    health.get_by_text(flagged).wait_for()
     wait_idle(page)
     shot("3-health")
 
     # Refine: the demo refiner's suggestion, accepted, graded at once; κ before and after.
-    page.get_by_role("tab", name="Refine").click()
+    open_tab(page, "Refine")
     page.locator(".st-key-lab_suggest button").click()
     page.locator(".st-key-lab_accept_0 button").click()
     page.get_by_text("Saved as 'bundled-plants' v2 and added as configuration 2").wait_for()
@@ -104,7 +104,7 @@ def test_the_offline_lab_loop_in_the_browser(app_page: tuple[Any, Path], tmp_pat
         [job] = store.list_regrade_jobs()
         assert store.regrade_counts(job.job_id) == {0: (32, 0), 1: (32, 0)}
 
-    page.get_by_role("tab", name="Compare").click()
-    page.get_by_text("verdict(s) flipped").wait_for()
+    compare = open_tab(page, "Compare")
+    compare.get_by_text("verdict(s) flipped").wait_for()
     wait_idle(page)
     shot("5-compare")

@@ -22,6 +22,7 @@ from browser_support import (
     TIMEOUT_MS,
     choose,
     chromium_path,
+    open_tab,
     shot,
     streamlit_server,
     wait_idle,
@@ -120,7 +121,7 @@ def test_a_run_made_on_one_server_is_reviewed_on_the_other(
     wait_idle(page_b)
     # A click that lands while a rerun redraws the tabs is lost: click again, at most 3 times.
     for attempt in range(3):
-        page_b.get_by_role("tab", name="Side by side").click()
+        open_tab(page_b, "Side by side")
         try:
             page_b.get_by_text("Before").first.wait_for(timeout=10_000)
             break
