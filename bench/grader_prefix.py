@@ -19,6 +19,12 @@ Printed, per middleware:
   the run and over calls 2..K alone (what each further pass costs);
 - across the rows of an experiment with one rubric: the repeated share of each row's first
   grader call against the previous row's first grader call (rows differ in their request);
+- the same as a row of an experiment with one rubric: the run's first call, too, repeats the
+  start of the row before it (instructions and criteria);
+- the floor: the effective input of a layout that sends nothing but the criteria, the request
+  and each pass's answer (no instructions, tags or nonce), with the criteria and request
+  repeated from the second call on, against deepagents' — no layout that sends those whole can
+  go below it;
 - the worker's side: the share of each worker call that repeats the previous worker call's
   start, and whether the previous call is kept whole (revision feedback appended, nothing
   above it rewritten).
@@ -209,6 +215,17 @@ def effective_input(texts: Sequence[str]) -> float:
     return total
 
 
+def floor_input(passes: int) -> float:
+    """The effective input of the barest layout: criteria, request and answer, nothing else.
+
+    Every call sends the rubric's criteria and the request (repeated, so at `CACHED_PRICE` from
+    the second call on) and that pass's answer (new every pass, so in full).
+    """
+    stable = len(RUBRIC) + len(request(0))
+    answers = [len(worker_script(call).text) for call in range(passes)]
+    return stable + answers[0] + sum(CACHED_PRICE * stable + a for a in answers[1:])
+
+
 def kept_whole(texts: Sequence[str]) -> bool:
     """True when every call starts with the whole of the call before it."""
     return all(b.startswith(a) for a, b in itertools.pairwise(texts))
@@ -223,6 +240,9 @@ class Figures:
     later: float
     sent: int
     row_share: float
+    warm: float
+    """The effective input when the run's first call also repeats the start of the previous row's
+    first call (a row of an experiment with one rubric, after the row before it)."""
     worker_share: float
     worker_kept: bool
 
@@ -235,6 +255,8 @@ def measure(name: str, middleware_class: Callable[..., Any]) -> Figures:
         share=repeated_share(loop.grader), effective=effective_input(loop.grader),
         later=effective_input(loop.grader) - len(loop.grader[0]),
         sent=sum(len(t) for t in loop.grader), row_share=repeated_share(firsts),
+        warm=effective_input(loop.grader)
+        - (1 - CACHED_PRICE) * repeated(firsts[1], loop.grader[0]),
         worker_share=repeated_share(loop.worker), worker_kept=kept_whole(loop.worker),
     )
 
@@ -257,6 +279,12 @@ def report(figures: dict[str, Figures]) -> float | None:
         later = figures["ours"].later / figures["deepagents"].later
         print(f"effective grader input ours/deepagents: {ratio:.2f}x over the run "
               f"({later:.2f}x over calls 2..{PASSES}, the first call left out)")
+        warm = figures["ours"].warm / figures["deepagents"].warm
+        print(f"as a row of an experiment with one rubric (its first call repeating the previous "
+              f"row's start): {warm:.2f}x")
+        floor = floor_input(PASSES) / figures["deepagents"].effective
+        print(f"floor (criteria, request and answers only, no instructions or tags): "
+              f"{floor:.2f}x of deepagents' over the run")
         return ratio
     return None
 
