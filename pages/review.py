@@ -20,10 +20,16 @@ store = state.get("store")
 
 
 # Long titles, model names and gaps: wide columns, full text on hover (help) and in expanders.
-HISTORY_COLUMNS = {
+HISTORY_COLUMNS = {  # every column labelled, so the headers read alike
+    "created": st.column_config.TextColumn("Created"),
     "title": st.column_config.TextColumn("Title", width="large"),
+    "status": st.column_config.TextColumn("Status"),
+    "cost": st.column_config.TextColumn("Cost", help="Worker and grader, at known prices"),
     "worker": st.column_config.TextColumn("Worker", width="medium"),
     "grader": st.column_config.TextColumn("Grader", width="medium"),
+    "iterations": st.column_config.NumberColumn("Passes", help="Grader passes"),
+    "duration_s": st.column_config.NumberColumn("Duration (s)", format="%.1f"),
+    "run_id": st.column_config.TextColumn("Run ID"),
 }
 ITERATION_COLUMNS = {
     "criterion": st.column_config.TextColumn("Criterion", width="medium"),
