@@ -31,6 +31,7 @@ from rubric_core.lab import (
     AnswerSetError,
     GraderConfig,
     RefineError,
+    RegradeBusy,
     accept_rewrite,
     answers_from_experiment,
     answers_from_runs,
@@ -409,6 +410,8 @@ def _run(store: Store, job_id: str, live: LiveRegrade, options: dict[str, Any]) 
                                               f"{event['wait_s']:.1f} s (shared backoff).")
             elif event["type"] == "regrade_finished":
                 ended = _finished(event)
+    except RegradeBusy as exc:
+        ended = UiMessage("warning", f"Not started: {exc}.")
     except Exception as exc:  # shown on the page; the recorded gradings stay
         ended = UiMessage("error", f"The re-grade stopped: {error_text(exc)}. Fix it, then "
                                    "Resume (what was recorded is kept).")

@@ -83,7 +83,7 @@ from rubric_core.lab.refine import (
     rewrite_rubric,
     suggest_rewrites,
 )
-from rubric_core.lab.regrade import regrade_models, run_regrade
+from rubric_core.lab.regrade import RegradeBusy, regrade_models, run_regrade
 from rubric_core.lab.results import ItemVerdict, JobView, read_job
 from rubric_core.lab.types import (
     ItemGraded,
@@ -124,6 +124,7 @@ __all__ = [
     "JobView",
     "RefineError",
     "RegradeBackoff",
+    "RegradeBusy",
     "RegradeEvent",
     "RegradeFinished",
     "RegradeJob",

@@ -19,8 +19,12 @@
   shared backoff (`rubric_core.http_retry.SharedBackoff`) instead of failing one.
 - Each grading is recorded once, in one transaction, under its key (configuration, item,
   repeat) with a unique constraint (`Store.record_regrade_result`): a resume skips what is
-  recorded (a graded answer is never graded again), and two processes resuming at once cannot
-  both record one (at worst both pay for the same call). A grading that fails is recorded
+  recorded (a graded answer is never graded again). One process grades a re-grade at a time:
+  it holds the re-grade in the database (`Store.hold_regrade`, renewed every
+  `rubric_core.session.HEARTBEAT_S`), and another process asked to run it meanwhile is refused
+  (`RegradeBusy`) rather than paying for the same gradings again; a killed holder's hold is
+  taken over at once on its machine, after `rubric_core.session.STALE_AFTER_S` from another
+  one. A holder that finds its hold lost (paused past it) stops. A grading that fails is recorded
   ``grader_error`` with its error; ``retry_errors`` (or `rubric_core.lab.retry_errors`) grades
   those again. A lost database stops the re-grade (what is recorded stays).
 - Stop (closing the iterator, or setting ``stop``) cancels the gradings in flight (nothing of
@@ -47,9 +51,10 @@ from rubric_core.grader import bind_grader, build_grader_messages, drive_async, 
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text
+from rubric_core.registry import new_owner
 from rubric_core.rubric import normalize_name
-from rubric_core.session import build_grader_tools
-from rubric_core.store import RegradeResult, is_unavailable
+from rubric_core.session import HEARTBEAT_S, STALE_AFTER_S, build_grader_tools
+from rubric_core.store import RegradeResult, StoreError, is_unavailable
 from rubric_core.types import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
@@ -66,6 +71,10 @@ PAGE_ITEMS = 200
 """Answers read from the database at a time while the queue is filled."""
 
 _STOP_POLL_S = 0.05
+
+
+class RegradeBusy(RuntimeError):
+    """Another live process is grading this re-grade now (see the module docstring)."""
 
 
 def regrade_models(backoff: SharedBackoff, *, api_key: str | None = None) -> ModelResolver:
@@ -106,6 +115,7 @@ def run_regrade(
         KeyError: No such re-grade.
         ValueError: A bad concurrency, or a grader tool that does not exist.
         ModelConfigError: A grader model cannot be built.
+        RegradeBusy: Another live process is grading it now.
 
     """
     job = store.get_regrade_job(job_id)
@@ -115,14 +125,25 @@ def run_regrade(
     check_limits(concurrency)
     backoff = backoff or SharedBackoff()
     models = models or regrade_models(backoff)
-    if retry_errors:
-        store.delete_regrade_errors(job_id)
-    configs = [_prepare(config, models) for config in job.configurations]
-    stop = stop or threading.Event()
-    events: queue.Queue[RegradeEvent | None] = queue.Queue()
-
-    driver = _Driver(store, job, configs, stop, events, concurrency)
-    yield from drive(driver, events, stop, backoff, "regrade_backoff")
+    owner = new_owner()
+    holder = store.hold_regrade(job_id, owner, hold_s=STALE_AFTER_S)
+    if holder is not None:
+        host, _, rest = holder.partition(":")
+        msg = (f"re-grade {job_id[:8]} is being graded by another process (pid "
+               f"{rest.partition(':')[0]} on {host}); wait for it to end, stop it, or try again "
+               f"in {STALE_AFTER_S:.0f} s if it died")
+        raise RegradeBusy(msg)
+    try:
+        if retry_errors:
+            store.delete_regrade_errors(job_id)
+        configs = [_prepare(config, models) for config in job.configurations]
+        stop = stop or threading.Event()
+        events: queue.Queue[RegradeEvent | None] = queue.Queue()
+        driver = _Driver(store, job, configs, stop, events, concurrency, owner)
+        yield from drive(driver, events, stop, backoff, "regrade_backoff")
+    finally:
+        with contextlib.suppress(Exception):  # a lost database: the hold runs out by itself
+            store.release_regrade(job_id, owner)
 
 
 @dataclasses.dataclass
@@ -185,9 +206,13 @@ class _Driver:
 
     def __init__(self, store: Store, job: RegradeJob, configs: list[_Prepared],
                  stop: threading.Event, events: queue.Queue[RegradeEvent | None],
-                 concurrency: int) -> None:
+                 concurrency: int, owner: str) -> None:
         self.store, self.job, self.configs, self.stop = store, job, configs, stop
         self.events, self.concurrency = events, concurrency
+        self.owner = owner
+        """This process's name on the re-grade's hold (`Store.hold_regrade`)."""
+        self.lost = False
+        """Whether the hold was found lost (another process took the re-grade over)."""
         self.failure: BaseException | None = None
         """What ended the session with an exception, raised again on the consumer's thread."""
         self.started = time.monotonic()
@@ -205,8 +230,10 @@ class _Driver:
         except BaseException as exc:  # handed to the consumer's thread
             self.failure = exc
         finally:
-            with contextlib.suppress(Exception):
-                await self.store.acall(self.store.set_regrade_status, self.job.job_id, status)
+            if not self.lost:  # else its new holder says where it stands
+                with contextlib.suppress(Exception):
+                    await self.store.acall(self.store.set_regrade_status, self.job.job_id,
+                                           status)
             finished: RegradeFinished = {
                 "type": "regrade_finished", "job_id": self.job.job_id,
                 "status": "finished" if status == "finished" else "stopped",
@@ -246,13 +273,15 @@ class _Driver:
             maxsize=2 * self.concurrency)
         slots = [asyncio.create_task(self._slot(work)) for _ in range(self.concurrency)]
         producer = asyncio.create_task(self._produce(work, len(slots)))
-        watcher = asyncio.create_task(self._watch_stop([*slots, producer]))
+        helpers = [asyncio.create_task(self._watch_stop([*slots, producer])),
+                   asyncio.create_task(self._keep_hold())]
         try:
             await asyncio.gather(*slots, producer, return_exceptions=True)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for helper in helpers:
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
         for task in [*slots, producer]:
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
@@ -261,6 +290,17 @@ class _Driver:
         counts = await self.store.acall(self.store.regrade_counts, self.job.job_id)
         recorded = sum(n for n, _ in counts.values())
         return "finished" if recorded >= sum(self.totals) else "stopped"
+
+    async def _keep_hold(self) -> None:
+        """Renew this process's hold on the re-grade; a hold found lost stops the grading."""
+        store, job_id = self.store, self.job.job_id
+        while not self.stop.is_set():
+            await asyncio.sleep(HEARTBEAT_S)
+            with contextlib.suppress(StoreError):  # a busy database: the next round retries
+                if not await store.acall(store.renew_regrade_hold, job_id, self.owner,
+                                         hold_s=STALE_AFTER_S):
+                    self.lost = True
+                    self.stop.set()
 
     async def _watch_stop(self, tasks: list[asyncio.Task[None]]) -> None:
         """On Stop, cancel the gradings in flight (nothing of them is recorded) and the rest."""

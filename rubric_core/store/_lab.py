@@ -23,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data, secret_values
+from rubric_core.registry import owner_is_gone
 from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name
 from rubric_core.store._records import (
     AnswerItem,
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from rubric_core.lab.answers import AnswerSet
     from rubric_core.lab.config import GraderConfig
     from rubric_core.store._records import AnswerSetInfo, RegradeJob, RegradeResult
+
+def _check_hold(hold_s: float) -> None:
+    if isinstance(hold_s, bool) or not isinstance(hold_s, int | float) or not hold_s > 0:
+        msg = f"hold_s must be a positive number of seconds, got {hold_s!r}"
+        raise ValueError(msg)
+
 
 _SET_COLUMNS = "name, version, source, item_count, label_count, created_at"
 _ITEM_COLUMNS = "item_id, request, answer, rubric, origin"
@@ -322,6 +329,60 @@ class LabStore(StoreCore):
             conn.execute("UPDATE regrade_jobs SET status = ?, updated_at = ? WHERE job_id = ?",
                          (status, self.now(), job_id))
 
+    def hold_regrade(self, job_id: str, owner: str, *, hold_s: float) -> str | None:
+        """Take a re-grade for ``owner`` (one process grades it at a time), for ``hold_s`` s.
+
+        Taken when nobody holds it, ``owner`` already does, the holder's time ran out (by the
+        database's clock) or the holder was a process of this machine that has exited
+        (`rubric_core.registry.owner_is_gone`: a killed CLI's re-grade resumes at once).
+        The check and the write are one statement, so of two processes taking it at once
+        exactly one gets it.
+
+        Returns:
+            None when ``owner`` now holds it; otherwise who does (for the refusal).
+
+        Raises:
+            KeyError: No such re-grade.
+            ValueError: An empty owner or a hold that is not a positive number of seconds.
+
+        """
+        if not isinstance(owner, str) or not owner.strip():
+            msg = "a re-grade's hold needs an owner: a non-empty string naming the process"
+            raise ValueError(msg)
+        _check_hold(hold_s)
+        with self._connect(write=True) as conn:
+            now = conn.dialect.epoch_now
+            take = (f"UPDATE regrade_jobs SET owner = ?, hold_expires_at = {now} + ? "
+                    "WHERE job_id = ? AND ")
+            if conn.execute(take + f"(owner IS NULL OR owner = ? OR hold_expires_at <= {now})",
+                            (owner, float(hold_s), job_id, owner)).rowcount:
+                return None
+            row = conn.execute("SELECT owner FROM regrade_jobs WHERE job_id = ?",
+                               (job_id,)).fetchone()
+            if row is None:
+                msg = f"no re-grade {job_id!r} in {self.location}"
+                raise KeyError(msg)
+            holder = str(row["owner"])
+            if owner_is_gone(holder) and conn.execute(
+                    take + "owner = ?", (owner, float(hold_s), job_id, holder)).rowcount:
+                return None
+            return holder
+
+    def renew_regrade_hold(self, job_id: str, owner: str, *, hold_s: float) -> bool:
+        """Extend ``owner``'s hold on a re-grade; False when it lost it (stop grading then)."""
+        _check_hold(hold_s)
+        with self._connect(write=True) as conn:
+            return bool(conn.execute(
+                f"UPDATE regrade_jobs SET hold_expires_at = {conn.dialect.epoch_now} + ? "
+                "WHERE job_id = ? AND owner = ?", (float(hold_s), job_id, owner)).rowcount)
+
+    def release_regrade(self, job_id: str, owner: str) -> bool:
+        """Give up ``owner``'s hold on a re-grade; False when it did not hold it."""
+        with self._connect(write=True) as conn:
+            return bool(conn.execute(
+                "UPDATE regrade_jobs SET owner = NULL, hold_expires_at = NULL "
+                "WHERE job_id = ? AND owner = ?", (job_id, owner)).rowcount)
+
     def add_regrade_config(self, job_id: str, config: GraderConfig) -> int:
         """Append a configuration to a re-grade (its answers graded again under it).
 
@@ -347,8 +408,21 @@ class LabStore(StoreCore):
         return len(configs) - 1
 
     def delete_regrade_job(self, job_id: str) -> bool:
-        """Delete a re-grade and its results; False when there is no such re-grade."""
+        """Delete a re-grade and its results; False when there is no such re-grade.
+
+        Raises:
+            ValueError: A live process is grading it (`hold_regrade`): stop it first.
+
+        """
         with self._connect(write=True) as conn:
+            now = conn.dialect.epoch_now
+            row = conn.execute(f"SELECT owner, hold_expires_at - {now} AS left FROM regrade_jobs "
+                               "WHERE job_id = ?", (job_id,)).fetchone()
+            if (row is not None and row["owner"] is not None and float(row["left"]) > 0
+                    and not owner_is_gone(row["owner"])):
+                msg = (f"re-grade {job_id[:8]} is being graded by a process now; stop it first "
+                       "(a killed process's hold runs out by itself)")
+                raise ValueError(msg)
             return bool(conn.execute("DELETE FROM regrade_jobs WHERE job_id = ?",
                                      (job_id,)).rowcount)
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -50,6 +50,8 @@ read from a prompt cache, summed over the run's passes; NULL in upgraded rows). 
 added ``drafts`` (the app's unsent forms, kept across a reload under a random id; never a key).
 Version 11 added the experiments' ``budget_json`` (the budget a Start or Resume gave, with the
 price overrides it was checked with: `rubric_core.experiments.budget`; NULL when none).
+Version 12 added the re-grades' ``owner`` and ``hold_expires_at``: the process grading one
+holds it (`Store.hold_regrade`), so two resumers never both pay for its gradings.
 """
 
 APP_ID = "rubric-studio"
@@ -220,6 +222,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "rubric_versions": {"settings_json": "TEXT"},
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
     "experiments": {"budget_json": "TEXT"},
+    "regrade_jobs": {"owner": "TEXT", "hold_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
