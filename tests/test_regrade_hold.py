@@ -113,7 +113,7 @@ def test_a_holder_that_lost_its_hold_stops_and_records_nothing_more(
             events.append(event)
             if event["type"] == "item_graded" and recorded_when_lost is None:
                 # Another process takes the re-grade over (this one was paused past its hold).
-                with store._connect(write=True) as conn:  # noqa: SLF001 (the takeover, as SQL)
+                with store._connect(write=True) as conn:  # the takeover, as SQL
                     conn.execute("UPDATE regrade_jobs SET owner = ? WHERE job_id = ?",
                                  (DEAD_OWNER, job_id))
                 recorded_when_lost = len(store.regrade_results(job_id))
