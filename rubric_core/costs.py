@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rubric_core.prices import Prices, Usage, total
 from rubric_core.rubric import parse_criteria
 from rubric_core.types import ENDED_STATUSES
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -151,6 +152,74 @@ def run_cost(prices: Prices, settings: RunSettings, calls: Sequence[CallUsage], 
             criteria[name] = total([criteria[name], share])
     return RunCost(_sum(p.worker for p in passes), _sum(p.grader for p in passes), passes,
                    criteria, costs)
+
+
+@dataclasses.dataclass
+class RunningCost:
+    """A run's cost so far, added to as each model call ends (the Run page's live figure).
+
+    The same rules as `run_cost` (each call priced once, at its role's configured model), kept
+    as running sums so a call costs one price lookup however long the run. Its `total` is what
+    `run_cost` gives once the run's calls are recorded, except for the calls of a pass a Stop
+    cut short: they were spent, so they count here, but are never recorded.
+    """
+
+    prices: Prices
+    """The prices (with the person's overrides)."""
+    worker_model: str
+    """The model string a worker call is priced as."""
+    grader_model: str
+    """The model string a grader call is priced as."""
+    worker: Decimal | None = Decimal(0)
+    """The worker's calls so far (None: unknown)."""
+    grader: Decimal | None = Decimal(0)
+    """The grader's calls so far (None: unknown)."""
+    calls: int = 0
+    """Calls counted."""
+    input_tokens: int | None = None
+    """Their input tokens, cached ones included (None: none reported)."""
+    cached_input_tokens: int | None = None
+    """Of those, read from the provider's prompt cache."""
+    output_tokens: int | None = None
+    """Their output tokens (None: none reported)."""
+
+    @classmethod
+    def of_run(cls, prices: Prices, settings: RunSettings, earlier: Iterable[CallUsage] = (),
+               *, iterations: int = 0) -> RunningCost:
+        """A run's running cost, starting from the calls it recorded before (a resume).
+
+        Args:
+            prices: The prices.
+            settings: The run's settings (its models as they are now).
+            earlier: Its calls already recorded.
+            iterations: Its passes already recorded (passes without calls: unknown).
+
+        """
+        running = cls(prices, settings.worker_model, settings.grader_model)
+        listed = list(earlier)
+        if iterations and not listed:  # recorded before call traces: `UNKNOWN_RUN`
+            running.worker = running.grader = None
+        for call in listed:
+            running.add(call)
+        return running
+
+    def add(self, call: CallUsage) -> None:
+        """Count one call that ended."""
+        worker = call.role == "worker"
+        cost = call_cost(self.prices, self.worker_model if worker else self.grader_model, call)
+        if worker:
+            self.worker = total([self.worker, cost])
+        else:
+            self.grader = total([self.grader, cost])
+        self.calls += 1
+        self.input_tokens = token_sum(self.input_tokens, call.input_tokens)
+        self.cached_input_tokens = token_sum(self.cached_input_tokens, call.cached_input_tokens)
+        self.output_tokens = token_sum(self.output_tokens, call.output_tokens)
+
+    @property
+    def total(self) -> Decimal | None:
+        """Worker and grader together (None when either is unknown)."""
+        return total([self.worker, self.grader])
 
 
 class RunLike(Protocol):
@@ -337,7 +406,8 @@ def costs_by_run(costs: Mapping[str, RunCost]) -> dict[str, Decimal | None]:
 
 
 __all__ = [
-    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RunCost", "RunLike", "call_cost",
+    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RunCost", "RunLike",
+    "RunningCost", "call_cost",
     "cell_cost", "cost_difference", "costs_by_run", "experiment_cost", "regrade_cost", "run_cost",
     "run_costs",
     "store_costs", "usage_of",

@@ -21,7 +21,7 @@ import pytest
 from openai_server import CachingOpenAI, Reply, text, verdict
 
 from rubric_core import session
-from rubric_core.costs import experiment_cost, run_cost, run_costs
+from rubric_core.costs import RunningCost, experiment_cost, run_cost, run_costs, usage_of
 from rubric_core.datasets import parse_dataset
 from rubric_core.experiments import Budget, BudgetError, create_experiment, run_experiment
 from rubric_core.experiments.budget import estimate_experiment, first_estimate
@@ -111,6 +111,49 @@ def test_a_run_is_priced_per_call_pass_role_and_criterion(store: Store,
     assert cost.criteria["c1"] == cost.criteria["c2"] == cost.grader / 2
     [record] = store.list_runs()
     assert run_costs(store, prices, [record])[record.run_id].total == cost.total
+
+
+def test_a_watched_run_says_each_call_as_it_ends_and_its_running_cost_adds_up(
+        store: Store, server: CachingOpenAI) -> None:
+    grader = [verdict("needs_revision", ("c2",)), verdict("satisfied")]
+
+    def scripted(body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        return grader.pop(0) if "GraderResponse" in names else text("draft")
+
+    server.default = scripted
+    settings = RunSettings(prompt=PROMPT, rubric=RUBRIC, worker_model=W, grader_model=G,
+                           base_url=server.base_url)
+    prices = Prices([PriceOverride.parse(W_PRICE), PriceOverride.parse(G_PRICE)])
+    run = session.start(store, settings, models=model_resolver(api_key="test-key"))
+    running = RunningCost.of_run(prices, run.settings)
+    unpriced = RunningCost.of_run(Prices(), run.settings)
+    announced: list[str] = []
+    totals: list[Decimal | None] = []
+    for event in run:
+        if event["type"] == "call_finished":
+            announced.append(event["call"]["call_id"])
+            for each in (running, unpriced):
+                each.add(usage_of(run.run_id, [event["call"]])[0])
+            totals.append(running.total)
+        elif event["type"] in ("evaluation_finished", "run_finished"):
+            # Every call an event hands over for recording was announced as it ended, before.
+            assert {c["call_id"] for c in event.get("calls") or []} <= set(announced)
+    calls = store.calls(run.run_id)
+    assert announced == [c["call_id"] for c in calls]
+    # One figure per call, growing with each, ending at the recorded run's cost.
+    assert totals == [by_hand(calls[:i + 1]) for i in range(len(calls))]
+    usage = store.call_usage_for_runs([run.run_id])[run.run_id]
+    assert running.total == run_cost(prices, settings, usage, iterations=2).total
+    assert running.worker == by_hand([c for c in calls if c["role"] == "worker"])
+    assert running.cached_input_tokens == sum(c["cached_input_tokens"] for c in calls) > 0
+    assert running.calls == len(calls) == 4
+    # Without a price: unknown, never $0.
+    assert unpriced.total is None and unpriced.worker is None and unpriced.grader is None
+    # A resumed run's figure starts from the calls it recorded before.
+    again = RunningCost.of_run(prices, settings, usage, iterations=2)
+    assert again.total == running.total and again.calls == 4
+    assert RunningCost.of_run(prices, settings, [], iterations=2).total is None
 
 
 def test_offline_runs_cost_nothing_and_a_run_without_calls_is_zero_or_unknown(
