@@ -377,21 +377,50 @@ def usage_of(run_id: str, calls: Iterable[ModelCallRecord]) -> list[CallUsage]:
                       c["output_tokens"]) for c in calls]
 
 
-def regrade_cost(store: Store, prices: Prices, job: RegradeJob) -> list[Decimal | None]:
-    """Per grader configuration of a re-grade: what its gradings cost.
+@dataclasses.dataclass(frozen=True)
+class RegradeConfigCost:
+    """One re-grade configuration's gradings: their cost and tokens."""
 
-    The lab records a grading's input and output tokens, not its cached ones, so each grading
-    is priced as if nothing was read from a prompt cache (at most what it cost).
+    cost: Decimal | None
+    """What its recorded gradings cost (None: unknown)."""
+    input_tokens: int | None
+    """Their input tokens, cached ones included (None: none reported)."""
+    cached_input_tokens: int | None
+    """Of those, read from the provider's prompt cache (None: none reported)."""
+    output_tokens: int | None
+    """Their output tokens (None: none reported)."""
+    uncached_gradings: int = 0
+    """Gradings recorded before cached tokens were kept, priced as uncached (an upper bound)."""
+
+
+def regrade_cost(store: Store, prices: Prices, job: RegradeJob) -> list[RegradeConfigCost]:
+    """Per grader configuration of a re-grade: what its gradings cost, and their tokens.
+
+    Each grading's cached input tokens are priced at the cached price; one recorded before
+    they were kept (schema 12) is priced as if nothing was read from a cache (at most what it
+    cost) and counted in `RegradeConfigCost.uncached_gradings`. A grading that failed without
+    usage costs 0 when its model's price is known.
     """
     parts: list[list[Decimal | None]] = [[] for _ in job.configurations]
+    tokens: list[list[tuple[int | None, int | None, int | None]]] = [
+        [] for _ in job.configurations]
+    before = [0] * len(job.configurations)
     for result in store.regrade_results(job.job_id):
-        model = job.configurations[result.config_index].grader_model
+        index = result.config_index
+        model = job.configurations[index].grader_model
         if result.input_tokens is None and result.output_tokens is None and result.error:
-            parts[result.config_index].append(Decimal(0) if prices.known(model) else None)
+            parts[index].append(Decimal(0) if prices.known(model) else None)
             continue
-        parts[result.config_index].append(prices.cost(model, Usage(
-            result.input_tokens, 0, 0, result.output_tokens)))
-    return [_sum(p) for p in parts]
+        cached = result.cached_input_tokens
+        if cached is None and result.input_tokens is not None:
+            before[index] += 1
+        tokens[index].append((result.input_tokens, cached, result.output_tokens))
+        parts[index].append(prices.cost(model, Usage(
+            result.input_tokens, cached or 0, 0, result.output_tokens)))
+    return [RegradeConfigCost(_sum(p), token_sum(*(t[0] for t in counts)),
+                              token_sum(*(t[1] for t in counts)),
+                              token_sum(*(t[2] for t in counts)), uncached_gradings=n)
+            for p, counts, n in zip(parts, tokens, before, strict=True)]
 
 
 def cost_difference(a: ConfigCost, b: ConfigCost) -> Decimal | None:
@@ -406,8 +435,8 @@ def costs_by_run(costs: Mapping[str, RunCost]) -> dict[str, Decimal | None]:
 
 
 __all__ = [
-    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RunCost", "RunLike",
-    "RunningCost", "call_cost",
+    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RegradeConfigCost", "RunCost",
+    "RunLike", "RunningCost", "call_cost",
     "cell_cost", "cost_difference", "costs_by_run", "experiment_cost", "regrade_cost", "run_cost",
     "run_costs",
     "store_costs", "usage_of",

@@ -26,7 +26,7 @@ from rubric_core.datasets import parse_dataset
 from rubric_core.experiments import Budget, BudgetError, create_experiment, run_experiment
 from rubric_core.experiments.budget import estimate_experiment, first_estimate
 from rubric_core.models import model_resolver
-from rubric_core.prices import PriceOverride, Prices
+from rubric_core.prices import PriceOverride, Prices, Usage
 from rubric_core.settings import ExperimentConfig, RunSettings
 from rubric_core.store import Store
 
@@ -379,3 +379,94 @@ def test_an_ambiguous_comma_in_a_budget_is_refused_not_read_as_hundreds(text: st
 
     with pytest.raises(BudgetError, match="write cents after a point"):
         Budget.parse(text)
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+def _lab_by_hand(results: list[Any]) -> Decimal:
+    fresh, cached, output = PER_M["grader"]
+    return sum((((r.input_tokens - (r.cached_input_tokens or 0)) * fresh
+                 + (r.cached_input_tokens or 0) * cached + r.output_tokens * output) / 10**6
+                for r in results), Decimal(0))
+
+
+def test_a_regrade_records_cached_tokens_and_prices_them_at_the_cached_price(
+        store: Store) -> None:
+    from rubric_core.cli.lab import regrade_cost_line
+    from rubric_core.costs import regrade_cost
+    from rubric_core.lab import (
+        REGRADE_COLUMNS,
+        GraderConfig,
+        create_regrade,
+        parse_answers,
+        regrade_rows,
+        run_regrade,
+    )
+    from rubric_core.prices import format_dollars
+
+    answers = parse_answers("id,request,answer\n" + "".join(
+        f"q{i},{PROMPT},reply {i}\n" for i in range(4)), name="qa")
+    with CachingOpenAI(default=verdict("satisfied")) as server:
+        job = create_regrade(store, answers, [GraderConfig(
+            rubric=RUBRIC, grader_model=G, base_url=server.base_url)])
+        events = list(run_regrade(store, job.job_id, concurrency=1))
+    assert events[-1]["type"] == "regrade_finished" and events[-1]["status"] == "finished"
+    results = store.regrade_results(job.job_id)
+    # What the server reported as read from its cache is what each grading recorded.
+    assert sorted(r.cached_input_tokens or 0 for r in results) == sorted(server.cached)
+    cached = sum(server.cached)
+    assert cached > 0 and all(r.cached_input_tokens is not None for r in results)
+
+    prices = Prices([PriceOverride.parse(G_PRICE)])
+    [cost] = regrade_cost(store, prices, job)
+    assert cost.cost == _lab_by_hand(results)
+    assert cost.cached_input_tokens == cached and cost.uncached_gradings == 0
+    assert cost.input_tokens == sum(r.input_tokens or 0 for r in results)
+    assert cost.output_tokens == sum(r.output_tokens or 0 for r in results)
+    uncached = prices.cost(G, Usage(cost.input_tokens, 0, 0, cost.output_tokens))
+    assert uncached is not None and cost.cost is not None and cost.cost < uncached
+    assert regrade_cost(store, Prices(), job)[0].cost is None  # unknown, never $0
+    line = regrade_cost_line([cost])
+    assert line.startswith(f"cost: [0] {format_dollars(cost.cost)} ({cost.input_tokens:,} "
+                           f"tokens in, {cached:,} cached, {cost.output_tokens:,} out)")
+    assert "priced as uncached" not in line
+    # The export appends the column; each row of a grading carries its cached tokens.
+    assert REGRADE_COLUMNS[-1] == "cached_input_tokens"
+    by_item = {r.item_id: r.cached_input_tokens for r in results}
+    rows = list(regrade_rows(store, job.job_id))
+    item = REGRADE_COLUMNS.index("item_id")
+    assert rows and all(row[-1] == by_item[row[item]] for row in rows)
+
+
+def test_a_schema_11_regrade_is_upgraded_in_place_its_old_gradings_priced_as_uncached(
+        db_location: str | Path) -> None:
+    from pg_support import scalar
+    from test_store import _execute
+
+    from rubric_core.cli.lab import regrade_cost_line
+    from rubric_core.costs import regrade_cost
+    from rubric_core.lab import GraderConfig, create_regrade, parse_answers
+    from rubric_core.store import SCHEMA_VERSION, RegradeResult
+
+    answers = parse_answers("id,request,answer\nq0,r,a\nq1,r,a\n", name="qa")
+    graded = RegradeResult(0, "q0", 0, "satisfied", "ok", [{"name": "c1", "passed": True}], [],
+                           None, 1000, 100, 0.1, 600)
+    with Store(db_location) as store:
+        job = create_regrade(store, answers, [GraderConfig(rubric=RUBRIC, grader_model=G)])
+        store.record_regrade_result(job.job_id, graded)
+    _execute(db_location, "ALTER TABLE regrade_results DROP COLUMN cached_input_tokens",
+             "UPDATE meta SET value = '11' WHERE key = 'schema_version'")
+    with Store(db_location) as store:
+        [old] = store.regrade_results(job.job_id)
+        assert old.cached_input_tokens is None and old.input_tokens == 1000  # kept, upgraded
+        store.record_regrade_result(job.job_id, graded._replace(item_id="q1"))
+        [cost] = regrade_cost(store, Prices([PriceOverride.parse(G_PRICE)]), job)
+    assert SCHEMA_VERSION == 12
+    assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == "12"
+    fresh, cached, output = PER_M["grader"]
+    assert cost.cost == ((1000 * fresh + 100 * output)                     # as uncached
+                         + (400 * fresh + 600 * cached + 100 * output)) / 10**6
+    assert cost.uncached_gradings == 1 and cost.cached_input_tokens == 600
+    assert ("1 grading(s) recorded before cached tokens were kept are priced as uncached"
+            in regrade_cost_line([cost]))

@@ -581,6 +581,10 @@ class RegradeResult(NamedTuple):
     """Grader output tokens, where the provider reports usage."""
     duration_s: float | None
     """Wall-clock seconds of the grading pass."""
+    cached_input_tokens: int | None = None
+    """Of `input_tokens`, those read from the provider's prompt cache (0 when usage came
+    without it); None when no usage was reported, and for gradings recorded before schema 12
+    (they are priced as uncached)."""
 
     @property
     def key(self) -> tuple[int, str, int]:
@@ -624,4 +628,4 @@ def regrade_result_from_row(row: Any) -> RegradeResult:
     return RegradeResult(int(row["config_index"]), row["item_id"], int(row["repeat_index"]),
                          row["result"], row["explanation"], json.loads(row["criteria_json"]),
                          json.loads(row["missing_json"]), row["error"], row["input_tokens"],
-                         row["output_tokens"], row["duration_s"])
+                         row["output_tokens"], row["duration_s"], row["cached_input_tokens"])

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -50,6 +50,9 @@ read from a prompt cache, summed over the run's passes; NULL in upgraded rows). 
 added ``drafts`` (the app's unsent forms, kept across a reload under a random id; never a key).
 Version 11 added the experiments' ``budget_json`` (the budget a Start or Resume gave, with the
 price overrides it was checked with: `rubric_core.experiments.budget`; NULL when none).
+Version 12 added the re-grade results' ``cached_input_tokens`` (of a grading's input tokens,
+those read from the provider's prompt cache, priced at the cached price; NULL in upgraded rows,
+which are priced as uncached).
 """
 
 APP_ID = "rubric-studio"
@@ -193,7 +196,7 @@ SCHEMA = (
         config_index INTEGER NOT NULL, item_id TEXT NOT NULL, repeat_index INTEGER NOT NULL,
         result TEXT NOT NULL, explanation TEXT NOT NULL, criteria_json TEXT NOT NULL,
         missing_json TEXT NOT NULL, error TEXT, input_tokens INTEGER, output_tokens INTEGER,
-        duration_s {real}, created_at TEXT NOT NULL,
+        duration_s {real}, created_at TEXT NOT NULL, cached_input_tokens INTEGER,
         PRIMARY KEY (job_id, config_index, item_id, repeat_index))""",
     # Schema 9: call traces (see `Store.add_calls`); content_json is NULL once a run's budget
     # of trace text is spent, content_chars counts what it holds.
@@ -221,6 +224,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
     "experiments": {"budget_json": "TEXT"},
     "evaluations": {"extra_json": "TEXT"},
+    "regrade_results": {"cached_input_tokens": "INTEGER"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
