@@ -25,6 +25,10 @@ Rules, defined once here:
   grader call asks about all of them); the worker's cost is not attributed to criteria.
 - **Per 100 rows** (experiments): a configuration's cost over the cells that ran, divided by
   the dataset rows those cells cover, times 100 (with repeats, a row's cost is all its repeats).
+- **Every run an experiment paid for.** A configuration's cost is its cells' runs and the
+  runs a retry replaced (``--retry-errors``, `rubric_core.experiments.retry_cell`: the cell
+  starts a new run on a fresh thread, and the old run was paid for); the estimate per ended
+  cell reads the cells' current runs only.
 """
 
 from __future__ import annotations
@@ -251,7 +255,7 @@ def run_costs(store: Store, prices: Prices, runs: Iterable[RunLike]) -> dict[str
 
 @dataclasses.dataclass(frozen=True)
 class ConfigCost:
-    """One experiment configuration's cost over the cells that ran."""
+    """One experiment configuration's cost: its cells' runs and the runs retries replaced."""
 
     config_index: int
     """The configuration."""
@@ -267,6 +271,8 @@ class ConfigCost:
     """Of those cells, the ones that ended."""
     ended_total: Decimal | None
     """The cost of the cells that ended (the budget's running estimate per cell)."""
+    earlier_runs: int = 0
+    """Runs of its cells that a retry replaced; their cost is in `worker` and `grader`."""
 
     @property
     def total(self) -> Decimal | None:
@@ -295,6 +301,8 @@ class ExperimentCost:
     """Per configuration, in order."""
     runs: dict[str, Decimal | None]
     """Per cell run id: its cost."""
+    earlier: dict[str, Decimal | None] = dataclasses.field(default_factory=dict)
+    """Per run a retry replaced (`rubric_core.store.EarlierRun`): its cost."""
 
     @property
     def total(self) -> Decimal | None:
@@ -303,12 +311,17 @@ class ExperimentCost:
 
 
 def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord) -> ExperimentCost:
-    """Price an experiment's cells' runs, per configuration (two lean reads).
+    """Price every run an experiment paid for, per configuration (three lean reads).
 
-    Each cell's run is priced with its configuration's models and rubric.
+    Each cell's run, and each earlier run of a retried cell (a retry starts a new run and the
+    old one was paid for), priced with its configuration's models. The earlier runs count in
+    the configuration's cost (so in its cost per 100 rows and the experiment's total, and in
+    what a budget has spent), not in its cells' count or the estimate per ended cell, which
+    are the cells' current runs'.
     """
     outcomes = store.cell_outcomes(experiment.experiment_id)
     calls = store.experiment_call_usage(experiment.experiment_id)
+    earlier_runs = store.earlier_cell_runs(experiment.experiment_id)
     configs = experiment.configurations
     parts: list[dict[str, list[Decimal | None]]] = [
         {"worker": [], "grader": [], "ended": []} for _ in configs]
@@ -329,10 +342,20 @@ def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord) 
             part["ended"].append(cost.total)
         rows[cell.config_index].add(cell.row_id)
         cells[cell.config_index] += 1
+    earlier: dict[str, Decimal | None] = {}
+    replaced = [0] * len(configs)
+    for run in earlier_runs:
+        config = configs[run.config_index]
+        cost = cell_cost(prices, config.worker_model, config.grader_model,
+                         calls.get(run.run_id, ()), run.iterations)
+        earlier[run.run_id] = cost.total
+        parts[run.config_index]["worker"].append(cost.worker)
+        parts[run.config_index]["grader"].append(cost.grader)
+        replaced[run.config_index] += 1
     return ExperimentCost(tuple(
         ConfigCost(i, _sum(p["worker"]), _sum(p["grader"]), cells[i], len(rows[i]),
-                   len(p["ended"]), _sum(p["ended"]))
-        for i, p in enumerate(parts)), runs)
+                   len(p["ended"]), _sum(p["ended"]), replaced[i])
+        for i, p in enumerate(parts)), runs, earlier)
 
 
 def cell_cost(prices: Prices, worker_model: str, grader_model: str,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from openai_server import CachingOpenAI, Reply, text, verdict
+from openai_server import CachingOpenAI, Reply, error, text, verdict
 
 from rubric_core import session
 from rubric_core.costs import RunningCost, experiment_cost, run_cost, run_costs, usage_of
@@ -47,6 +47,8 @@ def by_hand(calls: list[dict[str, Any]]) -> Decimal:
     """What recorded calls cost at the test's prices, computed apart from the library."""
     out = Decimal(0)
     for c in calls:
+        if c["input_tokens"] is None and c["status"] == "error":
+            continue  # a refused request reported no usage and is not billed
         fresh, cached, output = PER_M[c["role"]]
         out += ((c["input_tokens"] - c["cached_input_tokens"]) * fresh
                 + c["cached_input_tokens"] * cached + c["output_tokens"] * output) / 10**6
@@ -180,6 +182,54 @@ def _experiment(store: Store, server: CachingOpenAI, rows: int) -> str:
 def _spent(store: Store, experiment_id: str) -> Decimal:
     runs = [c.run_id for c in store.cell_outcomes(experiment_id) if c.run_id]
     return by_hand([c for r in runs for c in store.calls(r)])
+
+
+def test_a_retried_cells_earlier_runs_still_count_in_the_experiments_cost(
+        store: Store, server: CachingOpenAI) -> None:
+    from rubric_core.experiments import retry_cell
+    from rubric_core.experiments.budget import BudgetGuard
+
+    graders_fail = [True]
+
+    def scripted(body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        if "GraderResponse" not in names:
+            return text("answer " * 50)
+        return error(400, "bad request") if graders_fail[0] else verdict("satisfied")
+
+    server.default = scripted
+    exp_id = _experiment(store, server, rows=2)
+    experiment = store.get_experiment(exp_id)
+    assert experiment is not None
+    overrides = (PriceOverride.parse(W_PRICE), PriceOverride.parse(G_PRICE))
+    prices = Prices(overrides)
+    list(run_experiment(store, exp_id))
+    failed = store.cell_outcomes(exp_id)
+    assert {c.status for c in failed} == {"grader_error"}
+    paid_first = by_hand([c for cell in failed for c in store.calls(cell.run_id or "")])
+    assert paid_first > 0  # the worker's answers were paid for; the refused gradings not
+    assert experiment_cost(store, prices, experiment).total == paid_first
+
+    graders_fail[0] = False
+    retry_cell(store, exp_id, failed[0].key)  # one cell by hand ...
+    list(run_experiment(store, exp_id))
+    list(run_experiment(store, exp_id, retry_errors=True))  # ... the other by --retry-errors
+    now = store.cell_outcomes(exp_id)
+    assert {c.status for c in now} == {"satisfied"}
+    assert not {c.run_id for c in now} & {c.run_id for c in failed}
+    every_call = [c for r in store.list_runs() for c in store.calls(r.run_id)]
+    assert len(store.list_runs()) == 4
+    cost = experiment_cost(store, prices, experiment)
+    # Every run the experiment paid for: the two it retried, and the two that replaced them.
+    assert cost.total == by_hand(every_call) == paid_first + _spent(store, exp_id)
+    assert set(cost.earlier) == {c.run_id for c in failed}
+    [config] = cost.configs
+    assert config.earlier_runs == 2 and config.cells == 2 and config.rows == 2
+    assert config.per_100_rows == cost.total * 100 / 2
+    # The per-cell estimate is the cells' current runs'; what was spent is everything.
+    assert config.mean_ended_cell == _spent(store, exp_id) / 2
+    assert estimate_experiment(store, experiment, prices).spent == cost.total
+    assert BudgetGuard(store, experiment, Budget(Decimal(100), overrides)).spent == cost.total
 
 
 def test_a_budget_stops_before_a_cell_would_spend_past_it_and_resume_keeps_it(
@@ -456,6 +506,7 @@ def test_a_schema_11_regrade_is_upgraded_in_place_its_old_gradings_priced_as_unc
         job = create_regrade(store, answers, [GraderConfig(rubric=RUBRIC, grader_model=G)])
         store.record_regrade_result(job.job_id, graded)
     _execute(db_location, "ALTER TABLE regrade_results DROP COLUMN cached_input_tokens",
+             "DROP TABLE retired_cell_threads",
              "UPDATE meta SET value = '11' WHERE key = 'schema_version'")
     with Store(db_location) as store:
         [old] = store.regrade_results(job.job_id)
@@ -464,6 +515,7 @@ def test_a_schema_11_regrade_is_upgraded_in_place_its_old_gradings_priced_as_unc
         [cost] = regrade_cost(store, Prices([PriceOverride.parse(G_PRICE)]), job)
     assert SCHEMA_VERSION == 12
     assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == "12"
+    assert scalar(db_location, "SELECT COUNT(*) FROM retired_cell_threads") == 0  # created
     fresh, cached, output = PER_M["grader"]
     assert cost.cost == ((1000 * fresh + 100 * output)                     # as uncached
                          + (400 * fresh + 600 * cached + 100 * output)) / 10**6

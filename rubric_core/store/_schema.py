@@ -52,7 +52,9 @@ Version 11 added the experiments' ``budget_json`` (the budget a Start or Resume 
 price overrides it was checked with: `rubric_core.experiments.budget`; NULL when none).
 Version 12 added the re-grade results' ``cached_input_tokens`` (of a grading's input tokens,
 those read from the provider's prompt cache, priced at the cached price; NULL in upgraded rows,
-which are priced as uncached).
+which are priced as uncached) and ``retired_cell_threads`` (the threads a cell's retry replaced,
+so the runs on them still count in the experiment's cost; a new table only: a retry made before
+it is not linked).
 """
 
 APP_ID = "rubric-studio"
@@ -210,6 +212,13 @@ SCHEMA = (
         http_retries INTEGER NOT NULL DEFAULT 0, content_json TEXT,
         content_chars INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, seq), UNIQUE (run_id, call_id))""",
+    # Schema 12: a retried cell's earlier threads (`ExperimentStore.renew_cell_thread`).
+    """CREATE TABLE IF NOT EXISTS retired_cell_threads (
+        thread_id TEXT PRIMARY KEY,
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+        row_id TEXT NOT NULL, config_index INTEGER NOT NULL, repeat_index INTEGER NOT NULL,
+        retired_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rs_retired_experiment ON retired_cell_threads (experiment_id)",
     # Schema 10: the app's drafts (`rubric_core.store._drafts`).
     """CREATE TABLE IF NOT EXISTS drafts (
         draft_id TEXT PRIMARY KEY, data_json TEXT NOT NULL, updated_at TEXT NOT NULL)""",
@@ -229,8 +238,8 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
-          "experiments", "experiment_cells", "answer_sets", "answer_items", "answer_labels",
-          "regrade_jobs", "regrade_results", "model_calls")
+          "experiments", "experiment_cells", "retired_cell_threads", "answer_sets",
+          "answer_items", "answer_labels", "regrade_jobs", "regrade_results", "model_calls")
 """Our tables other than ``meta`` (and ``drafts``, an unsent form that stays with its server),
 each after the ones it refers to: what `rubric_core.store.copy_store` copies."""
 
