@@ -283,8 +283,9 @@ class ExperimentStore(StoreCore):
                 "FROM retired_cell_threads WHERE experiment_id = ? UNION ALL "
                 "SELECT thread_id, row_id, config_index, repeat_index FROM experiment_cells "
                 "WHERE experiment_id = ?) t JOIN runs r ON r.thread_id = t.thread_id "
-                f"WHERE r.rowid NOT IN (SELECT ({LATEST_RUN}) FROM experiment_cells c "
-                "WHERE c.experiment_id = ?) ORDER BY r.created_at, r.rowid",
-                (experiment_id, experiment_id, experiment_id)))
+                # Not a cell's run now (NOT EXISTS: a pending cell's run would be a NULL).
+                "WHERE NOT EXISTS (SELECT 1 FROM experiment_cells c WHERE c.thread_id = "
+                f"r.thread_id AND r.rowid = ({LATEST_RUN})) ORDER BY r.created_at, r.rowid",
+                (experiment_id, experiment_id)))
         return [EarlierRun(r["run_id"], r["row_id"], int(r["config_index"]),
                            int(r["repeat_index"]), int(r["iterations"] or 0)) for r in rows]
