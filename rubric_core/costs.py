@@ -209,6 +209,8 @@ class RunningCost:
 
     def add(self, call: CallUsage) -> None:
         """Count one call that ended."""
+        if not self.calls:  # a run is priced from its calls once it has any, as `run_cost` does
+            self.worker = self.grader = Decimal(0)
         worker = call.role == "worker"
         cost = call_cost(self.prices, self.worker_model if worker else self.grader_model, call)
         if worker:

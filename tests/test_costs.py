@@ -155,7 +155,11 @@ def test_a_watched_run_says_each_call_as_it_ends_and_its_running_cost_adds_up(
     # A resumed run's figure starts from the calls it recorded before.
     again = RunningCost.of_run(prices, settings, usage, iterations=2)
     assert again.total == running.total and again.calls == 4
-    assert RunningCost.of_run(prices, settings, [], iterations=2).total is None
+    # Passes recorded before call traces: unknown, until calls are counted (as run_cost reads).
+    old = RunningCost.of_run(prices, settings, [], iterations=2)
+    assert old.total is None
+    old.add(usage[0])
+    assert old.total == run_cost(prices, settings, usage[:1], iterations=2).total is not None
 
 
 def test_offline_runs_cost_nothing_and_a_run_without_calls_is_zero_or_unknown(
