@@ -86,12 +86,20 @@ def live(run: session.Session) -> None:
     state["last_run_id"] = run.run_id  # a stop reruns the page: show this run's state then
     cap = run.settings.max_iterations
     bar = st.progress(0.0, text="Starting…")
+    # What the run has spent so far, redrawn as each model call ends (the same prices as the
+    # result below; a resumed run starts from what it recorded before).
+    cost_slot = st.empty()
+    spent = sup.running_cost(store, sup.session_prices(state).prices, run.run_id, run.settings)
+    cost_slot.caption(sup.live_cost_caption(spent))
     box = st.status("Running the rubric loop…", expanded=True)
     answer, slot, pass_slot = "", None, None
     with closing(run) as stream:
         for event in stream:
             kind = event["type"]
-            if kind == "worker_started":
+            if kind == "call_finished":
+                sup.add_call(spent, run.run_id, event["call"])
+                cost_slot.caption(sup.live_cost_caption(spent))
+            elif kind == "worker_started":
                 bar.progress(*sup.progress(event["iteration"], cap))
                 box.markdown(f"**Draft {event['iteration'] + 1}**")
                 answer, slot = "", box.empty()

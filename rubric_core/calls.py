@@ -62,7 +62,7 @@ from rubric_core.types import (
 from rubric_core.usage import usage_counts
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from uuid import UUID
 
     from langchain_core.messages import BaseMessage
@@ -190,11 +190,19 @@ class CallLog:
     """The call records of one run as they end; `drain` hands over those not yet taken.
 
     Thread-safe: a run's calls may end on the graph's worker threads.
+
+    Args:
+        iteration: The pass the worker's next answer is for.
+        listener: Told of each record as its call ends (on the call's thread), before any
+            event that drains it: a watched run's live cost (`rubric_core.stopping.RunPump`).
+
     """
 
-    def __init__(self, iteration: int = 0) -> None:
+    def __init__(self, iteration: int = 0,
+                 listener: Callable[[ModelCallRecord], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._records: list[ModelCallRecord] = []
+        self._listener = listener
         self.worker_iteration = iteration
         """The pass the worker's next answer is for (the pass after the last grader call)."""
         self.grading_run_id: str | None = None
@@ -206,6 +214,8 @@ class CallLog:
         """Keep one finished call."""
         with self._lock:
             self._records.append(record)
+        if self._listener is not None:
+            self._listener(record)
 
     def drain(self) -> list[ModelCallRecord]:
         """The calls that ended since the last drain, in the order they ended."""
@@ -218,15 +228,17 @@ _logs: dict[str, CallLog] = {}
 _logs_lock = threading.Lock()
 
 
-def open_log(thread_id: str, *, iteration: int = 0) -> CallLog:
+def open_log(thread_id: str, *, iteration: int = 0,
+             listener: Callable[[ModelCallRecord], None] | None = None) -> CallLog:
     """Start tracing the model calls made on ``thread_id`` (a run's LangGraph thread).
 
     Args:
         thread_id: The thread; its calls go to the new log until `close_log`.
         iteration: The pass the worker's next answer is for (a resumed run's).
+        listener: Told of each call's record as the call ends (see `CallLog`).
 
     """
-    log = CallLog(iteration)
+    log = CallLog(iteration, listener)
     with _logs_lock:
         _logs[thread_id] = log
     return log

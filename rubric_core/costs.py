@@ -25,6 +25,10 @@ Rules, defined once here:
   grader call asks about all of them); the worker's cost is not attributed to criteria.
 - **Per 100 rows** (experiments): a configuration's cost over the cells that ran, divided by
   the dataset rows those cells cover, times 100 (with repeats, a row's cost is all its repeats).
+- **Every run an experiment paid for.** A configuration's cost is its cells' runs and the
+  runs a retry replaced (``--retry-errors``, `rubric_core.experiments.retry_cell`: the cell
+  starts a new run on a fresh thread, and the old run was paid for); the estimate per ended
+  cell reads the cells' current runs only.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rubric_core.prices import Prices, Usage, total
 from rubric_core.rubric import parse_criteria
 from rubric_core.types import ENDED_STATUSES
+from rubric_core.usage import token_sum
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -153,6 +158,76 @@ def run_cost(prices: Prices, settings: RunSettings, calls: Sequence[CallUsage], 
                    criteria, costs)
 
 
+@dataclasses.dataclass
+class RunningCost:
+    """A run's cost so far, added to as each model call ends (the Run page's live figure).
+
+    The same rules as `run_cost` (each call priced once, at its role's configured model), kept
+    as running sums so a call costs one price lookup however long the run. Its `total` is what
+    `run_cost` gives once the run's calls are recorded, except for the calls of a pass a Stop
+    cut short: they were spent, so they count here, but are never recorded.
+    """
+
+    prices: Prices
+    """The prices (with the person's overrides)."""
+    worker_model: str
+    """The model string a worker call is priced as."""
+    grader_model: str
+    """The model string a grader call is priced as."""
+    worker: Decimal | None = Decimal(0)
+    """The worker's calls so far (None: unknown)."""
+    grader: Decimal | None = Decimal(0)
+    """The grader's calls so far (None: unknown)."""
+    calls: int = 0
+    """Calls counted."""
+    input_tokens: int | None = None
+    """Their input tokens, cached ones included (None: none reported)."""
+    cached_input_tokens: int | None = None
+    """Of those, read from the provider's prompt cache."""
+    output_tokens: int | None = None
+    """Their output tokens (None: none reported)."""
+
+    @classmethod
+    def of_run(cls, prices: Prices, settings: RunSettings, earlier: Iterable[CallUsage] = (),
+               *, iterations: int = 0) -> RunningCost:
+        """A run's running cost, starting from the calls it recorded before (a resume).
+
+        Args:
+            prices: The prices.
+            settings: The run's settings (its models as they are now).
+            earlier: Its calls already recorded.
+            iterations: Its passes already recorded (passes without calls: unknown).
+
+        """
+        running = cls(prices, settings.worker_model, settings.grader_model)
+        listed = list(earlier)
+        if iterations and not listed:  # recorded before call traces: `UNKNOWN_RUN`
+            running.worker = running.grader = None
+        for call in listed:
+            running.add(call)
+        return running
+
+    def add(self, call: CallUsage) -> None:
+        """Count one call that ended."""
+        if not self.calls:  # a run is priced from its calls once it has any, as `run_cost` does
+            self.worker = self.grader = Decimal(0)
+        worker = call.role == "worker"
+        cost = call_cost(self.prices, self.worker_model if worker else self.grader_model, call)
+        if worker:
+            self.worker = total([self.worker, cost])
+        else:
+            self.grader = total([self.grader, cost])
+        self.calls += 1
+        self.input_tokens = token_sum(self.input_tokens, call.input_tokens)
+        self.cached_input_tokens = token_sum(self.cached_input_tokens, call.cached_input_tokens)
+        self.output_tokens = token_sum(self.output_tokens, call.output_tokens)
+
+    @property
+    def total(self) -> Decimal | None:
+        """Worker and grader together (None when either is unknown)."""
+        return total([self.worker, self.grader])
+
+
 class RunLike(Protocol):
     """What `run_costs` reads of a run (a `rubric_core.store.RunRecord` has it)."""
 
@@ -182,7 +257,7 @@ def run_costs(store: Store, prices: Prices, runs: Iterable[RunLike]) -> dict[str
 
 @dataclasses.dataclass(frozen=True)
 class ConfigCost:
-    """One experiment configuration's cost over the cells that ran."""
+    """One experiment configuration's cost: its cells' runs and the runs retries replaced."""
 
     config_index: int
     """The configuration."""
@@ -198,6 +273,8 @@ class ConfigCost:
     """Of those cells, the ones that ended."""
     ended_total: Decimal | None
     """The cost of the cells that ended (the budget's running estimate per cell)."""
+    earlier_runs: int = 0
+    """Runs of its cells that a retry replaced; their cost is in `worker` and `grader`."""
 
     @property
     def total(self) -> Decimal | None:
@@ -226,6 +303,8 @@ class ExperimentCost:
     """Per configuration, in order."""
     runs: dict[str, Decimal | None]
     """Per cell run id: its cost."""
+    earlier: dict[str, Decimal | None] = dataclasses.field(default_factory=dict)
+    """Per run a retry replaced (`rubric_core.store.EarlierRun`): its cost."""
 
     @property
     def total(self) -> Decimal | None:
@@ -234,12 +313,17 @@ class ExperimentCost:
 
 
 def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord) -> ExperimentCost:
-    """Price an experiment's cells' runs, per configuration (two lean reads).
+    """Price every run an experiment paid for, per configuration (three lean reads).
 
-    Each cell's run is priced with its configuration's models and rubric.
+    Each cell's run, and each earlier run of a retried cell (a retry starts a new run and the
+    old one was paid for), priced with its configuration's models. The earlier runs count in
+    the configuration's cost (so in its cost per 100 rows and the experiment's total, and in
+    what a budget has spent), not in its cells' count or the estimate per ended cell, which
+    are the cells' current runs'.
     """
     outcomes = store.cell_outcomes(experiment.experiment_id)
     calls = store.experiment_call_usage(experiment.experiment_id)
+    earlier_runs = store.earlier_cell_runs(experiment.experiment_id)
     configs = experiment.configurations
     parts: list[dict[str, list[Decimal | None]]] = [
         {"worker": [], "grader": [], "ended": []} for _ in configs]
@@ -260,10 +344,20 @@ def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord) 
             part["ended"].append(cost.total)
         rows[cell.config_index].add(cell.row_id)
         cells[cell.config_index] += 1
+    earlier: dict[str, Decimal | None] = {}
+    replaced = [0] * len(configs)
+    for run in earlier_runs:
+        config = configs[run.config_index]
+        cost = cell_cost(prices, config.worker_model, config.grader_model,
+                         calls.get(run.run_id, ()), run.iterations)
+        earlier[run.run_id] = cost.total
+        parts[run.config_index]["worker"].append(cost.worker)
+        parts[run.config_index]["grader"].append(cost.grader)
+        replaced[run.config_index] += 1
     return ExperimentCost(tuple(
         ConfigCost(i, _sum(p["worker"]), _sum(p["grader"]), cells[i], len(rows[i]),
-                   len(p["ended"]), _sum(p["ended"]))
-        for i, p in enumerate(parts)), runs)
+                   len(p["ended"]), _sum(p["ended"]), replaced[i])
+        for i, p in enumerate(parts)), runs, earlier)
 
 
 def cell_cost(prices: Prices, worker_model: str, grader_model: str,
@@ -308,21 +402,50 @@ def usage_of(run_id: str, calls: Iterable[ModelCallRecord]) -> list[CallUsage]:
                       c["output_tokens"]) for c in calls]
 
 
-def regrade_cost(store: Store, prices: Prices, job: RegradeJob) -> list[Decimal | None]:
-    """Per grader configuration of a re-grade: what its gradings cost.
+@dataclasses.dataclass(frozen=True)
+class RegradeConfigCost:
+    """One re-grade configuration's gradings: their cost and tokens."""
 
-    The lab records a grading's input and output tokens, not its cached ones, so each grading
-    is priced as if nothing was read from a prompt cache (at most what it cost).
+    cost: Decimal | None
+    """What its recorded gradings cost (None: unknown)."""
+    input_tokens: int | None
+    """Their input tokens, cached ones included (None: none reported)."""
+    cached_input_tokens: int | None
+    """Of those, read from the provider's prompt cache (None: none reported)."""
+    output_tokens: int | None
+    """Their output tokens (None: none reported)."""
+    uncached_gradings: int = 0
+    """Gradings recorded before cached tokens were kept, priced as uncached (an upper bound)."""
+
+
+def regrade_cost(store: Store, prices: Prices, job: RegradeJob) -> list[RegradeConfigCost]:
+    """Per grader configuration of a re-grade: what its gradings cost, and their tokens.
+
+    Each grading's cached input tokens are priced at the cached price; one recorded before
+    they were kept (schema 12) is priced as if nothing was read from a cache (at most what it
+    cost) and counted in `RegradeConfigCost.uncached_gradings`. A grading that failed without
+    usage costs 0 when its model's price is known.
     """
     parts: list[list[Decimal | None]] = [[] for _ in job.configurations]
+    tokens: list[list[tuple[int | None, int | None, int | None]]] = [
+        [] for _ in job.configurations]
+    before = [0] * len(job.configurations)
     for result in store.regrade_results(job.job_id):
-        model = job.configurations[result.config_index].grader_model
+        index = result.config_index
+        model = job.configurations[index].grader_model
         if result.input_tokens is None and result.output_tokens is None and result.error:
-            parts[result.config_index].append(Decimal(0) if prices.known(model) else None)
+            parts[index].append(Decimal(0) if prices.known(model) else None)
             continue
-        parts[result.config_index].append(prices.cost(model, Usage(
-            result.input_tokens, 0, 0, result.output_tokens)))
-    return [_sum(p) for p in parts]
+        cached = result.cached_input_tokens
+        if cached is None and result.input_tokens is not None:
+            before[index] += 1
+        tokens[index].append((result.input_tokens, cached, result.output_tokens))
+        parts[index].append(prices.cost(model, Usage(
+            result.input_tokens, cached or 0, 0, result.output_tokens)))
+    return [RegradeConfigCost(_sum(p), token_sum(*(t[0] for t in counts)),
+                              token_sum(*(t[1] for t in counts)),
+                              token_sum(*(t[2] for t in counts)), uncached_gradings=n)
+            for p, counts, n in zip(parts, tokens, before, strict=True)]
 
 
 def cost_difference(a: ConfigCost, b: ConfigCost) -> Decimal | None:
@@ -337,7 +460,8 @@ def costs_by_run(costs: Mapping[str, RunCost]) -> dict[str, Decimal | None]:
 
 
 __all__ = [
-    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RunCost", "RunLike", "call_cost",
+    "UNKNOWN_RUN", "ConfigCost", "ExperimentCost", "PassCost", "RegradeConfigCost", "RunCost",
+    "RunLike", "RunningCost", "call_cost",
     "cell_cost", "cost_difference", "costs_by_run", "experiment_cost", "regrade_cost", "run_cost",
     "run_costs",
     "store_costs", "usage_of",

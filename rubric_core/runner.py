@@ -109,8 +109,21 @@ class RunFinished(TypedDict):
     raised, say)."""
 
 
+class CallFinished(TypedDict):
+    """A model call of the run ended (only from a watched session, `rubric_core.stopping`).
+
+    Sent as the call ends, before the event that carries its record for recording
+    (`EvaluationFinished.calls`): for figures that grow during a pass (the Run page's live
+    cost). Nothing is recorded from it.
+    """
+
+    type: Literal["call_finished"]
+    call: ModelCallRecord
+    """The call's record (shared with the later event that carries it: do not change it)."""
+
+
 RunEvent = WorkerStarted | WorkerToken | WorkerMessage | EvaluationStarted | EvaluationFinished | (
-    RunFinished
+    RunFinished | CallFinished
 )
 
 
@@ -301,7 +314,8 @@ class _Run:
     """What `run_rubric` and `arun_rubric` share: the agent, its config and the first input."""
 
     def __init__(self, run: RunSpec, checkpointer: BaseCheckpointSaver[Any] | None,
-                 thread_id: str | None, configurable: Mapping[str, Any] | None) -> None:
+                 thread_id: str | None, configurable: Mapping[str, Any] | None,
+                 call_listener: Callable[[ModelCallRecord], None] | None = None) -> None:
         run.validate()
         self.thread_id = thread_id or uuid.uuid4().hex
         self.config: dict[str, Any] = {
@@ -315,7 +329,7 @@ class _Run:
             "rubric": run.rubric,
         }
         self.iteration = 0
-        self.calls = open_log(self.thread_id)
+        self.calls = open_log(self.thread_id, listener=call_listener)
         """This run's model calls (`rubric_core.calls`), until `close`."""
 
     def close(self) -> None:
@@ -355,6 +369,7 @@ def run_rubric(
     thread_id: str | None = None,
     resume: bool = False,
     configurable: Mapping[str, Any] | None = None,
+    call_listener: Callable[[ModelCallRecord], None] | None = None,
 ) -> Generator[RunEvent, None, None]:
     """Run the rubric loop, yielding events as they happen.
 
@@ -365,6 +380,8 @@ def run_rubric(
         resume: Continue an interrupted thread instead of sending the prompt again.
         configurable: More of the graph's ``config["configurable"]``, seen by the
             checkpointer: `rubric_core.store.Fence.configurable` fences the run's writes.
+        call_listener: Told of each model call's record as the call ends, on the call's
+            thread (`rubric_core.calls.CallLog`); the events still carry every record.
 
     Yields:
         Worker tokens and messages, evaluation start/finish, and one final `RunFinished`.
@@ -374,7 +391,7 @@ def run_rubric(
         ModelConfigError: A model string cannot be resolved (nothing is run).
 
     """
-    state = _Run(run, checkpointer, thread_id, configurable)
+    state = _Run(run, checkpointer, thread_id, configurable, call_listener)
     try:
         yield from _run_sync(run, state, resume=resume)
     finally:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from rubric_core.runner import run_rubric
+from rubric_core.runner import CallFinished, run_rubric
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
 
     from rubric_core.runner import RunEvent, RunSpec
+    from rubric_core.types import ModelCallRecord
 
 POLL_S = 0.1
 """How often a reader waiting for the next event looks at its stop signal."""
@@ -123,6 +124,10 @@ _DONE = object()
 class RunPump:
     """`rubric_core.runner.run_rubric` on a daemon thread, its events read through a queue.
 
+    Each model call also sends a ``call_finished`` event (`rubric_core.runner.CallFinished`)
+    the moment it ends, so a reader can show what the run has spent so far during a pass (the
+    graph's own events come only between steps).
+
     Args:
         spec: What to run.
         saver: The store's checkpointer (wrapped in a `CheckpointGate`).
@@ -145,7 +150,7 @@ class RunPump:
     def _pump(self) -> None:
         spec, thread_id, resume = self._args
         events = run_rubric(spec, checkpointer=self.gate, thread_id=thread_id, resume=resume,
-                            configurable=self._configurable)
+                            configurable=self._configurable, call_listener=self._call_ended)
         try:
             for event in events:
                 if self.gate.closed:
@@ -156,6 +161,10 @@ class RunPump:
         finally:
             events.close()  # waits here, on this thread, for a node still running
             self._queue.put(_DONE)
+
+    def _call_ended(self, record: ModelCallRecord) -> None:
+        if not self.gate.closed:  # abandoned: nobody reads on
+            self._queue.put(CallFinished(type="call_finished", call=record))
 
     def events(self, stop: threading.Event, check: Callable[[], None] | None = None
                ) -> Iterator[RunEvent]:

@@ -35,6 +35,13 @@ def by_hand(calls: list[dict[str, Any]]) -> Decimal:
                for c in calls)
 
 
+def tokens(calls: list[dict[str, Any]]) -> str:
+    fresh, cached, output = (sum(c[k] for c in calls) for k in (
+        "input_tokens", "cached_input_tokens", "output_tokens"))
+    return (f"{fresh:,} tokens in ({cached:,} read from the provider's prompt cache), "
+            f"{output:,} out")
+
+
 def respond_factory() -> Any:
     graded: list[int] = []
 
@@ -67,8 +74,11 @@ def test_a_price_typed_in_the_sidebar_costs_cached_tokens_on_run_and_review(
         run_id = at.session_state["last_run_id"]
         calls = store.calls(run_id)
         assert calls[3]["cached_input_tokens"] > 0
-        # Without a price: unknown, never $0.
+        # Without a price: unknown, never $0 (the live figure too, with where to set it).
         assert "Cost: unknown (worker unknown · grader unknown)" in _texts(at.caption)
+        assert (f"Cost so far: unknown (worker unknown · grader unknown) · 4 model calls: "
+                f"{tokens(calls)}. A model's price is unknown: set it in the sidebar's Cost."
+                in _texts(at.caption)), _texts(at.caption)
         # A price typed now applies to the run already made (costed from recorded tokens).
         at.sidebar.text_area(key=sup.PRICES_KEY).input(PRICE).run()
         assert not at.exception, at.exception
@@ -91,6 +101,34 @@ def test_a_price_typed_in_the_sidebar_costs_cached_tokens_on_run_and_review(
         at.sidebar.text_area(key=sup.PRICES_KEY).input(f"{PRICE}\nnonsense").run()
         assert "line 2" in _texts(at.sidebar.warning)
         assert f"Cost: {format_dollars(total)}" in _texts(at.caption)
+
+
+def test_the_run_page_shows_the_running_cost_at_the_sidebar_prices_as_calls_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AppTest sees a slot's last drawing only: that each call redraws it is
+    # tests/test_costs.py's (a call_finished event per call, the running figure after each).
+    monkeypatch.setenv(sup.TOKEN_DELAY_ENV, "0")
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    with CachingOpenAI(default=respond_factory()) as server:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+        at.session_state["db_path"] = str(tmp_path / "app.sqlite3")
+        at.session_state["prompt"] = "Write a note. " + "Context kept the same. " * 60
+        at.session_state["rubric_text"] = "- c1\n- c2"
+        at.run()
+        at.sidebar.text_input(key="base_url").input(server.base_url).run()
+        for role in ("worker_model", "grader_model"):
+            at.sidebar.selectbox(key=role).set_value(MODEL).run()
+        at.sidebar.text_area(key=sup.PRICES_KEY).input(PRICE).run()
+        store = run_loop(at)
+        calls = store.calls(at.session_state["last_run_id"])
+        assert sum(c["cached_input_tokens"] for c in calls) > 0
+        total = by_hand(calls)
+        worker = by_hand([c for c in calls if c["role"] == "worker"])
+        live = (f"Cost so far: {format_dollars(total)} (worker {format_dollars(worker)} · "
+                f"grader {format_dollars(total - worker)}) · 4 model calls: {tokens(calls)}.")
+        assert live in _texts(at.caption), _texts(at.caption)
+        # The live figure ends where the result's cost (from the recorded calls) starts.
+        assert f"Cost: {format_dollars(total)} (worker" in _texts(at.caption)
 
 
 def test_the_estimate_is_shown_before_start_and_a_budget_needs_prices(

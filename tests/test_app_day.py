@@ -129,6 +129,29 @@ def test_a_reload_restores_the_draft_and_never_a_key(db_path: Path) -> None:
         assert key.encode() not in file.read_bytes()
 
 
+def test_a_reload_restores_the_experiments_budget_and_a_page_switch_keeps_it(
+        db_path: Path) -> None:
+    # Issue 25: the budget (max cost) typed on the Experiments page was lost on a reload.
+    first = new_app(db_path)
+    goto(first, "experiments")
+    first.button(key="load_demo_dataset").click().run()
+    first.number_input(key="exp_budget").set_value(2.5).run()
+    assert "budget $2.50" in _texts(first.caption), _texts(first.caption)
+    goto(first, "run")  # drawn elsewhere, the field keeps its value
+    goto(first, "experiments")
+    assert first.number_input(key="exp_budget").value == 2.5
+    draft_id = param(first, "draft")
+    with Store(db_path) as store:
+        assert (store.load_draft(draft_id) or {})["exp_budget"] == 2.5
+
+    reloaded = new_app(db_path, {"draft": draft_id})
+    assert "Restored what you had typed" in _texts(reloaded.toast)
+    goto(reloaded, "experiments")
+    assert not reloaded.exception, reloaded.exception
+    assert reloaded.number_input(key="exp_budget").value == 2.5
+    assert "budget $2.50" in _texts(reloaded.caption), _texts(reloaded.caption)
+
+
 def test_run_and_experiment_links_open_them(app: AppTest, db_path: Path) -> None:
     load_example(app, "haiku")
     run_loop(app)

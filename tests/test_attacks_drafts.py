@@ -14,6 +14,7 @@ from rubric_core.app_support.drafts import (
     link_request,
     new_draft_id,
     param_id,
+    restore_draft,
     sync_draft,
 )
 from rubric_core.redact import redact
@@ -53,6 +54,26 @@ def test_a_url_password_is_scrubbed_wherever_it_appears(text: str, scrubbed: str
 
 def test_a_draft_never_holds_the_typed_key_even_when_asked_to() -> None:
     assert "session_api_key" not in draft_of({"session_api_key": KEY, "prompt": "p"})
+
+
+@pytest.mark.parametrize(("value", "restored"), [
+    pytest.param(2.5, 2.5, id="dollars"),
+    pytest.param(3, 3.0, id="an_int_becomes_the_fields_float"),
+    pytest.param(0.0, 0.0, id="no_budget"),
+    pytest.param(-1.0, None, id="negative"),
+    pytest.param(float("nan"), None, id="nan"),
+    pytest.param(float("inf"), None, id="infinite"),
+    pytest.param(True, None, id="bool"),
+    pytest.param("5", None, id="text"),
+    pytest.param([5], None, id="list"),
+])
+def test_a_hand_edited_budget_in_a_draft_restores_only_as_dollars(
+        value: object, restored: float | None) -> None:
+    state: dict[str, object] = {}
+    assert restore_draft(state, {"exp_budget": value}) == (restored is not None)
+    assert state.get("exp_budget") == restored
+    if restored is not None:
+        assert type(state["exp_budget"]) is float  # the number field's own type
 
 
 @pytest.mark.parametrize("value", [

@@ -56,6 +56,10 @@ def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
     page.get_by_role("link", name="Run").click()
     page.locator(".st-key-run_button button").click()
     page.get_by_text("Draft 1", exact=False).first.wait_for()
+    # The running cost is redrawn as each model call ends, before the run does (offline
+    # models: known, and free).
+    page.get_by_text(re.compile(r"Cost so far: \$0 \(worker \$0 · grader \$0\) · 1 model "
+                                r"call\b")).first.wait_for()
     shot(page, "03-running")
     final = page.locator(".st-key-final_status")
     final.wait_for()
@@ -64,6 +68,7 @@ def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
     shot(page, "04-satisfied")
     body = page.locator("body").inner_text()
     assert "Draft 2" in body  # the loop revised at least once, live
+    assert "Cost so far: $0 (worker $0 · grader $0) · 4 model calls" in body
 
     # 4. Review: the iteration table and the CSV download.
     page.get_by_role("link", name="Review").click()

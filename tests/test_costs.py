@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from openai_server import CachingOpenAI, Reply, text, verdict
+from openai_server import CachingOpenAI, Reply, error, text, verdict
 
 from rubric_core import session
-from rubric_core.costs import experiment_cost, run_cost, run_costs
+from rubric_core.costs import RunningCost, experiment_cost, run_cost, run_costs, usage_of
 from rubric_core.datasets import parse_dataset
 from rubric_core.experiments import Budget, BudgetError, create_experiment, run_experiment
 from rubric_core.experiments.budget import estimate_experiment, first_estimate
 from rubric_core.models import model_resolver
-from rubric_core.prices import PriceOverride, Prices
+from rubric_core.prices import PriceOverride, Prices, Usage
 from rubric_core.settings import ExperimentConfig, RunSettings
 from rubric_core.store import Store
 
@@ -47,6 +47,8 @@ def by_hand(calls: list[dict[str, Any]]) -> Decimal:
     """What recorded calls cost at the test's prices, computed apart from the library."""
     out = Decimal(0)
     for c in calls:
+        if c["input_tokens"] is None and c["status"] == "error":
+            continue  # a refused request reported no usage and is not billed
         fresh, cached, output = PER_M[c["role"]]
         out += ((c["input_tokens"] - c["cached_input_tokens"]) * fresh
                 + c["cached_input_tokens"] * cached + c["output_tokens"] * output) / 10**6
@@ -113,6 +115,53 @@ def test_a_run_is_priced_per_call_pass_role_and_criterion(store: Store,
     assert run_costs(store, prices, [record])[record.run_id].total == cost.total
 
 
+def test_a_watched_run_says_each_call_as_it_ends_and_its_running_cost_adds_up(
+        store: Store, server: CachingOpenAI) -> None:
+    grader = [verdict("needs_revision", ("c2",)), verdict("satisfied")]
+
+    def scripted(body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        return grader.pop(0) if "GraderResponse" in names else text("draft")
+
+    server.default = scripted
+    settings = RunSettings(prompt=PROMPT, rubric=RUBRIC, worker_model=W, grader_model=G,
+                           base_url=server.base_url)
+    prices = Prices([PriceOverride.parse(W_PRICE), PriceOverride.parse(G_PRICE)])
+    run = session.start(store, settings, models=model_resolver(api_key="test-key"))
+    running = RunningCost.of_run(prices, run.settings)
+    unpriced = RunningCost.of_run(Prices(), run.settings)
+    announced: list[str] = []
+    totals: list[Decimal | None] = []
+    for event in run:
+        if event["type"] == "call_finished":
+            announced.append(event["call"]["call_id"])
+            for each in (running, unpriced):
+                each.add(usage_of(run.run_id, [event["call"]])[0])
+            totals.append(running.total)
+        elif event["type"] in ("evaluation_finished", "run_finished"):
+            # Every call an event hands over for recording was announced as it ended, before.
+            assert {c["call_id"] for c in event.get("calls") or []} <= set(announced)
+    calls = store.calls(run.run_id)
+    assert announced == [c["call_id"] for c in calls]
+    # One figure per call, growing with each, ending at the recorded run's cost.
+    assert totals == [by_hand(calls[:i + 1]) for i in range(len(calls))]
+    usage = store.call_usage_for_runs([run.run_id])[run.run_id]
+    assert running.total == run_cost(prices, settings, usage, iterations=2).total
+    assert running.worker == by_hand([c for c in calls if c["role"] == "worker"])
+    assert running.cached_input_tokens == sum(c["cached_input_tokens"] for c in calls) > 0
+    assert running.calls == len(calls) == 4
+    # Without a price: unknown, never $0.
+    assert unpriced.total is None and unpriced.worker is None and unpriced.grader is None
+    # A resumed run's figure starts from the calls it recorded before.
+    again = RunningCost.of_run(prices, settings, usage, iterations=2)
+    assert again.total == running.total and again.calls == 4
+    # Passes recorded before call traces: unknown, until calls are counted (as run_cost reads).
+    old = RunningCost.of_run(prices, settings, [], iterations=2)
+    assert old.total is None
+    old.add(usage[0])
+    assert old.total == run_cost(prices, settings, usage[:1], iterations=2).total is not None
+
+
 def test_offline_runs_cost_nothing_and_a_run_without_calls_is_zero_or_unknown(
         store: Store) -> None:
     run = session.start(store, RunSettings(prompt="p", rubric=RUBRIC))  # demo × rules
@@ -137,6 +186,54 @@ def _experiment(store: Store, server: CachingOpenAI, rows: int) -> str:
 def _spent(store: Store, experiment_id: str) -> Decimal:
     runs = [c.run_id for c in store.cell_outcomes(experiment_id) if c.run_id]
     return by_hand([c for r in runs for c in store.calls(r)])
+
+
+def test_a_retried_cells_earlier_runs_still_count_in_the_experiments_cost(
+        store: Store, server: CachingOpenAI) -> None:
+    from rubric_core.experiments import retry_cell
+    from rubric_core.experiments.budget import BudgetGuard
+
+    graders_fail = [True]
+
+    def scripted(body: dict[str, Any]) -> Reply:
+        names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        if "GraderResponse" not in names:
+            return text("answer " * 50)
+        return error(400, "bad request") if graders_fail[0] else verdict("satisfied")
+
+    server.default = scripted
+    exp_id = _experiment(store, server, rows=2)
+    experiment = store.get_experiment(exp_id)
+    assert experiment is not None
+    overrides = (PriceOverride.parse(W_PRICE), PriceOverride.parse(G_PRICE))
+    prices = Prices(overrides)
+    list(run_experiment(store, exp_id))
+    failed = store.cell_outcomes(exp_id)
+    assert {c.status for c in failed} == {"grader_error"}
+    paid_first = by_hand([c for cell in failed for c in store.calls(cell.run_id or "")])
+    assert paid_first > 0  # the worker's answers were paid for; the refused gradings not
+    assert experiment_cost(store, prices, experiment).total == paid_first
+
+    graders_fail[0] = False
+    retry_cell(store, exp_id, failed[0].key)  # one cell by hand ...
+    list(run_experiment(store, exp_id))
+    list(run_experiment(store, exp_id, retry_errors=True))  # ... the other by --retry-errors
+    now = store.cell_outcomes(exp_id)
+    assert {c.status for c in now} == {"satisfied"}
+    assert not {c.run_id for c in now} & {c.run_id for c in failed}
+    every_call = [c for r in store.list_runs() for c in store.calls(r.run_id)]
+    assert len(store.list_runs()) == 4
+    cost = experiment_cost(store, prices, experiment)
+    # Every run the experiment paid for: the two it retried, and the two that replaced them.
+    assert cost.total == by_hand(every_call) == paid_first + _spent(store, exp_id)
+    assert set(cost.earlier) == {c.run_id for c in failed}
+    [config] = cost.configs
+    assert config.earlier_runs == 2 and config.cells == 2 and config.rows == 2
+    assert config.per_100_rows == cost.total * 100 / 2
+    # The per-cell estimate is the cells' current runs'; what was spent is everything.
+    assert config.mean_ended_cell == _spent(store, exp_id) / 2
+    assert estimate_experiment(store, experiment, prices).spent == cost.total
+    assert BudgetGuard(store, experiment, Budget(Decimal(100), overrides)).spent == cost.total
 
 
 def test_a_budget_stops_before_a_cell_would_spend_past_it_and_resume_keeps_it(
@@ -336,3 +433,96 @@ def test_an_ambiguous_comma_in_a_budget_is_refused_not_read_as_hundreds(text: st
 
     with pytest.raises(BudgetError, match="write cents after a point"):
         Budget.parse(text)
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+def _lab_by_hand(results: list[Any]) -> Decimal:
+    fresh, cached, output = PER_M["grader"]
+    return sum((((r.input_tokens - (r.cached_input_tokens or 0)) * fresh
+                 + (r.cached_input_tokens or 0) * cached + r.output_tokens * output) / 10**6
+                for r in results), Decimal(0))
+
+
+def test_a_regrade_records_cached_tokens_and_prices_them_at_the_cached_price(
+        store: Store) -> None:
+    from rubric_core.cli.lab import regrade_cost_line
+    from rubric_core.costs import regrade_cost
+    from rubric_core.lab import (
+        REGRADE_COLUMNS,
+        GraderConfig,
+        create_regrade,
+        parse_answers,
+        regrade_rows,
+        run_regrade,
+    )
+    from rubric_core.prices import format_dollars
+
+    answers = parse_answers("id,request,answer\n" + "".join(
+        f"q{i},{PROMPT},reply {i}\n" for i in range(4)), name="qa")
+    with CachingOpenAI(default=verdict("satisfied")) as server:
+        job = create_regrade(store, answers, [GraderConfig(
+            rubric=RUBRIC, grader_model=G, base_url=server.base_url)])
+        events = list(run_regrade(store, job.job_id, concurrency=1))
+    assert events[-1]["type"] == "regrade_finished" and events[-1]["status"] == "finished"
+    results = store.regrade_results(job.job_id)
+    # What the server reported as read from its cache is what each grading recorded.
+    assert sorted(r.cached_input_tokens or 0 for r in results) == sorted(server.cached)
+    cached = sum(server.cached)
+    assert cached > 0 and all(r.cached_input_tokens is not None for r in results)
+
+    prices = Prices([PriceOverride.parse(G_PRICE)])
+    [cost] = regrade_cost(store, prices, job)
+    assert cost.cost == _lab_by_hand(results)
+    assert cost.cached_input_tokens == cached and cost.uncached_gradings == 0
+    assert cost.input_tokens == sum(r.input_tokens or 0 for r in results)
+    assert cost.output_tokens == sum(r.output_tokens or 0 for r in results)
+    uncached = prices.cost(G, Usage(cost.input_tokens, 0, 0, cost.output_tokens))
+    assert uncached is not None and cost.cost is not None and cost.cost < uncached
+    assert regrade_cost(store, Prices(), job)[0].cost is None  # unknown, never $0
+    line = regrade_cost_line([cost])
+    assert line.startswith(f"cost: [0] {format_dollars(cost.cost)} ({cost.input_tokens:,} "
+                           f"tokens in, {cached:,} cached, {cost.output_tokens:,} out)")
+    assert "priced as uncached" not in line
+    # The export appends the column; each row of a grading carries its cached tokens.
+    assert REGRADE_COLUMNS[-1] == "cached_input_tokens"
+    by_item = {r.item_id: r.cached_input_tokens for r in results}
+    rows = list(regrade_rows(store, job.job_id))
+    item = REGRADE_COLUMNS.index("item_id")
+    assert rows and all(row[-1] == by_item[row[item]] for row in rows)
+
+
+def test_a_schema_11_regrade_is_upgraded_in_place_its_old_gradings_priced_as_uncached(
+        db_location: str | Path) -> None:
+    from pg_support import scalar
+    from test_store import _execute
+
+    from rubric_core.cli.lab import regrade_cost_line
+    from rubric_core.costs import regrade_cost
+    from rubric_core.lab import GraderConfig, create_regrade, parse_answers
+    from rubric_core.store import SCHEMA_VERSION, RegradeResult
+
+    answers = parse_answers("id,request,answer\nq0,r,a\nq1,r,a\n", name="qa")
+    graded = RegradeResult(0, "q0", 0, "satisfied", "ok", [{"name": "c1", "passed": True}], [],
+                           None, 1000, 100, 0.1, 600)
+    with Store(db_location) as store:
+        job = create_regrade(store, answers, [GraderConfig(rubric=RUBRIC, grader_model=G)])
+        store.record_regrade_result(job.job_id, graded)
+    _execute(db_location, "ALTER TABLE regrade_results DROP COLUMN cached_input_tokens",
+             "DROP TABLE retired_cell_threads",
+             "UPDATE meta SET value = '11' WHERE key = 'schema_version'")
+    with Store(db_location) as store:
+        [old] = store.regrade_results(job.job_id)
+        assert old.cached_input_tokens is None and old.input_tokens == 1000  # kept, upgraded
+        store.record_regrade_result(job.job_id, graded._replace(item_id="q1"))
+        [cost] = regrade_cost(store, Prices([PriceOverride.parse(G_PRICE)]), job)
+    assert SCHEMA_VERSION == 12
+    assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == "12"
+    assert scalar(db_location, "SELECT COUNT(*) FROM retired_cell_threads") == 0  # created
+    fresh, cached, output = PER_M["grader"]
+    assert cost.cost == ((1000 * fresh + 100 * output)                     # as uncached
+                         + (400 * fresh + 600 * cached + 100 * output)) / 10**6
+    assert cost.uncached_gradings == 1 and cost.cached_input_tokens == 600
+    assert ("1 grading(s) recorded before cached tokens were kept are priced as uncached"
+            in regrade_cost_line([cost]))

@@ -310,3 +310,30 @@ def test_leased_elsewhere_counts_other_workers_live_leases(store: Store) -> None
     assert store.release_cell(exp_id, theirs.key, "them")
     assert store.leased_elsewhere(exp_id, "me") == 0
     assert store.leased_elsewhere(exp_id, "them") == 1
+
+
+def test_a_retried_cells_earlier_run_is_kept_with_its_experiment(store: Store) -> None:
+    from rubric_core import session
+    from rubric_core.experiments import create_experiment, retry_cell
+
+    config = ExperimentConfig(rubric="- The answer is about a pet")
+    experiment = create_experiment(store, parse_dataset(CSV, name="pets"), [config])
+    first, pending = store.experiment_cells(experiment.experiment_id)
+    row = store.load_dataset("pets")[0].rows[0]
+    run = session.start(store, config.settings_for(row), thread_id=first.thread_id)
+    for _ in run:
+        pass
+    assert store.earlier_cell_runs(experiment.experiment_id) == []  # it is the cell's run
+    thread = retry_cell(store, experiment.experiment_id, first.key)
+    # The other cell has no run yet: that must not hide the earlier run (a NULL in NOT IN).
+    [earlier] = store.earlier_cell_runs(experiment.experiment_id)
+    assert (earlier.run_id, earlier.row_id, earlier.config_index, earlier.repeat_index) == (
+        run.run_id, "a", 0, 0)
+    assert earlier.iterations >= 1
+    assert store.experiment_cells(experiment.experiment_id)[0].thread_id == thread
+    assert pending.run is None
+    assert set(store.experiment_call_usage(experiment.experiment_id)) == {run.run_id}
+    with pytest.raises(KeyError, match="no cell"):
+        retry_cell(store, experiment.experiment_id, ("zz", 0, 0))
+    assert store.delete_experiment(experiment.experiment_id)
+    assert store.earlier_cell_runs(experiment.experiment_id) == []

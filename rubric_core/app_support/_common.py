@@ -58,6 +58,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "filter_text": "",
     "filter_origin": "single",
     "history_page": 1,
+    "exp_budget": 0.0,
 }
 """Session-state keys shared between pages, with their first values."""
 

@@ -18,9 +18,11 @@ import pandas as pd
 from rubric_core.costs import (
     ExperimentCost,
     RunCost,
+    RunningCost,
     cost_difference,
     experiment_cost,
     run_costs,
+    usage_of,
 )
 from rubric_core.prices import PriceError, PriceOverride, Prices, Usage, format_dollars
 
@@ -28,8 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from rubric_core.experiments import Budget, ExperimentResults
-    from rubric_core.settings import ExperimentConfig
+    from rubric_core.settings import ExperimentConfig, RunSettings
     from rubric_core.store import ExperimentRecord, RunRecord, Store
+    from rubric_core.types import ModelCallRecord
 
 PRICES_KEY = "price_overrides"
 """Session-state key of the sidebar's price text."""
@@ -87,6 +90,44 @@ def cost_caption(cost: RunCost) -> str:
     return (f"Cost: {format_dollars(cost.total)} (worker {format_dollars(cost.worker)} · "
             f"grader {format_dollars(cost.grader)}), priced from the recorded tokens at the "
             "session's prices.")
+
+
+def running_cost(store: Store, prices: Prices, run_id: str, settings: RunSettings
+                 ) -> RunningCost:
+    """A run's cost so far, for the Run page to add each call to as it ends.
+
+    A resumed run starts from what it recorded before (one lean read of its calls), so the
+    figure at the end is the run's whole cost, as the result below it shows.
+    """
+    record = store.get_run(run_id)
+    earlier = store.call_usage_for_runs([run_id])[run_id]
+    return RunningCost.of_run(prices, settings, earlier,
+                              iterations=record.iterations if record is not None else 0)
+
+
+def add_call(running: RunningCost, run_id: str, call: ModelCallRecord) -> None:
+    """Count a ``call_finished`` event's call (`rubric_core.runner.CallFinished`)."""
+    running.add(usage_of(run_id, [call])[0])
+
+
+def live_cost_caption(running: RunningCost) -> str:
+    """The Run page's running cost: dollars with worker and grader shares, and the tokens.
+
+    "unknown" (never $0) for a model without a known price, with where to give one.
+    """
+    if not running.calls:
+        return "Cost so far: no model call has ended yet."
+    text = (f"Cost so far: {format_dollars(running.total)} (worker "
+            f"{format_dollars(running.worker)} · grader {format_dollars(running.grader)}) · "
+            f"{running.calls:,} model call{'s' if running.calls != 1 else ''}")
+    if running.input_tokens is None and running.output_tokens is None:
+        text += ", no token usage reported"
+    else:
+        text += (f": {running.input_tokens or 0:,} tokens in ({running.cached_input_tokens or 0:,}"
+                 f" read from the provider's prompt cache), {running.output_tokens or 0:,} out")
+    if running.total is None:
+        text += ". A model's price is unknown: set it in the sidebar's Cost."
+    return text + "."
 
 
 def pass_costs_frame(cost: RunCost) -> pd.DataFrame:
@@ -209,15 +250,18 @@ __all__ = [
     "PRICES_KEY",
     "BudgetView",
     "SessionPrices",
+    "add_call",
     "budget_amount",
     "budget_view",
     "compare_sentence",
     "cost_caption",
     "experiment_costs",
+    "live_cost_caption",
     "pass_costs_frame",
     "price_caption",
     "run_cost_of",
     "run_list_costs",
+    "running_cost",
     "session_prices",
     "shown_summary",
 ]

@@ -1,10 +1,11 @@
 """Drafts and links: a reload or a closed tab loses nothing, and a result can be shared.
 
-The form (prompt, rubric, prompts, tools, the sidebar's models and options) is kept in the
-database as a draft (`rubric_core.store.Store.save_draft`) under a random id the page's URL
-carries (``?draft=ID``); a reload, or the same URL opened again, restores it. A key is never
-part of a draft: only `DRAFT_KEYS` are kept, and none of them holds one. A restored draft is
-saved on under a new id, so two tabs opened from one URL never write the same draft.
+The form (prompt, rubric, prompts, tools, the sidebar's models and options, the Experiments
+page's budget) is kept in the database as a draft (`rubric_core.store.Store.save_draft`) under
+a random id the page's URL carries (``?draft=ID``); a reload, or the same URL opened again,
+restores it. A key is never part of a draft: only `DRAFT_KEYS` are kept, and none of them
+holds one. A restored draft is saved on under a new id, so two tabs opened from one URL never
+write the same draft.
 
 Links: ``?run=ID`` opens that run on the Review page and ``?experiment=ID`` that experiment on
 the Experiments page; the pages put the open run's or experiment's link in the URL, so the
@@ -13,6 +14,7 @@ address bar is always a link to what is on screen.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -32,8 +34,11 @@ DRAFT_KEYS: tuple[str, ...] = (
     "prompt", "rubric_text", "worker_system_prompt", "grader_system_prompt", "grader_tools",
     "example_name", "rubric_name", "worker_model", "grader_model", "base_url",
     "max_iterations", "grader_repeats", "consensus", "return_best", "pace_demo",
+    "exp_budget",
 )
-"""The session-state keys a draft keeps (never ``session_api_key`` or another secret)."""
+"""The session-state keys a draft keeps (never ``session_api_key`` or another secret).
+
+``exp_budget`` is the Experiments page's budget field (US dollars; 0: none)."""
 
 DRAFT_PARAM = "draft"
 """The URL query parameter holding the draft id."""
@@ -88,7 +93,15 @@ def _valid(key: str, value: Any) -> bool:
         return value in CONSENSUS_MODES
     if key in ("return_best", "pace_demo"):
         return isinstance(value, bool)
+    if key == "exp_budget":  # the number field's own range: dollars from 0 (no budget) up
+        return (isinstance(value, int | float) and not isinstance(value, bool)
+                and math.isfinite(value) and value >= 0)
     return isinstance(value, str)
+
+
+def _widget_value(key: str, value: Any) -> Any:
+    # The budget's field holds a float: an int from a hand-edited draft would be refused.
+    return float(value) if key == "exp_budget" else value
 
 
 def restore_draft(state: MutableMapping[str, Any], draft: Mapping[str, Any]) -> int:
@@ -100,7 +113,7 @@ def restore_draft(state: MutableMapping[str, Any], draft: Mapping[str, Any]) -> 
     restored = 0
     for key in DRAFT_KEYS:
         if key in draft and _valid(key, draft[key]):
-            state[key] = draft[key]
+            state[key] = _widget_value(key, draft[key])
             restored += 1
     return restored
 

@@ -29,7 +29,9 @@ from rubric_core.store import is_url as is_db_url
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
+    from rubric_core.costs import RegradeConfigCost
     from rubric_core.lab import AnswerSet, GraderConfig, HealthReport
     from rubric_core.store import Store
 
@@ -245,6 +247,23 @@ def _gate(health: HealthReport, min_kappa: float | None, out: TextIO) -> int:
     return 0
 
 
+def regrade_cost_line(costs: Sequence[RegradeConfigCost]) -> str:
+    """``cost: [0] $X (N tokens in, C cached, M out), …`` and how the input was priced."""
+    from rubric_core.prices import format_dollars
+
+    shown = []
+    for index, cost in enumerate(costs):
+        tokens = ("no usage reported" if cost.input_tokens is None and cost.output_tokens is None
+                  else f"{cost.input_tokens or 0:,} tokens in, {cost.cached_input_tokens or 0:,} "
+                  f"cached, {cost.output_tokens or 0:,} out")
+        shown.append(f"[{index}] {format_dollars(cost.cost)} ({tokens})")
+    note = "cached input at the cached price; --price overrides win"
+    if older := sum(c.uncached_gradings for c in costs):
+        note += (f"; {older:,} grading(s) recorded before cached tokens were kept are priced "
+                 "as uncached, at most what they cost")
+    return f"cost: {', '.join(shown)} ({note})\n"
+
+
 def regrade(args: argparse.Namespace, out: TextIO) -> int:
     """``regrade``: create (or resume) the re-grade, run it, print criterion health.
 
@@ -271,7 +290,6 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
         regrade_rows,
         run_regrade,
     )
-    from rubric_core.prices import format_dollars
     from rubric_core.store import Store
     from rubric_core.types import DEFAULT_CONCURRENCY
 
@@ -334,11 +352,7 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
                 with open(path, "w", encoding="utf-8", newline="") as handle:
                     count = write(regrade_rows(store, job.job_id), handle, REGRADE_COLUMNS)
                 out.write(f"wrote {count} rows to {path}\n")
-        costs = regrade_cost(store, prices, job)
-        out.write("cost: " + ", ".join(
-            f"[{i}] {format_dollars(c)}" for i, c in enumerate(costs))
-            + " (input priced as uncached: the lab does not record cached tokens; --price "
-            "overrides win)\n")
+        out.write(regrade_cost_line(regrade_cost(store, prices, job)))
         counts = store.regrade_counts(job.job_id)
     finally:
         store.close()

@@ -2,11 +2,12 @@
 
 `Budget` is a dollar limit with the price overrides it is checked with. `run_experiment`
 (`rubric_core.experiments.scheduler`) asks a `BudgetGuard` before it starts each cell: the
-cell starts only when what the experiment has spent (its cells' recorded calls, priced now:
-`rubric_core.costs`), plus the estimates of the cells in flight in this process, plus this
-cell's estimate, stays within the limit. Otherwise no further cell starts, the cells in flight
-finish, and the experiment ends ``stopped`` (as Stop leaves it: resumable, its cells not
-failed); a Resume continues under the same budget (kept with the experiment) or a new one.
+cell starts only when what the experiment has spent (the recorded calls of its cells' runs and
+of the runs their retries replaced, priced now: `rubric_core.costs`), plus the estimates of
+the cells in flight in this process, plus this cell's estimate, stays within the limit.
+Otherwise no further cell starts, the cells in flight finish, and the experiment ends
+``stopped`` (as Stop leaves it: resumable, its cells not failed); a Resume continues under the
+same budget (kept with the experiment) or a new one.
 
 The estimate of a cell is the mean cost of the cells of its configuration that ended; before
 any ended, a conservative guess: the configuration's cap of passes, each one worker call and
@@ -209,7 +210,8 @@ class BudgetGuard:
         for config in costs.configs:
             self.ended[config.config_index] = config.ended
             self.ended_cost[config.config_index] = config.ended_total or Decimal(0)
-        for run_id, cost in costs.runs.items():
+        # Every run the experiment paid for: its cells' runs and the runs retries replaced.
+        for run_id, cost in (*costs.runs.items(), *costs.earlier.items()):
             self.runs[run_id] = cost or Decimal(0)
         self.spent = sum(self.runs.values(), Decimal(0))
 

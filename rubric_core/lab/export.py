@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 REGRADE_COLUMNS: tuple[str, ...] = (
     "job_id", "config_index", "config", "rubric_name", "rubric_version", "grader_model",
     "item_id", "repeat_index", "result", "criterion", "passed", "gap", "people", "error",
-    "input_tokens", "output_tokens", "duration_s",
+    "input_tokens", "output_tokens", "duration_s", "cached_input_tokens",
 )
-"""Columns of `regrade_rows`, in order."""
+"""Columns of `regrade_rows`, in order (a later column is appended, never inserted:
+``cached_input_tokens``, of ``input_tokens`` those read from the provider's prompt cache, empty
+for gradings recorded before it was kept)."""
 
 
 def regrade_rows(store: Store, job_id: str) -> Iterator[tuple[Any, ...]]:
@@ -43,7 +45,7 @@ def regrade_rows(store: Store, job_id: str) -> Iterator[tuple[Any, ...]]:
                 config.rubric_version, config.grader_model)
         for result in store.regrade_results(job_id, config_index=index):
             tail = (result.error or "", result.input_tokens, result.output_tokens,
-                    result.duration_s)
+                    result.duration_s, result.cached_input_tokens)
             if not result.criteria:
                 yield (*head, result.item_id, result.repeat_index, result.result, "", None, "",
                        "", *tail)

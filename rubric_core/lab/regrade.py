@@ -373,7 +373,8 @@ class _Driver:
         return RegradeResult(index, item.id, repeat, result, outcome.response.explanation,
                              list(outcome.criteria), list(outcome.missing), None,
                              outcome.input_tokens, outcome.output_tokens,
-                             round(time.perf_counter() - started, 6))
+                             round(time.perf_counter() - started, 6),
+                             outcome.cached_input_tokens)
 
     def _progress(self, index: int) -> RegradeProgress:
         elapsed = time.monotonic() - self.started

@@ -70,7 +70,8 @@ def _outcome(result: RegradeResult) -> GradeOutcome:
                                               explanation=result.explanation, criteria=[])
     return GradeOutcome(response=response, criteria=list(result.criteria),
                         missing=list(result.missing), input_tokens=result.input_tokens,
-                        output_tokens=result.output_tokens)
+                        output_tokens=result.output_tokens,
+                        cached_input_tokens=result.cached_input_tokens)
 
 
 def combine_repeats(results: Sequence[RegradeResult], config: GraderConfig) -> ItemVerdict:

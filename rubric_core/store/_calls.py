@@ -19,7 +19,6 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.store._core import CHUNK
-from rubric_core.store._experiments import LATEST_RUN
 from rubric_core.store._records import CALL_USAGE_COLUMNS, CallUsage, named_rows
 from rubric_core.store._runs import RunStore
 from rubric_core.types import CALL_CONTENT_BUDGET_CHARS, MAX_CALLS_PER_RUN
@@ -146,7 +145,10 @@ class CallStore(RunStore):
         return out
 
     def experiment_call_usage(self, experiment_id: str) -> dict[str, list[CallUsage]]:
-        """The numbers of the calls of an experiment's cells' runs (each cell's latest run).
+        """The numbers of the calls of every run an experiment paid for.
+
+        Its cells' runs (each cell's latest run) and their earlier runs
+        (`ExperimentStore.earlier_cell_runs`: those on the threads a retry replaced).
 
         Returns:
             Run id → its calls in record order, for the runs that recorded any.
@@ -156,9 +158,11 @@ class CallStore(RunStore):
         out: dict[str, list[CallUsage]] = {}
         with self._connect() as conn:
             cursor = conn.execute(
-                f"SELECT {columns} FROM experiment_cells c JOIN runs r ON r.rowid = "
-                f"({LATEST_RUN}) JOIN model_calls m ON m.run_id = r.run_id "
-                "WHERE c.experiment_id = ? ORDER BY c.seq, m.seq", (experiment_id,))
+                f"SELECT {columns} FROM (SELECT thread_id FROM experiment_cells WHERE "
+                "experiment_id = ? UNION ALL SELECT thread_id FROM retired_cell_threads WHERE "
+                "experiment_id = ?) t JOIN runs r ON r.thread_id = t.thread_id "
+                "JOIN model_calls m ON m.run_id = r.run_id ORDER BY r.rowid, m.seq",
+                (experiment_id, experiment_id))
             for row in cursor:
                 call = CallUsage(*row)
                 out.setdefault(call.run_id, []).append(call)

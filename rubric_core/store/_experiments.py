@@ -21,6 +21,7 @@ from rubric_core.store._records import (
     RUN_COLUMNS,
     CellOutcome,
     CellRecord,
+    EarlierRun,
     ExperimentRecord,
     PassVerdicts,
     cell_from_row,
@@ -242,7 +243,9 @@ class ExperimentStore(StoreCore):
     def renew_cell_thread(self, experiment_id: str, key: tuple[str, int, int]) -> str:
         """Give a cell a fresh thread, so that its next run starts over (a retry).
 
-        The old run stays in the index; the cell's run is the one on the new thread.
+        The old run stays in the index; the cell's run is the one on the new thread. The old
+        thread is kept in ``retired_cell_threads`` (in the same transaction), so the runs on it
+        still count in what the experiment spent (`earlier_cell_runs`).
 
         Returns:
             The new thread id.
@@ -252,13 +255,37 @@ class ExperimentStore(StoreCore):
 
         """
         thread_id = uuid.uuid4().hex
+        where = "experiment_id = ? AND row_id = ? AND config_index = ? AND repeat_index = ?"
         with self._connect(write=True) as conn:
-            changed = conn.execute(
-                "UPDATE experiment_cells SET thread_id = ? WHERE experiment_id = ? AND "
-                "row_id = ? AND config_index = ? AND repeat_index = ?",
-                (thread_id, experiment_id, *key),
-            ).rowcount
-        if not changed:
-            msg = f"no cell {key} in experiment {experiment_id!r}"
-            raise KeyError(msg)
+            old = conn.execute(f"SELECT thread_id FROM experiment_cells WHERE {where}"
+                               f"{conn.dialect.lock_rows}", (experiment_id, *key)).fetchone()
+            if old is None:
+                msg = f"no cell {key} in experiment {experiment_id!r}"
+                raise KeyError(msg)
+            conn.execute(
+                "INSERT INTO retired_cell_threads (thread_id, experiment_id, row_id, "
+                "config_index, repeat_index, retired_at) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING", (old[0], experiment_id, *key, self.now()))
+            conn.execute(f"UPDATE experiment_cells SET thread_id = ? WHERE {where}",
+                         (thread_id, experiment_id, *key))
         return thread_id
+
+    def earlier_cell_runs(self, experiment_id: str) -> list[EarlierRun]:
+        """The runs an experiment paid for that are not its cells' runs now, in record order.
+
+        Those on the threads a retry replaced (`renew_cell_thread`), and any but the latest on
+        a cell's own thread. One query; no settings are decoded.
+        """
+        with self._connect() as conn:
+            rows = named_rows(conn.execute(
+                "SELECT r.run_id, t.row_id, t.config_index, t.repeat_index, r.iterations "
+                "FROM (SELECT thread_id, row_id, config_index, repeat_index "
+                "FROM retired_cell_threads WHERE experiment_id = ? UNION ALL "
+                "SELECT thread_id, row_id, config_index, repeat_index FROM experiment_cells "
+                "WHERE experiment_id = ?) t JOIN runs r ON r.thread_id = t.thread_id "
+                # Not a cell's run now (NOT EXISTS: a pending cell's run would be a NULL).
+                "WHERE NOT EXISTS (SELECT 1 FROM experiment_cells c WHERE c.thread_id = "
+                f"r.thread_id AND r.rowid = ({LATEST_RUN})) ORDER BY r.created_at, r.rowid",
+                (experiment_id, experiment_id)))
+        return [EarlierRun(r["run_id"], r["row_id"], int(r["config_index"]),
+                           int(r["repeat_index"]), int(r["iterations"] or 0)) for r in rows]

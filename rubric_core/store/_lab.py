@@ -6,7 +6,8 @@
   that version (compared by a digest of the scrubbed content).
 - ``regrade_jobs`` and ``regrade_results``: a re-grade of one set version under grader
   configurations (`rubric_core.lab.GraderConfig`, appended over time, never changed), and one
-  result row per (job, configuration, item, repeat). A result is written once, in one
+  result row per (job, configuration, item, repeat), with its tokens (input, of them cached,
+  output). A result is written once, in one
   transaction, with ``ON CONFLICT DO NOTHING`` on that key: a resumed re-grade skips what is
   recorded, and two processes that graded the same item cannot both record it. A
   ``grader_error`` row is deleted only to retry it (`LabStore.delete_regrade_errors`).
@@ -54,7 +55,7 @@ _SET_COLUMNS = "name, version, source, item_count, label_count, created_at"
 _ITEM_COLUMNS = "item_id, request, answer, rubric, origin"
 _RESULT_COLUMNS = ("r.config_index, r.item_id, r.repeat_index, r.result, r.explanation, "
                    "r.criteria_json, r.missing_json, r.error, r.input_tokens, r.output_tokens, "
-                   "r.duration_s")
+                   "r.duration_s, r.cached_input_tokens")
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -438,8 +439,8 @@ class LabStore(StoreCore):
             return bool(conn.execute(
                 "INSERT INTO regrade_results (job_id, config_index, item_id, repeat_index, "
                 "result, explanation, criteria_json, missing_json, error, input_tokens, "
-                "output_tokens, duration_s, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?) ON CONFLICT DO NOTHING",
+                "output_tokens, duration_s, created_at, cached_input_tokens) VALUES (?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (job_id, result.config_index, result.item_id, result.repeat_index, result.result,
                  redact(result.explanation, secrets=known),
                  json.dumps(redact_data(list(result.criteria), secrets=known),
@@ -447,7 +448,8 @@ class LabStore(StoreCore):
                  json.dumps(redact_data(list(result.missing), secrets=known),
                             ensure_ascii=False),
                  None if result.error is None else redact(result.error, secrets=known),
-                 result.input_tokens, result.output_tokens, result.duration_s, self.now()),
+                 result.input_tokens, result.output_tokens, result.duration_s, self.now(),
+                 result.cached_input_tokens),
             ).rowcount)
 
     def graded_keys(self, job_id: str,

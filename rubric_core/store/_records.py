@@ -1,7 +1,7 @@
 """What the store's reads return, and the mappers between them and rows, by column name.
 
 One frozen record per thing the store keeps (`RunRecord`, `DatasetInfo`, `ExperimentRecord`,
-`CellRecord`, and `CellOutcome` for the lean result tables; for the lab `AnswerItem`,
+`CellRecord`, `CellOutcome` for the lean result tables and `EarlierRun`; for the lab `AnswerItem`,
 `ItemLabel`, `AnswerSetInfo`, `RegradeJob` and `RegradeResult`), and one mapper per row shape. Rows
 are read by column name (``sqlite3.Row`` and the PostgreSQL backend's rows both allow it), so a
 query may select its columns in any order, and a join names the columns it would otherwise
@@ -31,6 +31,7 @@ __all__ = [
     "CellOutcome",
     "CellRecord",
     "DatasetInfo",
+    "EarlierRun",
     "ExperimentRecord",
     "ItemLabel",
     "PassVerdicts",
@@ -263,6 +264,21 @@ class CellRecord:
 
 PassVerdicts = tuple[str, list["CriterionVerdict"]]
 """One grader pass as the result tables read it: its result and its criterion verdicts."""
+
+
+class EarlierRun(NamedTuple):
+    """A run an experiment paid for that is no longer a cell's run (a retry replaced it)."""
+
+    run_id: str
+    """The run."""
+    row_id: str
+    """Its cell's dataset row."""
+    config_index: int
+    """Its cell's configuration."""
+    repeat_index: int
+    """Its cell's repeat."""
+    iterations: int
+    """Evaluations it recorded (a run with some and no recorded calls costs "unknown")."""
 
 
 class CellOutcome(NamedTuple):
@@ -581,6 +597,10 @@ class RegradeResult(NamedTuple):
     """Grader output tokens, where the provider reports usage."""
     duration_s: float | None
     """Wall-clock seconds of the grading pass."""
+    cached_input_tokens: int | None = None
+    """Of `input_tokens`, those read from the provider's prompt cache (0 when usage came
+    without it); None when no usage was reported, and for gradings recorded before schema 12
+    (they are priced as uncached)."""
 
     @property
     def key(self) -> tuple[int, str, int]:
@@ -624,4 +644,4 @@ def regrade_result_from_row(row: Any) -> RegradeResult:
     return RegradeResult(int(row["config_index"]), row["item_id"], int(row["repeat_index"]),
                          row["result"], row["explanation"], json.loads(row["criteria_json"]),
                          json.loads(row["missing_json"]), row["error"], row["input_tokens"],
-                         row["output_tokens"], row["duration_s"])
+                         row["output_tokens"], row["duration_s"], row["cached_input_tokens"])

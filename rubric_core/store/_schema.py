@@ -50,8 +50,12 @@ read from a prompt cache, summed over the run's passes; NULL in upgraded rows). 
 added ``drafts`` (the app's unsent forms, kept across a reload under a random id; never a key).
 Version 11 added the experiments' ``budget_json`` (the budget a Start or Resume gave, with the
 price overrides it was checked with: `rubric_core.experiments.budget`; NULL when none).
-Version 12 added the re-grades' ``owner`` and ``hold_expires_at``: the process grading one
-holds it (`Store.hold_regrade`), so two resumers never both pay for its gradings.
+Version 12 added the re-grade results' ``cached_input_tokens`` (of a grading's input tokens,
+those read from the provider's prompt cache, priced at the cached price; NULL in upgraded rows,
+which are priced as uncached), ``retired_cell_threads`` (the threads a cell's retry replaced,
+so the runs on them still count in the experiment's cost; a new table only: a retry made before
+it is not linked) and the re-grades' ``owner`` and ``hold_expires_at`` (the process grading one
+holds it, `Store.hold_regrade`, so two resumers never both pay for its gradings).
 """
 
 APP_ID = "rubric-studio"
@@ -195,7 +199,7 @@ SCHEMA = (
         config_index INTEGER NOT NULL, item_id TEXT NOT NULL, repeat_index INTEGER NOT NULL,
         result TEXT NOT NULL, explanation TEXT NOT NULL, criteria_json TEXT NOT NULL,
         missing_json TEXT NOT NULL, error TEXT, input_tokens INTEGER, output_tokens INTEGER,
-        duration_s {real}, created_at TEXT NOT NULL,
+        duration_s {real}, created_at TEXT NOT NULL, cached_input_tokens INTEGER,
         PRIMARY KEY (job_id, config_index, item_id, repeat_index))""",
     # Schema 9: call traces (see `Store.add_calls`); content_json is NULL once a run's budget
     # of trace text is spent, content_chars counts what it holds.
@@ -209,6 +213,13 @@ SCHEMA = (
         http_retries INTEGER NOT NULL DEFAULT 0, content_json TEXT,
         content_chars INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, seq), UNIQUE (run_id, call_id))""",
+    # Schema 12: a retried cell's earlier threads (`ExperimentStore.renew_cell_thread`).
+    """CREATE TABLE IF NOT EXISTS retired_cell_threads (
+        thread_id TEXT PRIMARY KEY,
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+        row_id TEXT NOT NULL, config_index INTEGER NOT NULL, repeat_index INTEGER NOT NULL,
+        retired_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rs_retired_experiment ON retired_cell_threads (experiment_id)",
     # Schema 10: the app's drafts (`rubric_core.store._drafts`).
     """CREATE TABLE IF NOT EXISTS drafts (
         draft_id TEXT PRIMARY KEY, data_json TEXT NOT NULL, updated_at TEXT NOT NULL)""",
@@ -224,12 +235,13 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "experiments": {"budget_json": "TEXT"},
     "regrade_jobs": {"owner": "TEXT", "hold_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},
+    "regrade_results": {"cached_input_tokens": "INTEGER"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
-          "experiments", "experiment_cells", "answer_sets", "answer_items", "answer_labels",
-          "regrade_jobs", "regrade_results", "model_calls")
+          "experiments", "experiment_cells", "retired_cell_threads", "answer_sets",
+          "answer_items", "answer_labels", "regrade_jobs", "regrade_results", "model_calls")
 """Our tables other than ``meta`` (and ``drafts``, an unsent form that stays with its server),
 each after the ones it refers to: what `rubric_core.store.copy_store` copies."""
 
