@@ -125,6 +125,7 @@ def live(run: session.Session) -> None:
             elif kind == "run_finished":
                 ok = event["status"] == "satisfied"
                 bar.progress(1.0, text=f"Finished: {event['status']}")
+                cost_slot.caption(sup.live_cost_caption(spent, ended=True))
                 box.update(label=f"Run finished: {event['status']}",
                            state="complete" if ok else "error", expanded=True)
 

@@ -76,7 +76,7 @@ def test_a_price_typed_in_the_sidebar_costs_cached_tokens_on_run_and_review(
         assert calls[3]["cached_input_tokens"] > 0
         # Without a price: unknown, never $0 (the live figure too, with where to set it).
         assert "Cost: unknown (worker unknown · grader unknown)" in _texts(at.caption)
-        assert (f"Cost so far: unknown (worker unknown · grader unknown) · 4 model calls: "
+        assert (f"Cost: unknown (worker unknown · grader unknown) · 4 model calls: "
                 f"{tokens(calls)}. A model's price is unknown: set it in the sidebar's Cost."
                 in _texts(at.caption)), _texts(at.caption)
         # A price typed now applies to the run already made (costed from recorded tokens).
@@ -124,7 +124,7 @@ def test_the_run_page_shows_the_running_cost_at_the_sidebar_prices_as_calls_end(
         assert sum(c["cached_input_tokens"] for c in calls) > 0
         total = by_hand(calls)
         worker = by_hand([c for c in calls if c["role"] == "worker"])
-        live = (f"Cost so far: {format_dollars(total)} (worker {format_dollars(worker)} · "
+        live = (f"Cost: {format_dollars(total)} (worker {format_dollars(worker)} · "
                 f"grader {format_dollars(total - worker)}) · 4 model calls: {tokens(calls)}.")
         assert live in _texts(at.caption), _texts(at.caption)
         # The live figure ends where the result's cost (from the recorded calls) starts.

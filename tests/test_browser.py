@@ -68,7 +68,7 @@ def test_haiku_run_review_and_csv(app_page: tuple[Any, Path]) -> None:
     shot(page, "04-satisfied")
     body = page.locator("body").inner_text()
     assert "Draft 2" in body  # the loop revised at least once, live
-    assert "Cost so far: $0 (worker $0 · grader $0) · 4 model calls" in body
+    assert "Cost: $0 (worker $0 · grader $0) · 4 model calls" in body
 
     # 4. Review: the iteration table and the CSV download.
     page.get_by_role("link", name="Review").click()

@@ -110,14 +110,16 @@ def add_call(running: RunningCost, run_id: str, call: ModelCallRecord) -> None:
     running.add(usage_of(run_id, [call])[0])
 
 
-def live_cost_caption(running: RunningCost) -> str:
+def live_cost_caption(running: RunningCost, *, ended: bool = False) -> str:
     """The Run page's running cost: dollars with worker and grader shares, and the tokens.
 
-    "unknown" (never $0) for a model without a known price, with where to give one.
+    "unknown" (never $0) for a model without a known price, with where to give one. Headed
+    "Cost so far" while the run goes on, "Cost" once it ``ended``.
     """
+    head = "Cost" if ended else "Cost so far"
     if not running.calls:
-        return "Cost so far: no model call has ended yet."
-    text = (f"Cost so far: {format_dollars(running.total)} (worker "
+        return f"{head}: no model call has ended yet."
+    text = (f"{head}: {format_dollars(running.total)} (worker "
             f"{format_dollars(running.worker)} · grader {format_dollars(running.grader)}) · "
             f"{running.calls:,} model call{'s' if running.calls != 1 else ''}")
     if running.input_tokens is None and running.output_tokens is None:
