@@ -292,6 +292,11 @@ if job_id is not None and health_tab.open:
                    "reach. `never_fails`/`always_fails` do not discriminate, `unstable`: repeats "
                    "disagree, `redundant`: the same verdicts as another criterion. No flag under "
                    "5 answers. Refine a flagged criterion in the Refine tab.")
+        st.markdown("**Cost** — what each configuration's gradings cost, at the session's "
+                    "prices (set or override one in the sidebar's Cost)")
+        st.dataframe(sup.regrade_cost_frame(store, sup.session_prices(state).prices,
+                                            view.job),
+                     hide_index=True, width="stretch", key="lab_cost")
 if job_id is not None and compare_tab.open:
     with compare_tab:
         labels = sup.regrade_config_labels(jobs[job_id])

@@ -119,6 +119,10 @@ def test_the_whole_offline_loop(db_path: Path) -> None:
     assert health.loc[SUNLIGHT, "κ with people"] == "0.24"
     assert health.loc[SUNLIGHT, "κ 95% interval"].startswith("[")
     assert health.loc[SUNLIGHT, "n"] == 64 and health.loc[SUNLIGHT, "people vs people κ"] != "—"
+    # and what the gradings cost: the offline grader is free and reports no tokens
+    cost = _frame(at, "priced as uncached")
+    assert list(cost["configuration"]) == ["1. rules · bundled-plants v1"]
+    assert list(cost["cost"]) == ["$0"] and cost["tokens in"].isna().all()
 
     # labelling shows the disagreements with the grader in one click
     _tab(at, "Label")

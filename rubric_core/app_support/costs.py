@@ -21,6 +21,7 @@ from rubric_core.costs import (
     RunningCost,
     cost_difference,
     experiment_cost,
+    regrade_cost,
     run_costs,
     usage_of,
 )
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from rubric_core.experiments import Budget, ExperimentResults
     from rubric_core.settings import ExperimentConfig, RunSettings
-    from rubric_core.store import ExperimentRecord, RunRecord, Store
+    from rubric_core.store import ExperimentRecord, RegradeJob, RunRecord, Store
     from rubric_core.types import ModelCallRecord
 
 PRICES_KEY = "price_overrides"
@@ -267,3 +268,21 @@ __all__ = [
     "session_prices",
     "shown_summary",
 ]
+
+
+def regrade_cost_frame(store: Store, prices: Prices, job: RegradeJob) -> pd.DataFrame:
+    """Per configuration of a re-grade: its gradings' cost and tokens (the Rubric lab page).
+
+    Cached input is priced at the cached price; gradings recorded before cached tokens were
+    kept are priced as uncached (at most what they cost) and counted in a column of their own.
+    A model without a known price costs "unknown", never $0.
+    """
+    costs = regrade_cost(store, prices, job)
+    return pd.DataFrame(
+        [{"configuration": f"{i + 1}. {config.display_label()}",
+          "cost": format_dollars(cost.cost),
+          "tokens in": cost.input_tokens, "cached in": cost.cached_input_tokens,
+          "tokens out": cost.output_tokens, "priced as uncached": cost.uncached_gradings}
+         for i, (config, cost) in enumerate(zip(job.configurations, costs, strict=True))],
+        columns=["configuration", "cost", "tokens in", "cached in", "tokens out",
+                 "priced as uncached"])
