@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         Iterable,
         Iterator,
         Mapping,
+        Sequence,
     )
 
     from langchain_core.tools import BaseTool
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from rubric_core.runner import RunEvent
     from rubric_core.settings import RunSettings
     from rubric_core.store import RunRecord, Store
-    from rubric_core.types import RubricEvaluation
+    from rubric_core.types import ModelCallRecord, RubricEvaluation
 
 STALE_AFTER_ENV = "RUBRIC_STUDIO_STALE_AFTER_S"
 """Environment variable that overrides `STALE_AFTER_S` (seconds, 3 to 3600)."""
@@ -563,6 +564,9 @@ class _Recording:
         self.seen: set[tuple[str, int]] = set()
         self.finished = self.taken = self.registered = False
         self.stop: threading.Event | None = None
+        self.unrecorded: dict[str, ModelCallRecord] = {}
+        """Calls announced as they ended (``call_finished``) that no pass has recorded yet: a
+        Stop or a failure mid-pass records them with the ending, as they were paid for."""
 
     def begin(self, stop: threading.Event | None = None, *, thread_id: str = "") -> None:
         """Register the run as this process's and take it over when resuming.
@@ -631,15 +635,17 @@ class _Recording:
         calls within its bounds and each call once.
         """
         try:
-            if event["type"] == "evaluation_finished":
+            if event["type"] == "call_finished":
+                self.unrecorded[event["call"]["call_id"]] = event["call"]
+            elif event["type"] == "evaluation_finished":
                 self._add(event["evaluation"])
                 if calls := event.get("calls"):
-                    self.store.add_calls(self.run_id, calls, owner=self.owner)
+                    self._add_calls(calls)
             elif event["type"] == "run_finished":
                 for evaluation in event["evaluations"]:
                     self._add(evaluation)
                 if calls := event.get("calls"):
-                    self.store.add_calls(self.run_id, calls, owner=self.owner)
+                    self._add_calls(calls)
                 self.store.finish_run(self.run_id, event["status"],
                                       error=redact(event["error"] or "") or None,
                                       duration_s=round(self.elapsed(), 3), owner=self.owner)
@@ -647,6 +653,17 @@ class _Recording:
         except RunTakenOver:
             self.taken = True
             raise
+
+    def _add_calls(self, calls: Sequence[ModelCallRecord]) -> None:
+        self.store.add_calls(self.run_id, calls, owner=self.owner)
+        for call in calls:
+            self.unrecorded.pop(call["call_id"], None)
+
+    def _record_cut_calls(self) -> None:
+        """Record the calls of a pass that a Stop or a failure cut (they were paid for)."""
+        if self.unrecorded and not self.taken:
+            with contextlib.suppress(StoreError, KeyError, RunTakenOver):
+                self._add_calls(list(self.unrecorded.values()))
 
     def _add(self, evaluation: RubricEvaluation) -> None:
         key = _eval_key(evaluation)
@@ -662,6 +679,7 @@ class _Recording:
         """
         if not self.finished and not self.taken and isinstance(exc, Exception):
             self.finished = True
+            self._record_cut_calls()
             status = "interrupted" if is_unavailable(exc) else "error"
             _finish_quietly(self.store, self.run_id, status,
                             error_text(exc), self.elapsed(), self.owner)
@@ -670,6 +688,7 @@ class _Recording:
         """The consumer stopped early: record ``interrupted`` (unless ended or taken)."""
         if not self.finished and not self.taken:
             self.finished = True
+            self._record_cut_calls()
             _finish_quietly(self.store, self.run_id, "interrupted", None, self.elapsed(),
                             self.owner)
 

@@ -62,6 +62,40 @@ def test_stop_abandons_the_workers_call_in_progress_and_resume_finishes_the_pass
     assert [e["answer"] for e in evaluations] == ["first draft", "second draft"]
 
 
+def test_a_stopped_pass_keeps_the_calls_it_paid_for_and_resume_adds_none_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
+    with FakeOpenAI() as server, Store(tmp_path / "db.sqlite3") as store:
+        server.enqueue(text("first draft"), slow(3, verdict("satisfied")))
+        run = session.start(store, SETTINGS.replace(base_url=server.base_url))
+        consumer = threading.Thread(target=lambda: list(run))
+        consumer.start()
+        deadline = time.monotonic() + 30
+        while len(server.requests) < 2:  # the draft is answered, its grading in progress
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert session.request_stop(run.run_id)
+        consumer.join(timeout=15)
+        assert not consumer.is_alive()
+        assert session.wait_until_inactive(run.run_id, timeout_s=5)
+        assert store.get_run(run.run_id).iterations == 0  # the pass was cut before its verdict
+        # The worker's call of the cut pass was paid for: it is recorded with the ending.
+        assert [(c["role"], c["status"]) for c in store.calls(run.run_id)] == [("worker", "ok")]
+
+        server.enqueue(verdict("satisfied"))
+        events = list(session.resume(store, run.run_id))
+        assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "satisfied"
+        calls = store.calls(run.run_id)
+        # The abandoned grading ends on its own once its 3 s call returns (its writes refused);
+        # let it, while the server still answers.
+        for thread in threading.enumerate():
+            if thread.name == f"run-{store.get_run(run.run_id).thread_id[:8]}":
+                thread.join(timeout=15)
+    assert [c["role"] for c in calls] == ["worker", "grader"]  # none twice
+    assert len({c["call_id"] for c in calls}) == 2
+
+
 class _Logged(InMemorySaver):
     def __init__(self) -> None:
         super().__init__()
