@@ -163,22 +163,26 @@ if job_id is not None:
     stop_col.button("Stop", key="lab_stop", icon=":material/stop:", on_click=stop,
                     args=(job_id,), disabled=not view.running_here,
                     help="Stops the re-grade; what was recorded is kept.")
+    busy = view.running_here or view.running_elsewhere
     resume_col.button("Resume", key="lab_resume", icon=":material/replay:", on_click=run,
-                      args=(job_id,), disabled=view.running_here or view.complete,
+                      args=(job_id,), disabled=busy or view.complete,
                       help="Grades only the answers not recorded yet.")
     retry_col.button(f"Retry failed gradings ({view.errors})", key="lab_retry",
                      icon=":material/restart_alt:", on_click=run, args=(job_id,),
-                     kwargs={"retry_errors": True}, disabled=view.running_here or not view.errors)
+                     kwargs={"retry_errors": True}, disabled=busy or not view.errors)
 
-    @st.fragment(run_every=1.0 if view.running_here else None)
+    # Polled while it runs, here or in another process (the CLI, another server).
+    @st.fragment(run_every=1.0 if view.running_here else 2.0 if view.running_elsewhere
+                 else None)
     def progress() -> None:
         now = sup.regrade_view(store, job_id)
         for event in now.progress:
             st.progress(*sup.regrade_progress_text(event))
         show(now.message)
         st.caption(f"{now.job.status} · {now.job.set_name} v{now.job.set_version} · id {job_id}")
-        if view.running_here and not now.running_here:
-            st.rerun()  # it ended: redraw the buttons and the tables
+        if (now.running_here, now.running_elsewhere) != (view.running_here,
+                                                         view.running_elsewhere):
+            st.rerun()  # it started or ended: redraw the buttons and the tables
 
     progress()
 

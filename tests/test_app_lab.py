@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from test_workers import CRITERION, HoldingServer
 
 from rubric_core import app_support as sup
-from rubric_core.lab import BUNDLED_NAME, criterion_health
+from rubric_core.lab import BUNDLED_NAME, GraderConfig, create_regrade, criterion_health
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
@@ -256,3 +256,23 @@ def test_stop_and_resume_through_the_page_grade_each_answer_once(db_path: Path) 
         assert store.get_regrade_job(job_id).status == "finished"  # type: ignore[union-attr]
     assert "12/12 gradings" in _bars(at)
     assert at.button(key="lab_resume").disabled and at.button(key="lab_stop").disabled
+
+
+def test_a_regrade_another_process_grades_is_followed_not_resumed(db_path: Path) -> None:
+    at = _session(db_path)
+    at.button(key="lab_load_bundled").click()
+    _run(_tab(at, "Re-grade"))
+    with Store(db_path) as store:
+        job = create_regrade(store, BUNDLED_NAME, [GraderConfig(rubric="- c")], set_version=1)
+        # The CLI on another machine holds it (a live hold: its pid cannot be checked here).
+        assert store.hold_regrade(job.job_id, "worker-7.example:4242:0badc0de", hold_s=600) is None
+    at.session_state["lab_job"] = job.job_id
+    _run(at)
+    assert "Another process is grading this re-grade now (pid 4242 on worker-7.example)" in (
+        _texts(at.info))
+    assert at.button(key="lab_resume").disabled and at.button(key="lab_stop").disabled
+    with Store(db_path) as store:  # it ends there
+        assert store.release_regrade(job.job_id, "worker-7.example:4242:0badc0de")
+    _run(at)
+    assert "it was interrupted" in _texts(at.info)
+    assert not at.button(key="lab_resume").disabled

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import socket
 import threading
 from collections import OrderedDict
 from pathlib import PurePath
@@ -441,6 +443,8 @@ class RegradeView:
     """Per configuration (with an ETA while it runs here)."""
     message: UiMessage | None
     """A backoff notice, how it ended, or that it is not running here."""
+    running_elsewhere: bool = False
+    """Whether another process (the CLI, another server) grades it right now."""
 
     @property
     def errors(self) -> int:
@@ -464,11 +468,17 @@ def regrade_view(store: Store, job_id: str) -> RegradeView:
     if live is not None:
         progress = [live.progress.get(p["config_index"], p) for p in stored]
         return RegradeView(job, True, progress, live.note)
+    holder = store.regrade_holder(job_id)
+    if holder is not None and not holder.startswith(f"{socket.gethostname()}:{os.getpid()}:"):
+        host, _, rest = holder.partition(":")
+        return RegradeView(job, False, stored, UiMessage(
+            "info", f"Another process is grading this re-grade now (pid "
+                    f"{rest.partition(':')[0]} on {host}): its progress is followed here. Stop "
+                    f"it there; Resume is for when it has ended."), running_elsewhere=True)
     message = _ENDED.get(job_id)
     if message is None and job.status == "running":
-        message = UiMessage("info", "This re-grade is not running in this app: it was "
-                                    "interrupted, or another process runs it (refresh to see "
-                                    "its progress). Resume continues it.")
+        message = UiMessage("info", "This re-grade is not running: it was interrupted (its "
+                                    "process stopped or was killed). Resume continues it.")
     return RegradeView(job, False, stored, message)
 
 

@@ -369,6 +369,20 @@ class LabStore(StoreCore):
                 return None
             return holder
 
+    def regrade_holder(self, job_id: str) -> str | None:
+        """Who grades a re-grade now: its holder while the hold is live, else None.
+
+        A hold that ran out, or whose holder was a process of this machine that has exited
+        (`rubric_core.registry.owner_is_gone`), has no holder.
+        """
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT owner, hold_expires_at - {conn.dialect.epoch_now} AS left "
+                "FROM regrade_jobs WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row["owner"] is None or float(row["left"]) <= 0:
+            return None
+        return None if owner_is_gone(row["owner"]) else str(row["owner"])
+
     def renew_regrade_hold(self, job_id: str, owner: str, *, hold_s: float) -> bool:
         """Extend ``owner``'s hold on a re-grade; False when it lost it (stop grading then)."""
         _check_hold(hold_s)
@@ -415,15 +429,11 @@ class LabStore(StoreCore):
             ValueError: A live process is grading it (`hold_regrade`): stop it first.
 
         """
+        if self.regrade_holder(job_id) is not None:
+            msg = (f"re-grade {job_id[:8]} is being graded by a process now; stop it first "
+                   "(a killed process's hold runs out by itself)")
+            raise ValueError(msg)
         with self._connect(write=True) as conn:
-            now = conn.dialect.epoch_now
-            row = conn.execute(f"SELECT owner, hold_expires_at - {now} AS left FROM regrade_jobs "
-                               "WHERE job_id = ?", (job_id,)).fetchone()
-            if (row is not None and row["owner"] is not None and float(row["left"]) > 0
-                    and not owner_is_gone(row["owner"])):
-                msg = (f"re-grade {job_id[:8]} is being graded by a process now; stop it first "
-                       "(a killed process's hold runs out by itself)")
-                raise ValueError(msg)
             return bool(conn.execute("DELETE FROM regrade_jobs WHERE job_id = ?",
                                      (job_id,)).rowcount)
 
