@@ -376,3 +376,27 @@ def test_file_in_use_by_another_store_is_accepted(tmp_path: Path) -> None:
             assert cli.count_runs() == 2
             _add_runs(cli, 1)
         assert app.count_runs() == 3
+
+
+def test_a_second_store_on_a_file_in_use_here_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops every POSIX lock this process holds on it. A
+    # second store that read the file's header with a plain open() dropped the first store's
+    # locks; another process closing its last connection then took the file for its own and
+    # deleted the write-ahead log the first store still wrote to: its next commits went to a
+    # deleted file, unseen by every other process (and lost if this one is killed).
+    path = tmp_path / "db.sqlite3"
+
+    def count_elsewhere() -> str:
+        return subprocess.run(
+            [sys.executable, "-c",
+             "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "print(c.execute('SELECT COUNT(*) FROM rubric_versions').fetchone()[0]); c.close()",
+             str(path)], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+    with Store(path) as first:
+        first.save_rubric("kept", "- one")
+        with Store(path) as second:  # opened and inspected while `first` holds its locks
+            assert [r["name"] for r in second.list_rubrics()] == ["kept"]
+        assert count_elsewhere() == "1"  # another process opens and closes the file
+        first.save_rubric("after", "- two")
+        assert count_elsewhere() == "2"  # and sees what this one committed since

@@ -55,13 +55,11 @@ APPLICATION_ID = 0x52625374
 """SQLite ``PRAGMA application_id`` of our files: the ASCII bytes ``RbSt`` (1382175604).
 
 Written into the file header (offset 68, big-endian) when a file is created or upgraded, so
-that our check, ``file(1)`` and ``sqlite3 .dbinfo`` can tell the file's owner before opening
-it. Files from releases before it have 0 there and are recognised by their ``meta`` table.
+that our check (through a read-only connection), ``file(1)`` and ``sqlite3 .dbinfo`` can tell
+the file's owner before it is written. Files from releases before it have 0 there and are
+recognised by their ``meta`` table.
 """
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_HEADER_SIZE = 100  # the database header, before the first page's b-tree
-_APPLICATION_ID_AT = 68
 _SQLITE_READONLY_ROLLBACK = 776  # a hot journal that a read-only connection cannot roll back
 _TIMEOUT_S = 10.0
 _IDLE_CONNECTIONS = 8  # kept open per backend for reuse; more may be open while busy
@@ -313,28 +311,26 @@ class SqliteBackend:
     def _inspect_existing(self) -> None:
         """Refuse a file that is not ours to write, before any connection can write to it.
 
-        Reads only, and creates no side files: the header with plain file reads (SQLite magic,
-        application_id), then a read-only connection for our ``meta`` table and ``quick_check``.
-        An empty or absent file passes: it becomes ours.
+        Reads only, and creates no side files: a read-only connection reads the header (SQLite
+        magic, application_id), our ``meta`` table and ``quick_check``. An empty or absent file
+        passes: it becomes ours.
+
+        The file is never opened outside SQLite: closing any descriptor of a file drops every
+        POSIX lock this process holds on it, those of its open connections included, and then
+        another process closing its last connection takes the file for its own and deletes the
+        write-ahead log this process still writes to. SQLite keeps such descriptors open while
+        a connection of the process holds locks; a plain read would not (a second store opened
+        on a file in use here lost the first one's committed rows that way).
         """
         path = self.path
         try:
-            with path.open("rb") as fh:
-                header = fh.read(_HEADER_SIZE)
+            if path.stat().st_size == 0:
+                return
         except FileNotFoundError:
             return
         except OSError as exc:
             msg = f"the file cannot be read ({exc.strerror or exc})"
             raise self._unwritable(msg) from exc
-        if not header:
-            return
-        # Mid-transaction the file's own bytes may be half-written: then SQLite judges it.
-        if not _journal_pending(path):
-            if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_HEADER):
-                msg = "it is not a SQLite database at all"
-                raise self._not_ours(msg)
-            at = _APPLICATION_ID_AT
-            self._check_application_id(int.from_bytes(header[at : at + 4], "big", signed=True))
         try:
             conn = sqlite3.connect(
                 _read_only_uri(path), uri=True, timeout=_TIMEOUT_S, isolation_level=None
@@ -349,6 +345,11 @@ class SqliteBackend:
         try:
             self._identify(conn)
             problem = conn.execute(f"PRAGMA {check}(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                msg = "it is not a SQLite database at all"
+                raise self._not_ours(msg) from exc
+            raise self.error(exc) from exc
         except sqlite3.Error as exc:
             raise self.error(exc) from exc
         finally:
