@@ -175,3 +175,24 @@ def test_what_the_engine_cannot_do_yet_is_refused(tmp_path: Path) -> None:
             list(run_experiment(store, exp.experiment_id, rate_limit=(10, 60.0)))
         with pytest.raises(ValueError, match="a rate limit is a whole number"):
             list(run_experiment(store, exp.experiment_id, engine="dbos", rate_limit=(0, 60.0)))
+
+
+def test_a_rate_limit_holds(tmp_path: Path) -> None:
+    from dbos import DBOS
+
+    rows, limit, period = 6, 2, 1.0
+    data = "prompt,rubric\n" + "".join(
+        f'"Write the word spring {i}.","- Mentions spring"\n' for i in range(rows))
+    with Store(tmp_path / "runs.sqlite3") as store:
+        exp = create_experiment(store, parse_dataset(data, name="r"), [ExperimentConfig()])
+        events = list(run_experiment(store, exp.experiment_id, engine="dbos", concurrency=rows,
+                                     rate_limit=(limit, period)))
+        assert events[-1]["status"] == "finished"
+        assert runs_per_thread(store, exp.experiment_id) == [1] * rows
+    workflows = DBOS.list_workflows(workflow_id_prefix=engine_queues.id_prefix(exp.experiment_id),
+                                    load_input=False, load_output=False)
+    starts = sorted((w.dequeued_at or 0) / 1000 for w in workflows)
+    assert len(starts) == rows
+    # The queue's limiter started at most `limit` cells in any period (its own start times).
+    for i in range(len(starts) - limit):
+        assert starts[i + limit] - starts[i] >= period - 0.01, starts

@@ -120,3 +120,71 @@ def test_two_processes_share_the_limit_and_a_killed_worker_loses_no_cell(pg_url:
     assert 2 <= server.peak <= CONCURRENCY, server.peak
     # Nothing ran twice: at most the killed worker's calls in flight were made again.
     assert ROWS * 4 <= len(server.fake.requests) <= ROWS * 4 + CONCURRENCY
+
+
+def test_a_stopped_worker_hands_its_cells_to_recover_and_another_worker(pg_url: str) -> None:
+    """SIGTERM: the worker's cells stop after their step and stay queued work (exit 130);
+    ``rubric-studio recover`` re-queues them at once and a second worker ends every cell once."""
+    import asyncio
+
+    from rubric_core.background import work_loop
+    from rubric_core.engine import launch_engine
+    from rubric_core.engine import queues as engine_queues
+
+    rows = 8
+    server = DelayedServer(delay_s=0.25, grader_reply=verdict("satisfied", (), (CRITERION,)),
+                           passes=2)
+    data = "prompt\n" + "".join(f"question {i}\n" for i in range(rows))
+    with server.fake, Store(pg_url) as store:
+        config = ExperimentConfig(worker_model="openai-compatible:w",
+                                  grader_model="openai-compatible:g", rubric=f"- {CRITERION}",
+                                  base_url=server.fake.base_url)
+        exp = create_experiment(store, parse_dataset(data, name="q"), [config])
+        exp_id = exp.experiment_id
+        engine = launch_engine(store, every_queue=False)  # enqueues; runs no cell here
+        cells = [(c.key, c.thread_id) for c in store.experiment_cells(exp_id)]
+
+        async def enqueue() -> None:
+            await engine_queues.register_queue(exp_id, concurrency=2)
+            await engine_queues.enqueue_cells(exp_id, cells, retry_errors=False)
+
+        asyncio.run_coroutine_threadsafe(enqueue(), work_loop()).result(timeout=30)
+        first = _worker(pg_url)
+        second: subprocess.Popen[str] | None = None
+        try:
+            deadline = time.monotonic() + 30
+            tag = f":{first.pid}:"
+            while not any(r.status == "running" and tag in (r.owner or "")
+                          for r in store.list_runs(limit=None)):
+                assert time.monotonic() < deadline, "the worker ran no cell"
+                assert first.poll() is None, first.communicate()[0]
+                time.sleep(0.05)
+            first.send_signal(signal.SIGTERM)
+            out, _ = first.communicate(timeout=40)
+            assert first.returncode == 130, out
+            held = [r for r in store.list_runs(limit=None) if tag in (r.owner or "")]
+            assert {r.status for r in held} <= {"satisfied", "interrupted"}
+            left = [c for c in store.experiment_cells(exp_id) if c.status != "satisfied"]
+            assert left, "every cell ended before the worker was stopped"
+            env = {**os.environ, "PYTHONPATH": ROOT}
+            recover = subprocess.run(
+                [sys.executable, "-m", "rubric_core", "recover", "--db", pg_url], cwd=ROOT,
+                env=env, capture_output=True, text=True, timeout=60, check=False)
+            assert recover.returncode == 0, recover.stderr
+            assert "re-queued" in recover.stdout and tag in recover.stdout, recover.stdout
+            second = _worker(pg_url)
+            deadline = time.monotonic() + 40
+            while any(c.status != "satisfied" for c in store.experiment_cells(exp_id)):
+                assert time.monotonic() < deadline, "the re-queued cells did not end"
+                assert second.poll() is None, second.communicate()[0]
+                time.sleep(0.1)
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.communicate(timeout=40)
+        assert runs_per_thread(store, exp_id) == [1] * rows
+        assert engine.executor_id not in recover.stdout
+    assert server.peak <= 2
+    # Stopped after a step and continued from it: no model call was made twice.
+    assert len(server.fake.requests) == rows * 4
