@@ -196,3 +196,18 @@ def test_a_rate_limit_holds(tmp_path: Path) -> None:
     # The queue's limiter started at most `limit` cells in any period (its own start times).
     for i in range(len(starts) - limit):
         assert starts[i + limit] - starts[i] >= period - 0.01, starts
+
+
+def test_the_process_runs_experiments_after_the_engine_stopped(tmp_path: Path,
+                                                               server: DelayedServer) -> None:
+    # DBOS makes its thread pool the work loop's default executor; stopping the engine must
+    # leave the loop one that works (the models' HTTP clients resolve addresses on it).
+    for engine in ("dbos", "lease"):
+        with Store(tmp_path / f"{engine}.sqlite3") as store:
+            exp_id = _http_experiment(store, server, 2)
+            backoff = SharedBackoff()
+            events = list(run_experiment(store, exp_id, engine=engine, backoff=backoff,
+                                         models=experiment_models(backoff, api_key="test-key")))
+            assert [e["status"] for e in events if e["type"] == "cell_finished"] == [
+                "satisfied"] * 2
+        shutdown_engine()

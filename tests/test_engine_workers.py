@@ -39,7 +39,8 @@ CRITERION = "answers the question"
 
 
 @pytest.fixture(autouse=True)
-def engine_stopped() -> Iterator[None]:
+def engine_stopped(pg_url: str) -> Iterator[None]:
+    """The engine launched on ``pg_url`` is stopped before that database is dropped."""
     yield
     shutdown_engine()
 

@@ -75,6 +75,8 @@ class EngineDriver(ExperimentDriver):
                     [(c.key, c.thread_id) for c in cells if c.key in self.left],
                     retry_errors=self.retry_errors)
                 await self._watch(context)
+            # The cells that ended here are counted by their own event, with their ending.
+            await context.idle.wait()
         finally:
             detach(context)
         if self.stop.is_set():

@@ -33,9 +33,13 @@ database, so they are written once, here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import os
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +137,10 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
                        "drives only; start a worker in a process of its own")
                 raise ValueError(msg)
             return _launched[0]
+        if os.environ.get("DBOS__CLOUD") == "true":
+            # DBOS Cloud mode replaces the pinned version and may connect to Conductor.
+            msg = "DBOS__CLOUD is set: Rubric Studio's queue engine runs only self-hosted"
+            raise ValueError(msg)
         from rubric_core.engine import cell  # noqa: F401 - registers the cell workflow
         from rubric_core.store import Store as StoreClass
 
@@ -173,11 +181,11 @@ def current_engine() -> Engine | None:
         return _launched[0] if _launched else None
 
 
-def shutdown_engine() -> None:
+def shutdown_engine(settle_s: float = 5.0) -> None:
     """Stop this process's engine (nothing runs here afterwards); a later launch starts again.
 
-    Cells still running here are left to recovery (`rubric_core.engine.recovery`): call it
-    when none run, as a worker does after it stopped its cells.
+    Waits up to ``settle_s`` for the cells that ended here to have their ending recorded by
+    DBOS; cells still running are left to recovery (`rubric_core.engine.recovery`).
     """
     with _lock:
         if not _launched:
@@ -185,8 +193,20 @@ def shutdown_engine() -> None:
         engine = _launched.pop()
         from dbos import DBOS
 
+        deadline = time.monotonic() + settle_s
+        with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
+            while time.monotonic() < deadline and DBOS.list_workflows(
+                    status="PENDING", executor_id=engine.executor_id, load_input=False,
+                    load_output=False):
+                time.sleep(0.05)
         DBOS.destroy(workflow_completion_timeout_sec=0)
         engine.store.close()
+
+        async def own_threads() -> None:
+            # DBOS made its thread pool the loop's default executor and has shut it down.
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+
+        asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
 
 
 def _quiet_dbos_logs() -> None:
