@@ -211,3 +211,27 @@ def test_the_process_runs_experiments_after_the_engine_stopped(tmp_path: Path,
             assert [e["status"] for e in events if e["type"] == "cell_finished"] == [
                 "satisfied"] * 2
         shutdown_engine()
+
+
+def test_eval_runs_on_the_engine_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    from rubric_core.cli import main
+
+    db = str(tmp_path / "runs.sqlite3")
+    out = io.StringIO()
+    code = main(["eval", "--dataset", "bundled", "--db", db, "--engine", "dbos",
+                 "--concurrency", "8", "--rate-limit", "1000/s"], out=out)
+    assert code == 0, out.getvalue()
+    assert "24/24 done, 100% satisfied" in out.getvalue()
+    for argv, message in (
+            (["--rate-limit", "10/min"], "--rate-limit needs --engine dbos"),
+            (["--engine", "dbos", "--rate-limit", "10/fortnight"], "expected N/PERIOD"),
+            (["--engine", "dbos", "--max-cost", "1"], "does not take --max-cost or --workers"),
+            (["--engine", "dbos", "--workers", "2"], "does not take --max-cost or --workers")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(["eval", "--dataset", "bundled", "--db", db, *argv],
+                        out=io.StringIO()) == 2
+        assert message in err.getvalue()

@@ -157,7 +157,11 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
                 DBOS.listen_queues([])
                 # The very list DBOS's queue thread rereads: `listen` adds to it.
                 instance._listening_queues = listening
-            DBOS.launch()
+            try:
+                DBOS.launch()
+            except BaseException:
+                DBOS.destroy()  # a half-launched singleton could not be launched again
+                raise
 
         _quiet_dbos_logs()
         asyncio.run_coroutine_threadsafe(on_loop(), work_loop()).result()
