@@ -235,3 +235,22 @@ def test_eval_runs_on_the_engine_and_refuses_what_it_cannot_do(tmp_path: Path) -
             assert main(["eval", "--dataset", "bundled", "--db", db, *argv],
                         out=io.StringIO()) == 2
         assert message in err.getvalue()
+
+
+def test_a_driving_process_takes_no_other_experiments_cells(tmp_path: Path) -> None:
+    with Store(tmp_path / "runs.sqlite3") as store:
+        other = create_experiment(store, demo_dataset(), [ExperimentConfig()], name="other")
+        mine = create_experiment(store, demo_dataset(), [ExperimentConfig()], name="mine")
+        launch_engine(store, every_queue=False)  # as run_experiment(engine="dbos") does
+        cells = [(c.key, c.thread_id) for c in store.experiment_cells(other.experiment_id)]
+
+        async def queue_other() -> None:
+            await engine_queues.register_queue(other.experiment_id, concurrency=4)
+            await engine_queues.enqueue_cells(other.experiment_id, cells, retry_errors=False)
+
+        _on_loop(queue_other())
+        events = list(run_experiment(store, mine.experiment_id, engine="dbos", concurrency=4))
+        assert events[-1]["status"] == "finished"
+        # The other experiment's cells wait for a worker: this process ran none of them.
+        assert len(_on_loop(engine_queues.active_workflows(other.experiment_id))) == len(cells)
+        assert {c.status for c in store.experiment_cells(other.experiment_id)} == {"pending"}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.engine import queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
@@ -50,9 +50,16 @@ _SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still qu
 class EngineDriver(ExperimentDriver):
     """Runs one session of an experiment on the queue engine (see the module docstring)."""
 
-    engine: Engine
-    rate_limit: tuple[int, float] | None = None
-    ended_here: asyncio.Event
+    def __init__(self, *args: Any, engine: Engine, rate_limit: tuple[int, float] | None = None,
+                 **kwargs: Any) -> None:
+        """`ExperimentDriver`'s arguments, and the engine and the queue's rate limit."""
+        super().__init__(*args, **kwargs)
+        self.engine = engine
+        """This process's engine."""
+        self.rate_limit = rate_limit
+        """At most ``(cells, seconds)`` started per period over every process, or None."""
+        self.ended_here = asyncio.Event()
+        """Set (on the loop) when a cell of this experiment ended in this process."""
 
     async def _main(self) -> str:
         exp = self.experiment
@@ -62,7 +69,6 @@ class EngineDriver(ExperimentDriver):
         context = ExperimentContext(
             experiment=exp, rows=self.rows, models=self.models,
             model_limits=self.model_limits, on_finished=self._ended_here)
-        self.ended_here = asyncio.Event()
         attach(context)
         try:
             if self.left:

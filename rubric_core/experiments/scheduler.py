@@ -199,9 +199,9 @@ def run_experiment(
         from rubric_core.engine import EngineDriver, launch_engine
 
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
-                                     per_model or {}, retry_errors)
-        engine_driver.engine = launch_engine(store, every_queue=False)
-        engine_driver.rate_limit = rate_limit
+                                     per_model or {}, retry_errors,
+                                     engine=launch_engine(store, every_queue=False),
+                                     rate_limit=rate_limit)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
         return
     driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
