@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from dbos import DBOS
 
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
-from rubric_core.experiments.cell import run_cell
+from rubric_core.experiments.cell import cell_settings, run_cell
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -69,12 +69,8 @@ class ExperimentContext:
     """Set whenever no cell of this experiment runs here."""
 
     def settings_for(self, key: tuple[str, int, int]) -> RunSettings:
-        """The run settings of a cell (the configuration filled in with its row, titled)."""
-        row_id, config_index, repeat_index = key
-        row, config = self.rows[row_id], self.experiment.configurations[config_index]
-        repeat = f" · #{repeat_index + 1}" if self.experiment.repeats > 1 else ""
-        return config.settings_for(row).replace(
-            title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
+        """A cell's run settings (`rubric_core.experiments.cell.cell_settings`)."""
+        return cell_settings(self.experiment, self.rows[key[0]], key)
 
 
 # Touched on the work loop only.
@@ -134,6 +130,11 @@ def _ensure_watcher() -> None:
         loop = asyncio.get_running_loop()
         # An empty context: the watcher must not run as a step of the workflow that starts it.
         _watcher.append(contextvars.Context().run(loop.create_task, _watch_cancellations()))
+
+
+def rejoin() -> None:
+    """Take part again after `leave` (a new launch of the engine in this process)."""
+    _leaving.clear()
 
 
 async def leave(timeout_s: float = 30.0) -> int:
@@ -201,4 +202,4 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
 
 
 __all__ = ["CANCEL_POLL_S", "CELL_WORKFLOW", "ExperimentContext", "attach", "cell_workflow",
-           "detach", "leave"]
+           "detach", "leave", "rejoin"]

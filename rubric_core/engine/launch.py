@@ -141,7 +141,9 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
             # DBOS Cloud mode replaces the pinned version and may connect to Conductor.
             msg = "DBOS__CLOUD is set: Rubric Studio's queue engine runs only self-hosted"
             raise ValueError(msg)
-        from rubric_core.engine import cell  # noqa: F401 - registers the cell workflow
+        from rubric_core.engine import cell  # registers the cell workflow
+
+        cell.rejoin()
         from rubric_core.store import Store as StoreClass
 
         executor_id = new_owner()

@@ -31,8 +31,9 @@ from rubric_core.types import TERMINAL_STATUSES
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rubric_core.datasets import DatasetRow
     from rubric_core.settings import RunSettings
-    from rubric_core.store import RunRecord, Store
+    from rubric_core.store import ExperimentRecord, RunRecord, Store
     from rubric_core.types import ModelResolver
 
 CellOutcomeTuple = tuple[str, str | None, str | None]
@@ -56,6 +57,15 @@ async def run_outcome(run: session.AsyncSession) -> tuple[str, str | None]:
     finally:
         await run.aclose()
     return status, error
+
+
+def cell_settings(experiment: ExperimentRecord, row: DatasetRow, key: tuple[str, int, int]
+                  ) -> RunSettings:
+    """A cell's run settings: its configuration filled in with its row, titled for Review."""
+    config = experiment.configurations[key[1]]
+    repeat = f" · #{key[2] + 1}" if experiment.repeats > 1 else ""
+    return config.settings_for(row).replace(
+        title=f"{experiment.name} · {row.id} · {config.display_label()}{repeat}")
 
 
 def _ended(record: RunRecord, retry_errors: bool) -> bool:
@@ -107,4 +117,4 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
     return status, run.run_id, error
 
 
-__all__ = ["STALE_POLL_S", "CellOutcomeTuple", "run_cell", "run_outcome"]
+__all__ = ["STALE_POLL_S", "CellOutcomeTuple", "cell_settings", "run_cell", "run_outcome"]

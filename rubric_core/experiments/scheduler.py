@@ -52,7 +52,7 @@ from rubric_core import session
 from rubric_core.background import drive
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
 from rubric_core.experiments.budget import Budget, BudgetGuard
-from rubric_core.experiments.cell import run_cell
+from rubric_core.experiments.cell import cell_settings, run_cell
 from rubric_core.experiments.create import require_experiment
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.http_retry import SharedBackoff
@@ -444,10 +444,7 @@ class ExperimentDriver:
         self.events.put(self._progress(cell.config_index))
 
     def _settings(self, cell: CellRecord, row: DatasetRow) -> RunSettings:
-        config = self.experiment.configurations[cell.config_index]
-        repeat = f" · #{cell.repeat_index + 1}" if self.experiment.repeats > 1 else ""
-        return config.settings_for(row).replace(
-            title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
+        return cell_settings(self.experiment, row, cell.key)
 
     async def _run_cell(self, cell: CellRecord, settings: RunSettings, lost: threading.Event
                         ) -> tuple[str, str | None, str | None]:
