@@ -25,7 +25,7 @@ an experiment and every ``rubric-studio worker`` run every `SWEEP_S` seconds.
 from __future__ import annotations
 
 import asyncio
-import time
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dbos import DBOS
@@ -59,7 +59,9 @@ async def stopped_executors(store: Store, *, me: str | None = None) -> list[str]
         return []
     running = await store.acall(store.list_runs, status="running", limit=None)
     alive = {_process(r.owner) for r in running if not session.is_stale(r)}
-    old = (time.time() - session.STALE_AFTER_S) * 1000
+    # DBOS stamps a dequeue with the database's clock: judged by the same clock.
+    now = datetime.fromisoformat(await store.acall(store.now)).timestamp()
+    old = (now - session.STALE_AFTER_S) * 1000
     return [executor for executor, dequeued in held.items()
             if owner_is_gone(executor)
             or (_process(executor) not in alive and max(dequeued) < old)]
