@@ -254,3 +254,45 @@ def test_a_driving_process_takes_no_other_experiments_cells(tmp_path: Path) -> N
         # The other experiment's cells wait for a worker: this process ran none of them.
         assert len(_on_loop(engine_queues.active_workflows(other.experiment_id))) == len(cells)
         assert {c.status for c in store.experiment_cells(other.experiment_id)} == {"pending"}
+
+
+def test_ctrl_c_of_eval_on_the_engine_stops_it_resumably(tmp_path: Path,
+                                                        server: DelayedServer) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    db = tmp_path / "runs.sqlite3"
+    with Store(db) as store:
+        exp_id = _http_experiment(store, server, 12)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rubric_core", "eval", "--resume", exp_id, "--db", str(db),
+         "--engine", "dbos", "--concurrency", "2"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Store(db) as store:
+            deadline = time.monotonic() + 30
+            while not any(c.status == "satisfied" for c in store.experiment_cells(exp_id)):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    with Store(db) as store:
+        assert store.get_experiment(exp_id).status == "stopped", out + err  # type: ignore[union-attr]
+        assert "running" not in {c.status for c in store.experiment_cells(exp_id)}
+        launch_engine(store)
+        assert _on_loop(engine_queues.active_workflows(exp_id)) == []  # all cancelled
+        events = list(_run(store, exp_id, concurrency=2))
+        assert events[-1]["status"] == "finished"
+        assert runs_per_thread(store, exp_id) == [1] * 12
+    assert len(server.fake.requests) == 12 * 4

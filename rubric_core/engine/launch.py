@@ -72,7 +72,8 @@ class Engine:
     location: str
     """The store's database it serves (a SQLite path or a URL with its password: never shown)."""
     store: Store
-    """This process's own store on that database, which the cells write through."""
+    """The store the engine was launched with, which the cells write through (a closed store
+    opens new connections when used)."""
     executor_id: str
     """This process's DBOS executor ID."""
     listening: list[str] | None
@@ -144,7 +145,6 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
         from rubric_core.engine import cell  # registers the cell workflow
 
         cell.rejoin()
-        from rubric_core.store import Store as StoreClass
 
         executor_id = new_owner()
         config = _config(location, executor_id)
@@ -167,8 +167,11 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
 
         _quiet_dbos_logs()
         asyncio.run_coroutine_threadsafe(on_loop(), work_loop()).result()
-        own = StoreClass(location).open()
-        engine = Engine(location=location, store=own, executor_id=executor_id,
+        # The caller's store, not a second one on the same file: opening a SQLite store reads
+        # the file's header with a plain open() and close(), and closing any descriptor of the
+        # file drops every POSIX lock this process holds on it, the live connections' too (the
+        # process could then lose its WAL to another process that believes itself alone).
+        engine = Engine(location=location, store=store.open(), executor_id=executor_id,
                         listening=listening)
         _launched.append(engine)
         return engine
@@ -206,7 +209,6 @@ def shutdown_engine(settle_s: float = 5.0) -> None:
                     load_output=False):
                 time.sleep(0.05)
         DBOS.destroy(workflow_completion_timeout_sec=0)
-        engine.store.close()
 
         async def own_threads() -> None:
             # DBOS made its thread pool the loop's default executor and has shut it down.
