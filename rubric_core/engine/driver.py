@@ -85,11 +85,13 @@ class EngineDriver(ExperimentDriver):
             await context.idle.wait()
         finally:
             detach(context)
-        if self.stop.is_set():
-            return "stopped"
         if not await queues.active_workflows(exp.experiment_id):
+            # Nothing queued or running (finished, or cancelled by Stop): no process need poll
+            # the queue any more; a Resume registers it again.
             with contextlib.suppress(Exception):  # another driver may have deleted it
                 await queues.delete_queue(exp.experiment_id)
+        if self.stop.is_set():
+            return "stopped"
         outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)
         left = [c for c in outcomes if c.status not in ENDED_STATUSES]
         return "stopped" if left else "finished"
