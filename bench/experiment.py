@@ -10,6 +10,9 @@ grading passes: the grader fails the worker's answers until the last pass, so a 
   checkpoints in a SQLite file, recording in the run index);
 - ``plain``: the same calls from plain asyncio with one ``ChatOpenAI`` (``ainvoke``), bounded
   by a semaphore: the floor for any client in Python;
+- with ``--engine dbos`` (or ``--engine lease dbos``), ``loop`` on the queue engine
+  (`run_experiment(engine="dbos")`, DBOS's SQLite file beside the store's; its launch counts in
+  the wall time, not the span), one line per engine;
 - with ``--workers W``, also ``rubric-studio eval --workers W`` (the same experiment split over
   W processes, C shared out between them; its wall time includes the interpreters' start-up).
 
@@ -29,6 +32,7 @@ Run from the repository root:
     .venv/bin/python bench/experiment.py --concurrency 16 --repeat 5
     .venv/bin/python bench/experiment.py --rows 32 --passes 1 --concurrency 1 16
     .venv/bin/python bench/experiment.py --concurrency 16 --workers 2
+    .venv/bin/python bench/experiment.py --concurrency 16 --repeat 3 --engine lease dbos
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ class Server:
         self._process.join(10)
 
 
-def _loop(server: Server, rows: int, concurrency: int) -> float:
+def _loop(server: Server, rows: int, concurrency: int, engine: str = "lease") -> float:
     """Wall seconds of creating and running the experiment through the rubric loop."""
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.sqlite3").open()
@@ -116,9 +120,13 @@ def _loop(server: Server, rows: int, concurrency: int) -> float:
             exp = create_experiment(store, parse_dataset(data, name="bench"), [config],
                                     models=models)
             events = list(run_experiment(store, exp.experiment_id, concurrency=concurrency,
-                                         backoff=backoff, models=models))
+                                         backoff=backoff, models=models, engine=engine))
             wall = time.monotonic() - started
         finally:
+            if engine == "dbos":
+                from rubric_core.engine import shutdown_engine
+
+                shutdown_engine()  # the next run has a database of its own
             store.close()
     statuses = [e["status"] for e in events if e["type"] == "cell_finished"]
     if len(statuses) != rows or set(statuses) != {"satisfied"}:
@@ -212,6 +220,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of loop and plain per C, in turn; medians are reported")
+    parser.add_argument("--engine", nargs="+", choices=("lease", "dbos"), default=["lease"],
+                        help="what schedules the loop's cells (several: one line each)")
     parser.add_argument("--workers", type=int, default=0,
                         help="also run the experiment with `eval --workers W` (0: don't)")
     args = parser.parse_args()
@@ -220,25 +230,31 @@ def main() -> int:
           f"{args.delay_ms:g} ms per call on the loopback server (own process)"
           + (f", medians of {args.repeat} runs" if args.repeat > 1 else ""))
     print(f"{'C':>3} {'calls':>6} {'loop span':>10} {'loop wall':>10} {'plain span':>11} "
-          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}")
+          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}"
+          + ("  engine" if args.engine != ["lease"] else ""))
     server = Server(delay, args.passes)
     failed = False
     try:
         for c in args.concurrency:
-            loops, plains = [], []
+            loops: dict[str, list[dict[str, float]]] = {e: [] for e in args.engine}
+            plains = []
             for _ in range(max(1, args.repeat)):
-                loops.append(_measured(server, functools.partial(_loop, server, args.rows, c),
-                                       c, delay, args.rows))
+                for engine in args.engine:
+                    loops[engine].append(_measured(server, functools.partial(
+                        _loop, server, args.rows, c, engine), c, delay, args.rows))
                 plains.append(_measured(server, functools.partial(
                     _plain, server, args.rows, c, args.passes), c, delay, args.rows))
-            loop, plain = _median(loops), _median(plains)
-            print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
-                  f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
-                  f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
-                  f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}")
-            if loop["peak"] > c:
-                print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
-                failed = True
+            plain = _median(plains)
+            for engine in args.engine:
+                loop = _median(loops[engine])
+                print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
+                      f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
+                      f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
+                      f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}"
+                      + (f"  {engine}" if args.engine != ["lease"] else ""))
+                if loop["peak"] > c:
+                    print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
+                    failed = True
             if args.workers > 1:
                 before = _cpu_children()
                 spread = _measured(server, functools.partial(

@@ -1,5 +1,7 @@
 """Command line: ``rubric-studio run|eval|regrade|answers|datasets|db|examples|analytics|app``.
 
+Also the queue engine's ``worker`` and ``recover`` (a preview).
+
 ``python -m rubric_core`` is the same command.
 
 Prints each grader pass as it happens; exits 0 when the rubric is satisfied, 1 when the run
@@ -8,7 +10,8 @@ when interrupted.
 
 This module assembles the parser: each sub-command's arguments and handler (``func``) come
 from the module of its command group (`rubric_core.cli.run`, `.eval`, `.analytics`,
-`.datasets`, `.db`, `.app`); `main` calls the handler and turns errors into exit statuses.
+`.datasets`, `.db`, `.app`, `.engine`); `main` calls the handler and turns errors into exit
+statuses.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TextIO
 
 from rubric_core.cli import analytics, datasets, db
 from rubric_core.cli import app as app_command
+from rubric_core.cli import engine as engine_command
 from rubric_core.cli import eval as eval_command
 from rubric_core.cli import lab as lab_command
 from rubric_core.cli import run as run_command
@@ -81,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
         description=db.COPY_DESCRIPTION)
     db.add_copy_arguments(copy)
     copy.set_defaults(func=db.copy)
+
+    wk = sub.add_parser("worker", help="run queued experiment cells (queue engine, preview)",
+                        description=engine_command.WORKER_DESCRIPTION)
+    engine_command.add_db_argument(wk)
+    wk.set_defaults(func=engine_command.worker)
+
+    rc = sub.add_parser("recover", help="re-queue the cells of stopped workers (queue engine)",
+                        description=engine_command.RECOVER_DESCRIPTION)
+    engine_command.add_db_argument(rc)
+    rc.set_defaults(func=engine_command.recover)
 
     app = sub.add_parser("app", help="start the Streamlit app (streamlit run serve.py)",
                          description=app_command.DESCRIPTION)

@@ -76,6 +76,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="processes sharing the experiment's cells (default 1): a process is "
         "bound to one CPU core by Python's GIL, so more workers use more cores; "
         "--concurrency and --model-limit are shared out between them")
+    add("--engine", choices=("lease", "dbos"), default="lease",
+        help="what schedules the cells: the lease queue (default) or the queue engine (dbos, "
+        "a preview: --concurrency and --rate-limit hold over every process running the "
+        "experiment; start more with 'rubric-studio worker'; no --max-cost yet)")
+    add("--rate-limit", default=None, metavar="N/PERIOD",
+        help="with --engine dbos: at most N cells start per PERIOD (s, min or h; e.g. 60/min), "
+        "over every process")
     add("--model-limit", action="append", default=[], metavar="M=N",
         help="at most N cells at once use model M (worker or grader); repeatable")
     add("--min-pass-rate", type=float, default=None,
@@ -166,6 +173,33 @@ def model_limits(values: list[str]) -> dict[str, int]:
     return limits
 
 
+_PERIODS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def rate_limit(text: str | None) -> tuple[int, float] | None:
+    """``--rate-limit N/PERIOD`` as ``(cells, seconds)``; None without it.
+
+    Raises:
+        UsageError: Not a whole number over one of ``s``, ``min`` or ``h`` (or ``30s``).
+
+    """
+    if text is None:
+        return None
+    number, _, period = text.strip().partition("/")
+    period = period.strip().lower()
+    count = period.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = period[len(count):]
+    try:
+        limit = int(number)
+        seconds = (float(count) if count else 1.0) * _PERIODS[unit]
+    except (ValueError, KeyError):
+        limit, seconds = 0, 0.0
+    if limit < 1 or not seconds > 0:
+        msg = f"--rate-limit {text!r}: expected N/PERIOD, e.g. 60/min, 5/s or 100/30s"
+        raise UsageError(msg)
+    return limit, seconds
+
+
 def configurations(args: argparse.Namespace) -> list[ExperimentConfig]:
     """The configurations --model / --grader / --max-iterations / --config ask for.
 
@@ -226,6 +260,13 @@ def _check_arguments(args: argparse.Namespace) -> None:
     """What only the command line knows: flag combinations and the exit-status threshold."""
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
+        raise UsageError(msg)
+    if args.engine == "dbos" and (args.max_cost is not None or args.workers != 1):
+        msg = ("--engine dbos does not take --max-cost or --workers yet: start more workers "
+               "with 'rubric-studio worker --db ...'")
+        raise UsageError(msg)
+    if args.rate_limit is not None and args.engine != "dbos":
+        msg = "--rate-limit needs --engine dbos"
         raise UsageError(msg)
     if args.resume is None and not args.dataset:
         msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
@@ -331,6 +372,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         if path:
             check_output(path)
     _check_arguments(args)
+    rate_limit(args.rate_limit)  # refused before anything is stored
+    printer = ProgressPrinter(out)
     prices = prices_from(args)
     budget = _budget(args, prices)
     plan = WorkerPlan.split(
@@ -366,8 +409,19 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
-        failed = run_with_workers(store, exp_id, plan, db=db, on_event=ProgressPrinter(out),
-                                  retry_errors=args.retry_errors)
+        if args.engine == "dbos":
+            from rubric_core.experiments import run_experiment
+
+            failed = []
+            for event in run_experiment(store, exp_id, engine="dbos",
+                                        concurrency=plan.concurrency[0],
+                                        per_model=plan.per_model[0],
+                                        retry_errors=args.retry_errors,
+                                        rate_limit=rate_limit(args.rate_limit)):
+                printer(event)
+        else:
+            failed = run_with_workers(store, exp_id, plan, db=db, on_event=printer,
+                                      retry_errors=args.retry_errors)
         for message in failed:
             out.write(message + "\n")
         results = experiment_results(store, exp_id)

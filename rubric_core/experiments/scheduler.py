@@ -22,7 +22,7 @@
   several processes, on one machine or many, can run the same experiment at once: none runs
   a cell another holds, and the cells of a worker that died are claimed by the others once
   its leases expire (its runs continue on their own threads). The leases are one section of
-  `_Driver` (claim, renew, count what others ended), the part a queue engine will replace.
+  `ExperimentDriver` (claim, renew, count what others ended), the part a queue engine will replace.
 - A 429 or 5xx from an OpenAI-compatible server does not fail the row: the HTTP clients the
   default models use (`experiment_models`) wait and retry it, and the wait is shared
   (`SharedBackoff`), so the whole experiment slows down instead of hammering the server.
@@ -52,23 +52,23 @@ from rubric_core import session
 from rubric_core.background import drive
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
 from rubric_core.experiments.budget import Budget, BudgetGuard
+from rubric_core.experiments.cell import cell_settings, run_cell
 from rubric_core.experiments.create import require_experiment
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import model_resolver
-from rubric_core.redact import error_text
 from rubric_core.registry import new_owner
-from rubric_core.store import StoreError, is_unavailable
+from rubric_core.store import StoreError
 from rubric_core.types import (
     DEFAULT_CONCURRENCY,
     ENDED_STATUSES,
+    ENGINES,
     ERROR_STATUSES,
     MAX_CONCURRENCY,
-    TERMINAL_STATUSES,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Iterator, Mapping
 
     from rubric_core.datasets import DatasetRow
     from rubric_core.settings import RunSettings
@@ -83,7 +83,6 @@ if TYPE_CHECKING:
 CellKey = tuple[str, int, int]
 """A cell: ``(row id, configuration index, repeat index)``."""
 
-_STALE_POLL_S = 1.0
 _CLAIM_POLL_S = 1.0  # how often a worker whose remaining cells are all leased looks again
 _WATCH_S = 2.0  # how often a worker counts the cells other workers ended
 
@@ -142,6 +141,8 @@ def run_experiment(
     retry_errors: bool = False,
     stop: threading.Event | None = None,
     budget: Budget | None = None,
+    engine: str = "lease",
+    rate_limit: tuple[int, float] | None = None,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
 
@@ -163,6 +164,11 @@ def run_experiment(
         budget: Start no cell that would spend past it (`rubric_core.experiments.budget`);
             kept with the experiment for later Resumes. Without: the budget kept with it, if
             any.
+        engine: ``lease`` (the lease queue, this module) or ``dbos`` (the queue engine,
+            `rubric_core.engine`, a preview: ``concurrency`` is then a limit over every process
+            running the experiment, and there is no budget yet).
+        rate_limit: With ``engine="dbos"``: at most ``(limit, period_s)`` cells started per
+            period, over every process.
 
     Yields:
         ``experiment_progress`` for every configuration at the start and after each cell,
@@ -170,12 +176,14 @@ def run_experiment(
 
     Raises:
         KeyError: No such experiment.
-        ValueError: A bad concurrency or per-model limit.
+        ValueError: A bad concurrency, per-model limit, engine or rate limit, or a budget with
+            the queue engine.
         BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
+    check_engine(engine, rate_limit, budget is not None or experiment.budget is not None)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -187,28 +195,47 @@ def run_experiment(
     stop = stop or threading.Event()
     events: queue.Queue[ExperimentEvent | None] = queue.Queue()
 
-    driver = _Driver(store, experiment, models, stop, events, concurrency, per_model or {},
-                     retry_errors, guard)
+    if engine == "dbos":
+        from rubric_core.engine import EngineDriver, launch_engine
+
+        engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
+                                     per_model or {}, retry_errors,
+                                     engine=launch_engine(store, every_queue=False),
+                                     rate_limit=rate_limit)
+        yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
+        return
+    driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
+                              per_model or {}, retry_errors, guard)
     yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
 
-async def _outcome(run: session.AsyncSession) -> tuple[str, str | None]:
-    """Consume a cell's run: its final (status, error)."""
-    status, error = "interrupted", None
-    try:
-        async for event in run:
-            if event["type"] == "run_finished":
-                status, error = event["status"], event["error"]
-    except Exception as exc:  # recorded as the run's error by the session layer
-        # A lost database interrupts the cell (Resume continues it); anything else fails it.
-        status = "interrupted" if is_unavailable(exc) else "error"
-        error = error_text(exc)
-    finally:
-        await run.aclose()
-    return status, error
+def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool) -> None:
+    """Refuse an unknown engine, a bad rate limit, or what the queue engine cannot do yet.
+
+    Raises:
+        ValueError: Naming the problem.
+
+    """
+    if engine not in ENGINES:
+        msg = f"engine must be one of {', '.join(ENGINES)}, got {engine!r}"
+        raise ValueError(msg)
+    if rate_limit is not None:
+        if engine != "dbos":
+            msg = "a rate limit needs the queue engine (engine='dbos')"
+            raise ValueError(msg)
+        limit, period = rate_limit
+        if (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+                or not isinstance(period, int | float) or not period > 0):
+            msg = (f"a rate limit is a whole number of cells (at least 1) per a positive number "
+                   f"of seconds, got {limit!r} per {period!r}")
+            raise ValueError(msg)
+    if engine == "dbos" and budget:
+        msg = ("the queue engine (engine='dbos') does not enforce budgets yet: run this "
+               "experiment on the lease queue")
+        raise ValueError(msg)
 
 
-class _Driver:
+class ExperimentDriver:
     """Runs one session of an experiment as a coroutine on the experiments' loop.
 
     Built on the caller's thread with its whole state; `run` fills in what the database says
@@ -417,63 +444,49 @@ class _Driver:
         self.events.put(self._progress(cell.config_index))
 
     def _settings(self, cell: CellRecord, row: DatasetRow) -> RunSettings:
-        config = self.experiment.configurations[cell.config_index]
-        repeat = f" · #{cell.repeat_index + 1}" if self.experiment.repeats > 1 else ""
-        return config.settings_for(row).replace(
-            title=f"{self.experiment.name} · {row.id} · {config.display_label()}{repeat}")
+        return cell_settings(self.experiment, row, cell.key)
 
     async def _run_cell(self, cell: CellRecord, settings: RunSettings, lost: threading.Event
                         ) -> tuple[str, str | None, str | None]:
-        """One cell: start, continue or skip its run; (status, run, error).
+        """One cell (`rubric_core.experiments.cell.run_cell`); (status, run, error).
 
         Stop or a lost lease ends the run after the step in progress (never halfway through
         one), recorded ``interrupted``; the next Resume continues its thread from there.
         """
-        store, thread_id = self.store, cell.thread_id
-
         def stopping() -> bool:
             return self.stop.is_set() or lost.is_set()
 
-        record = await store.acall(store.latest_run_for_thread, thread_id)
-        if record is not None and record.status == "grader_error" and self.retry_errors:
-            thread_id = await store.acall(store.renew_cell_thread, cell.experiment_id,
-                                          cell.key)
-            record = None
-        if record is None:
-            run = await session.astart(store, settings, models=self.models, thread_id=thread_id,
-                                       stop=stopping)
-        elif record.status in TERMINAL_STATUSES:
-            return record.status, record.run_id, record.error
-        else:
-            opened = await self._resume(record.run_id, stopping)
-            if opened is None:
-                return "interrupted", record.run_id, None
-            run = opened
-        status, error = await _outcome(run)
-        return status, run.run_id, error
-
-    async def _resume(self, run_id: str, stop: Callable[[], bool]
-                      ) -> session.AsyncSession | None:
-        """Resume a cell's run, waiting for a lost owner's run to go stale; None on Stop."""
-        while not self.stop.is_set():
-            try:
-                return await session.aresume(self.store, run_id, models=self.models, stop=stop)
-            except RuntimeError:  # still 'running' for another process, or not yet stale
-                await asyncio.sleep(_STALE_POLL_S)
-        return None
+        return await run_cell(self.store, experiment_id=cell.experiment_id, key=cell.key,
+                              thread_id=cell.thread_id, settings=settings, models=self.models,
+                              retry_errors=self.retry_errors, stop=stopping)
 
     def _progress(self, index: int) -> ExperimentProgress:
-        tally = self.tallies[index]
-        elapsed = time.monotonic() - self.started
-        eta = (round(self.remaining * elapsed / self.finished_here, 1)
-               if self.finished_here else None)
-        return {"type": "experiment_progress", "experiment_id": self.experiment.experiment_id,
-                "config_index": index,
-                "label": self.experiment.configurations[index].display_label(),
-                "done": tally.done, "total": tally.total, "satisfied": tally.satisfied,
-                "errors": tally.errors,
-                "satisfied_rate": round(tally.satisfied / tally.done, 4) if tally.done else None,
-                "eta_s": eta}
+        return progress_event(self.experiment, index, self.tallies[index], started=self.started,
+                              remaining=self.remaining, finished_here=self.finished_here)
 
 
-__all__ = ["CellKey", "check_limits", "experiment_models", "run_experiment"]
+def progress_event(experiment: ExperimentRecord, index: int, tally: Tally, *, started: float,
+                   remaining: int, finished_here: int) -> ExperimentProgress:
+    """A configuration's ``experiment_progress`` event, with an ETA from this session's pace.
+
+    Args:
+        experiment: The experiment.
+        index: The configuration.
+        tally: Its cells by how they ended.
+        started: When this session started (``time.monotonic()``).
+        remaining: Cells not ended yet, over all configurations.
+        finished_here: Cells this session ended.
+
+    """
+    elapsed = time.monotonic() - started
+    eta = round(remaining * elapsed / finished_here, 1) if finished_here else None
+    return {"type": "experiment_progress", "experiment_id": experiment.experiment_id,
+            "config_index": index, "label": experiment.configurations[index].display_label(),
+            "done": tally.done, "total": tally.total, "satisfied": tally.satisfied,
+            "errors": tally.errors,
+            "satisfied_rate": round(tally.satisfied / tally.done, 4) if tally.done else None,
+            "eta_s": eta}
+
+
+__all__ = ["CellKey", "ExperimentDriver", "check_engine", "check_limits", "experiment_models",
+           "progress_event", "run_experiment"]

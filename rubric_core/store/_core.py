@@ -138,6 +138,15 @@ class StoreCore:
         """The database as it may be shown: the file's path, or the URL, password masked."""
         return self._backend.location
 
+    def connect_location(self) -> str:
+        """The database as a connection needs it: the SQLite file, or the URL WITH its password.
+
+        For a component that shares this database with its own connections (the queue engine,
+        `rubric_core.engine`). Never show or log it: `location` is the printable form.
+        """
+        backend = self._backend
+        return str(backend.path) if isinstance(backend, SqliteBackend) else backend.url
+
     @property
     def backend(self) -> str:
         """``sqlite`` or ``postgresql``."""

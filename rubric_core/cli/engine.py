@@ -1,0 +1,92 @@
+"""``rubric-studio worker`` and ``rubric-studio recover``: the queue engine's commands (preview).
+
+``worker`` joins this process to the pool that runs the queued cells of every experiment on a
+database (`rubric_core.engine.worker`); ``recover`` re-queues at once the cells of engine
+processes that stopped (`rubric_core.engine.recovery`), which workers and drivers otherwise do
+every few seconds by themselves.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING, TextIO
+
+from rubric_core.store import default_db_path, shown_location
+
+if TYPE_CHECKING:
+    import argparse
+    from types import FrameType
+
+WORKER_DESCRIPTION = (
+    "Run the queued cells of every experiment in --db that runs on the queue engine (eval "
+    "--engine dbos), until Ctrl-C or SIGTERM; its running cells then stop after their step "
+    "and are handed to another worker. Exit 130 when stopped."
+)
+RECOVER_DESCRIPTION = (
+    "Re-queue now the cells held by queue-engine processes that stopped (exited on this "
+    "machine, or without a run heartbeat for RUBRIC_STUDIO_STALE_AFTER_S seconds elsewhere)."
+)
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """``--db`` as the other commands have it."""
+    parser.add_argument(
+        "--db", default=None,
+        help="SQLite file or postgresql:// URL (default: the app's database, $RUBRIC_STUDIO_DB)")
+
+
+def worker(args: argparse.Namespace, out: TextIO) -> int:
+    """``worker``: run queued cells until stopped; 130 when stopped by a signal."""
+    from rubric_core.engine.worker import serve
+    from rubric_core.store import Store
+
+    db = args.db or default_db_path()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 - signal API
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+
+    def recovered(counts: dict[str, int]) -> None:
+        for executor, cells in counts.items():
+            out.write(f"re-queued {cells} cell(s) of stopped worker {executor}\n")
+            out.flush()
+
+    with Store(db) as store:
+        out.write(f"worker on {shown_location(db)}: running queued cells until Ctrl-C\n")
+        out.flush()
+        try:
+            executor = serve(store, stop, on_recovered=recovered)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    out.write(f"worker {executor} stopped; its running cells go to the other workers\n")
+    return 130
+
+
+def recover(args: argparse.Namespace, out: TextIO) -> int:
+    """``recover``: re-queue the cells of stopped engine processes once; 0."""
+    import asyncio
+
+    from rubric_core.background import work_loop
+    from rubric_core.engine.launch import launch_engine
+    from rubric_core.engine.recovery import recover_stopped_executors
+    from rubric_core.store import Store
+
+    db = args.db or default_db_path()
+    with Store(db) as store:
+        engine = launch_engine(store, every_queue=False)  # recovers, runs no cell itself
+        counts = asyncio.run_coroutine_threadsafe(
+            recover_stopped_executors(engine.store, me=engine.executor_id),
+            work_loop()).result(timeout=120)
+    for executor, cells in counts.items():
+        out.write(f"re-queued {cells} cell(s) of stopped worker {executor}\n")
+    if not counts:
+        out.write("no stopped worker holds a cell\n")
+    return 0
+
+
+__all__ = ["RECOVER_DESCRIPTION", "WORKER_DESCRIPTION", "add_db_argument", "recover", "worker"]

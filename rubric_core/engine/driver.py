@@ -1,0 +1,138 @@
+"""An experiment run on the queue engine, with the events of `run_experiment`.
+
+`EngineDriver` is the lease scheduler's `ExperimentDriver` with its middle replaced: instead of
+slots claiming cells, it puts the cells that need a run on the experiment's DBOS queue
+(`rubric_core.engine.queues`) and watches them end, here or on any other process with the engine
+launched on the same database (``rubric-studio worker``). The events are the same
+(``experiment_progress`` per configuration at the start and as cells end, ``cell_finished`` for
+the cells that end in this process, one ``experiment_finished``), and so is the experiment's
+status at the end (``finished`` when every cell ended, else ``stopped``).
+
+- Limits: the experiment's concurrency is the queue's global limit, over every process; an
+  optional rate limit (cells started per period) too. Per-model limits are per process in this
+  preview (semaphores, as on the lease queue).
+- Stop (closing the generator, or ``stop``): the experiment's queued and running workflows are
+  cancelled (queued cells never start), this process's running cells stop after their step at
+  once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
+  ``interrupted``; the driver waits for its own to end.
+- Resume: running the experiment again enqueues again: cells already queued stay as they are,
+  cancelled ones resume under their workflow IDs, so nothing is queued twice.
+- A process that died holding cells: the driver re-queues them itself every
+  `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`).
+- The driver ends when no cell is left to end, or when every one of its cells' workflows has
+  completed (a cell whose run was interrupted, e.g. by a lost database, is then left for a
+  Resume, as on the lease queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from rubric_core.engine import queues
+from rubric_core.engine.cell import ExperimentContext, attach, detach
+from rubric_core.engine.launch import listen
+from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
+from rubric_core.experiments.scheduler import ExperimentDriver
+from rubric_core.types import ENDED_STATUSES
+
+if TYPE_CHECKING:
+    from rubric_core.engine.launch import Engine
+
+WATCH_S = 0.5
+"""How often the driver reads which cells ended (on any process)."""
+
+_SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still queued or running
+
+
+class EngineDriver(ExperimentDriver):
+    """Runs one session of an experiment on the queue engine (see the module docstring)."""
+
+    def __init__(self, *args: Any, engine: Engine, rate_limit: tuple[int, float] | None = None,
+                 **kwargs: Any) -> None:
+        """`ExperimentDriver`'s arguments, and the engine and the queue's rate limit."""
+        super().__init__(*args, **kwargs)
+        self.engine = engine
+        """This process's engine."""
+        self.rate_limit = rate_limit
+        """At most ``(cells, seconds)`` started per period over every process, or None."""
+        self.ended_here = asyncio.Event()
+        """Set (on the loop) when a cell of this experiment ended in this process."""
+
+    async def _main(self) -> str:
+        exp = self.experiment
+        await self._load()
+        for index in range(len(exp.configurations)):
+            self.events.put(self._progress(index))
+        context = ExperimentContext(
+            experiment=exp, rows=self.rows, models=self.models,
+            model_limits=self.model_limits, on_finished=self._ended_here)
+        attach(context)
+        try:
+            if self.left:
+                await queues.register_queue(exp.experiment_id, concurrency=self.concurrency,
+                                            rate_limit=self.rate_limit)
+                listen(self.engine, queues.queue_name(exp.experiment_id))
+                cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
+                await queues.enqueue_cells(
+                    exp.experiment_id,
+                    [(c.key, c.thread_id) for c in cells if c.key in self.left],
+                    retry_errors=self.retry_errors)
+                await self._watch(context)
+            # The cells that ended here are counted by their own event, with their ending.
+            await context.idle.wait()
+        finally:
+            detach(context)
+        if not await queues.active_workflows(exp.experiment_id):
+            # Nothing queued or running (finished, or cancelled by Stop): no process need poll
+            # the queue any more; a Resume registers it again.
+            with contextlib.suppress(Exception):  # another driver may have deleted it
+                await queues.delete_queue(exp.experiment_id)
+        if self.stop.is_set():
+            return "stopped"
+        outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)
+        left = [c for c in outcomes if c.status not in ENDED_STATUSES]
+        return "stopped" if left else "finished"
+
+    async def _watch(self, context: ExperimentContext) -> None:
+        """Count cells as they end until none is left, every workflow settled, or Stop."""
+        exp_id, rounds, swept = self.experiment.experiment_id, 0, time.monotonic()
+        while self.left:
+            if self.stop.is_set():
+                context.stopping.set()
+                await queues.cancel_cells(exp_id)
+                await context.idle.wait()  # this process's cells end after their step
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.ended_here.wait(), WATCH_S)
+            self.ended_here.clear()
+            await self._count_ended_elsewhere()
+            rounds += 1
+            if rounds % _SETTLED_EVERY == 0 and not await queues.active_workflows(exp_id):
+                await self._count_ended_elsewhere()  # what ended since the last count
+                return
+            if time.monotonic() - swept > SWEEP_S:
+                swept = time.monotonic()
+                with contextlib.suppress(Exception):  # a busy database: the next sweep
+                    await recover_stopped_executors(self.store, me=self.engine.executor_id)
+
+    def _ended_here(self, key: tuple[str, int, int], status: str, run_id: str | None,
+                    error: str | None) -> None:
+        """A cell of this experiment ended in this process: count it and say so."""
+        config_index = key[1]
+        if key in self.left and status in ENDED_STATUSES:
+            del self.left[key]
+            self.tallies[config_index].add(status)
+            self.finished_here += 1
+            self.remaining -= 1
+        self.events.put({"type": "cell_finished", "experiment_id": self.experiment.experiment_id,
+                         "row_id": key[0], "config_index": config_index,
+                         "repeat_index": key[2], "run_id": run_id, "status": status,
+                         "error": error})
+        self.events.put(self._progress(config_index))
+        self.ended_here.set()
+
+
+__all__ = ["WATCH_S", "EngineDriver"]

@@ -1,0 +1,226 @@
+"""Launching the queue engine (DBOS Transact) in this process, on the store's own database.
+
+Why DBOS: experiment cells need a durable queue with a global concurrency limit, a rate limit,
+idempotent enqueue and recovery of a dead worker's items; DBOS keeps all of that in tables of
+the database we already use, so there is no server to run (issue #27). Why this module: DBOS
+is a process-wide singleton with settings that must be the same on every process sharing a
+database, so they are written once, here:
+
+- Where: PostgreSQL: the store's own database, DBOS's tables in their own schema
+  (`SYSTEM_SCHEMA`), through an engine we build, so DBOS never tries ``CREATE DATABASE``.
+  SQLite: a sibling file of the store's (``NAME.engine.sqlite3``, `engine_database`), never
+  the store's own file (DBOS migrates its database as it likes).
+- `APPLICATION_VERSION`, pinned: DBOS recovers and dequeues only the workflows of its own
+  application version, and would otherwise derive it from a hash of the source, so any code
+  change (an upgrade of Rubric Studio or of DBOS) would strand the cells queued or running
+  under the old one. Change it only with a migration note (README, Engine (preview)).
+- The portable JSON serializer, not pickle: a cell's inputs and result are ids and statuses,
+  readable by any process and never code.
+- Each process gets its own executor ID (`rubric_core.registry.new_owner`: host, pid, random),
+  so a process that stopped is recognised as gone (`rubric_core.engine.recovery`). DBOS 3.4.0
+  has no admin server; Conductor and OTLP stay off (no key, no endpoint): nothing listens and
+  nothing is called outside the database.
+- DBOS runs queued async workflows on the event loop that launched it: it is launched on
+  `rubric_core.background.work_loop`, where the experiments' chat models and HTTP clients
+  live.
+- Which queues a process takes cells from: a worker (``rubric-studio worker``) every
+  experiment's; a process that drives experiments (``eval --engine dbos``) only theirs
+  (`listen`), so it never starts another experiment's cell that it would abandon when it exits.
+  DBOS 3.4.0's queue thread rereads its list of queues to listen to every second, so a queue is
+  added to it after launch (`listen`, the one use of a private attribute here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rubric_core.background import work_loop
+from rubric_core.registry import new_owner
+
+if TYPE_CHECKING:
+    from rubric_core.store import Store
+
+APP_NAME = "rubric-studio"
+"""DBOS's application name: queues and workflows are listed per application."""
+
+APPLICATION_VERSION = "rubric-studio-cells-1"
+"""Pinned DBOS application version (see the module docstring). Workflows queued under another
+version are neither run nor recovered by this code."""
+
+SYSTEM_SCHEMA = "rubric_engine"
+"""The PostgreSQL schema DBOS's tables go in (ours are in ``public``)."""
+
+ENGINE_SUFFIX = ".engine.sqlite3"
+"""Names the SQLite engine file beside the store's: ``runs.sqlite3`` → ``runs.engine.sqlite3``."""
+
+_PG_POOL = 8  # connections per process: the queue threads, recovery, cancellations
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The engine as launched in this process."""
+
+    location: str
+    """The store's database it serves (a SQLite path or a URL with its password: never shown)."""
+    store: Store
+    """The store the engine was launched with, which the cells write through (a closed store
+    opens new connections when used)."""
+    executor_id: str
+    """This process's DBOS executor ID."""
+    listening: list[str] | None
+    """The queues this process takes cells from; None: every queue (a worker)."""
+
+
+_lock = threading.Lock()
+_launched: list[Engine] = []
+
+
+def engine_database(store_location: str) -> str:
+    """The DBOS system database URL for a store's location (see the module docstring)."""
+    if store_location.startswith(("postgresql://", "postgres://")):
+        return "postgresql://" + store_location.split("://", 1)[1]
+    path = Path(store_location)
+    name = (path.stem if path.suffix else path.name) + ENGINE_SUFFIX
+    return f"sqlite:///{path.with_name(name)}"
+
+
+def _config(location: str, executor_id: str) -> dict[str, Any]:
+    from dbos import DBOSPortableJSONSerializer
+
+    url = engine_database(location)
+    config: dict[str, Any] = {
+        "name": APP_NAME, "system_database_url": url,
+        "application_version": APPLICATION_VERSION, "executor_id": executor_id,
+        "log_level": "WARNING", "serializer": DBOSPortableJSONSerializer(),
+        "dbos_system_schema": SYSTEM_SCHEMA, "enable_otlp": False,
+    }
+    if url.startswith("postgresql://"):
+        import sqlalchemy as sa
+
+        config["system_database_engine"] = sa.create_engine(
+            sa.make_url(url).set(drivername="postgresql+psycopg"), pool_size=_PG_POOL,
+            max_overflow=0, pool_pre_ping=True, pool_timeout=30)
+    return config
+
+
+def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
+    """The engine of this process, launched on ``store``'s database the first time.
+
+    Args:
+        store: The database.
+        every_queue: Take cells from every experiment's queue (a worker); False: only from
+            the queues named later with `listen` (a process driving experiments).
+
+    Raises:
+        ValueError: The engine already runs on another database in this process (one per
+            process: DBOS is a singleton), or it was launched to take cells from some
+            queues only and is now asked to take them from every queue.
+
+    """
+    location = store.connect_location()
+    with _lock:
+        if _launched:
+            if _launched[0].location != location:
+                msg = (f"the queue engine of this process runs on {_launched[0].store.location}, "
+                       f"not {store.location}: one database per process")
+                raise ValueError(msg)
+            if every_queue and _launched[0].listening is not None:
+                msg = ("the queue engine of this process runs the cells of the experiments it "
+                       "drives only; start a worker in a process of its own")
+                raise ValueError(msg)
+            return _launched[0]
+        if os.environ.get("DBOS__CLOUD") == "true":
+            # DBOS Cloud mode replaces the pinned version and may connect to Conductor.
+            msg = "DBOS__CLOUD is set: Rubric Studio's queue engine runs only self-hosted"
+            raise ValueError(msg)
+        from rubric_core.engine import cell  # registers the cell workflow
+
+        cell.rejoin()
+
+        executor_id = new_owner()
+        config = _config(location, executor_id)
+
+        listening: list[str] | None = None if every_queue else []
+
+        async def on_loop() -> None:  # DBOS adopts the loop it is launched on
+            from dbos import DBOS
+
+            instance = DBOS(config=config)  # type: ignore[arg-type]
+            if listening is not None:
+                DBOS.listen_queues([])
+                # The very list DBOS's queue thread rereads: `listen` adds to it.
+                instance._listening_queues = listening
+            try:
+                DBOS.launch()
+            except BaseException:
+                DBOS.destroy()  # a half-launched singleton could not be launched again
+                raise
+
+        _quiet_dbos_logs()
+        asyncio.run_coroutine_threadsafe(on_loop(), work_loop()).result()
+        # The caller's store, not a second one on the same file: opening a SQLite store reads
+        # the file's header with a plain open() and close(), and closing any descriptor of the
+        # file drops every POSIX lock this process holds on it, the live connections' too (the
+        # process could then lose its WAL to another process that believes itself alone).
+        engine = Engine(location=location, store=store.open(), executor_id=executor_id,
+                        listening=listening)
+        _launched.append(engine)
+        return engine
+
+
+def listen(engine: Engine, queue: str) -> None:
+    """Take cells from ``queue`` too (a process launched with ``every_queue=False``)."""
+    with _lock:
+        if engine.listening is not None and queue not in engine.listening:
+            engine.listening.append(queue)
+
+
+def current_engine() -> Engine | None:
+    """The engine launched in this process, if any."""
+    with _lock:
+        return _launched[0] if _launched else None
+
+
+def shutdown_engine(settle_s: float = 5.0) -> None:
+    """Stop this process's engine (nothing runs here afterwards); a later launch starts again.
+
+    Waits up to ``settle_s`` for the cells that ended here to have their ending recorded by
+    DBOS; cells still running are left to recovery (`rubric_core.engine.recovery`).
+    """
+    with _lock:
+        if not _launched:
+            return
+        engine = _launched.pop()
+        from dbos import DBOS
+
+        deadline = time.monotonic() + settle_s
+        with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
+            while time.monotonic() < deadline and DBOS.list_workflows(
+                    status="PENDING", executor_id=engine.executor_id, load_input=False,
+                    load_output=False):
+                time.sleep(0.05)
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+
+        async def own_threads() -> None:
+            # DBOS made its thread pool the loop's default executor and has shut it down.
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+
+        asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
+
+
+def _quiet_dbos_logs() -> None:
+    # DBOS logs every queue it registers at INFO; our commands print their own progress.
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+
+
+__all__ = ["APPLICATION_VERSION", "APP_NAME", "SYSTEM_SCHEMA", "Engine", "current_engine",
+           "engine_database", "launch_engine", "listen", "shutdown_engine"]

@@ -1,0 +1,79 @@
+"""Recovery: re-queue the cells of engine processes (executors) that stopped.
+
+DBOS recovers, at launch, only the workflows of the launching process's own executor ID, and
+each of our processes has a new one (`rubric_core.engine.launch`), so a process that died
+(kill -9, a lost machine) would leave its cells ``PENDING`` for ever. This module decides which
+executors are gone, from what our own tables already say, and hands their cells back to their
+queues (DBOS's ``_recover_pending_workflows``, a private method of 3.4.0: it re-queues a
+``PENDING`` workflow only while the dead executor still holds it, so a repeated or racing
+recovery is harmless).
+
+An executor is gone when:
+
+- it was a process of this machine that has exited (`rubric_core.registry.owner_is_gone`),
+  which is known at once; or
+- none of the runs its process owns has a live heartbeat (`rubric_core.session.is_stale`),
+  and every cell it holds was dequeued more than `rubric_core.session.STALE_AFTER_S` ago.
+
+A recovered cell runs again on another process through the shared cell body, which continues
+the cell's own run once that run's owner is stale: the runs' ownership, not DBOS, keeps a
+paused process that wakes up from writing (fenced checkpoints, `rubric_core.store._fence`).
+`recover_stopped_executors` is what ``rubric-studio recover`` runs once, and what the driver of
+an experiment and every ``rubric-studio worker`` run every `SWEEP_S` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from dbos import DBOS
+
+from rubric_core import session
+from rubric_core.engine.cell import CELL_WORKFLOW
+from rubric_core.registry import owner_is_gone
+
+if TYPE_CHECKING:
+    from rubric_core.store import Store
+
+SWEEP_S = max(1.0, session.STALE_AFTER_S / 3)
+"""How often a driver or worker looks for stopped executors."""
+
+
+def _process(owner: str | None) -> str:
+    """``host:pid`` of an owner or executor name (`rubric_core.registry.new_owner`)."""
+    return (owner or "").rsplit(":", 1)[0]
+
+
+async def stopped_executors(store: Store, *, me: str | None = None) -> list[str]:
+    """The executors holding running cells that are gone (see the module docstring)."""
+    pending = await DBOS.list_workflows_async(status="PENDING", name=CELL_WORKFLOW,
+                                              load_input=False, load_output=False)
+    held: dict[str, list[int]] = {}
+    for workflow in pending:
+        if workflow.executor_id and workflow.executor_id != me:
+            held.setdefault(workflow.executor_id, []).append(
+                workflow.dequeued_at or workflow.updated_at or 0)
+    if not held:
+        return []
+    running = await store.acall(store.list_runs, status="running", limit=None)
+    alive = {_process(r.owner) for r in running if not session.is_stale(r)}
+    # DBOS stamps a dequeue with the database's clock: judged by the same clock.
+    now = datetime.fromisoformat(await store.acall(store.now)).timestamp()
+    old = (now - session.STALE_AFTER_S) * 1000
+    return [executor for executor, dequeued in held.items()
+            if owner_is_gone(executor)
+            or (_process(executor) not in alive and max(dequeued) < old)]
+
+
+async def recover_stopped_executors(store: Store, *, me: str | None = None) -> dict[str, int]:
+    """Re-queue the running cells of every stopped executor; how many, per executor."""
+    counts: dict[str, int] = {}
+    for executor in await stopped_executors(store, me=me):
+        handles = await asyncio.to_thread(DBOS._recover_pending_workflows, [executor])
+        counts[executor] = len(handles)
+    return counts
+
+
+__all__ = ["SWEEP_S", "recover_stopped_executors", "stopped_executors"]

@@ -1,0 +1,80 @@
+"""A worker: this process runs queued cells of every experiment on a database until stopped.
+
+``rubric-studio worker --db URL`` on any machine that reaches the database joins the pool: it
+launches the engine taking cells from every experiment's queue (within each queue's global
+limit), and every `rubric_core.engine.recovery.SWEEP_S` seconds re-queues the cells of
+processes that stopped.
+
+Stopping (Ctrl-C, SIGTERM): the cells running here stop after their step, recorded
+``interrupted``, and their workflows are left unfinished (``PENDING`` on this executor), so
+that recovery hands them to another worker once this process has exited: at the next sweep on
+a process of this machine, or once their runs' heartbeats are stale elsewhere. Nothing this
+worker did is lost or repeated: the cells continue their own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from rubric_core.background import work_loop
+from rubric_core.engine import cell
+from rubric_core.engine.launch import launch_engine
+from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from rubric_core.engine.launch import Engine
+    from rubric_core.store import Store
+
+LEAVE_TIMEOUT_S = 30.0
+"""How long a stopping worker waits for its cells to end their step before it exits anyway."""
+
+
+async def _sweep(engine: Engine, stop: threading.Event,
+                 on_recovered: Callable[[dict[str, int]], None] | None) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(Exception):  # a busy database: the next sweep
+            recovered = await recover_stopped_executors(engine.store, me=engine.executor_id)
+            if recovered and on_recovered is not None:
+                on_recovered(recovered)
+        deadline = time.monotonic() + SWEEP_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+
+
+def serve(store: Store, stop: threading.Event, *,
+          on_recovered: Callable[[dict[str, int]], None] | None = None) -> str:
+    """Run queued cells here until ``stop`` is set, then leave (see the module docstring).
+
+    Blocks the calling thread, which keeps receiving signals (Ctrl-C raises
+    KeyboardInterrupt there: the cells are left as when ``stop`` is set).
+
+    Args:
+        store: The database.
+        stop: Set it to stop.
+        on_recovered: Called with ``{executor: cells}`` whenever a sweep re-queued cells.
+
+    Returns:
+        This worker's executor ID.
+
+    """
+    engine = launch_engine(store)
+    sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered), work_loop())
+    try:
+        while not stop.wait(0.2):
+            pass
+    finally:
+        stop.set()
+        leaving = asyncio.run_coroutine_threadsafe(cell.leave(LEAVE_TIMEOUT_S), work_loop())
+        leaving.result(LEAVE_TIMEOUT_S + 5)
+        with contextlib.suppress(Exception):
+            sweeping.result(timeout=5)
+    return engine.executor_id
+
+
+__all__ = ["LEAVE_TIMEOUT_S", "serve"]
