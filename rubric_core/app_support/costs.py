@@ -285,4 +285,5 @@ def regrade_cost_frame(store: Store, prices: Prices, job: RegradeJob) -> pd.Data
           "tokens out": cost.output_tokens, "priced as uncached": cost.uncached_gradings}
          for i, (config, cost) in enumerate(zip(job.configurations, costs, strict=True))],
         columns=["configuration", "cost", "tokens in", "cached in", "tokens out",
-                 "priced as uncached"])
+                 "priced as uncached"],
+    ).astype({"tokens in": "Int64", "cached in": "Int64", "tokens out": "Int64"})
