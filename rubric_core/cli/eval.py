@@ -173,6 +173,10 @@ def model_limits(values: list[str]) -> dict[str, int]:
     return limits
 
 
+MAX_RATE_LIMIT = 1_000_000
+"""Most cells ``--rate-limit`` may allow per period."""
+MAX_RATE_PERIOD_S = 86_400.0
+"""Longest ``--rate-limit`` period: a day."""
 _PERIODS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3600.0}
 
 
@@ -196,6 +200,10 @@ def rate_limit(text: str | None) -> tuple[int, float] | None:
         limit, seconds = 0, 0.0
     if limit < 1 or not seconds > 0:
         msg = f"--rate-limit {text!r}: expected N/PERIOD, e.g. 60/min, 5/s or 100/30s"
+        raise UsageError(msg)
+    if limit > MAX_RATE_LIMIT or seconds > MAX_RATE_PERIOD_S:
+        msg = (f"--rate-limit {text!r}: at most {MAX_RATE_LIMIT:,} cells over a period of at "
+               f"most {MAX_RATE_PERIOD_S / 3600:.0f} h")
         raise UsageError(msg)
     return limit, seconds
 
