@@ -10,21 +10,17 @@ flush at exit is part of what is tested.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from trace_collector import SECRET, serving, traced_run
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-SECRET = "Zq81hd7Gq0Lm2-configured-secret"
 _KEEP_BYTES = 8_000_000
 
 
@@ -72,32 +68,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def collector() -> Iterator[_Collector]:
-    server = _Collector()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    deadline = threading.Timer(120, server.shutdown)  # stops by itself whatever happens
-    deadline.daemon = True
-    deadline.start()
-    try:
+    with serving(_Collector()) as server:
         yield server
-    finally:
-        deadline.cancel()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def _traced_run(collector: _Collector, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("LANGSMITH_", "LANGCHAIN_")) and not k.endswith("_API_KEY")}
-    clean.update(LANGSMITH_TRACING="true", LANGSMITH_ENDPOINT=collector.url,
-                 LANGSMITH_API_KEY="lsv2_test_local_key", MY_SERVICE_API_KEY=SECRET, **env)
-    return subprocess.run(
-        [sys.executable, "-m", "rubric_core", "run", "--prompt",
-         f"Write a haiku about spring. My key is {SECRET}", "--rubric",
-         "- The poem has three lines\n- It mentions spring", "--quiet"],
-        cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120, check=False)
+    return traced_run(LANGSMITH_ENDPOINT=collector.url,
+                      LANGSMITH_API_KEY="lsv2_test_local_key", **env)
 
 
 def test_langsmith_tracer_sends_a_runs_traces_to_a_local_endpoint(collector: _Collector) -> None:

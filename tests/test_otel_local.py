@@ -10,22 +10,18 @@ is a real CLI process on the offline models, so the exporter's flush at exit is 
 from __future__ import annotations
 
 import gzip
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from trace_collector import SECRET, serving, traced_run
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-SECRET = "Zq81hd7Gq0Lm2-configured-secret"
 
 
 class _Collector(ThreadingHTTPServer):
@@ -68,33 +64,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def collector() -> Iterator[_Collector]:
-    server = _Collector()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    deadline = threading.Timer(120, server.shutdown)  # stops by itself whatever happens
-    deadline.daemon = True
-    deadline.start()
-    try:
+    with serving(_Collector()) as server:
         yield server
-    finally:
-        deadline.cancel()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def _traced_run(collector: _Collector, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OTEL_"))
-             and not k.endswith("_API_KEY")}
-    clean.update(LANGSMITH_TRACING="true", LANGSMITH_TRACING_MODE="otel",
-                 OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, MY_SERVICE_API_KEY=SECRET, **env)
-    return subprocess.run(
-        [sys.executable, "-m", "rubric_core", "run", "--prompt",
-         f"Write a haiku about spring. My key is {SECRET}", "--rubric",
-         "- The poem has three lines\n- It mentions spring", "--quiet"],
-        cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120, check=False)
+    return traced_run(LANGSMITH_TRACING_MODE="otel",
+                      OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, **env)
 
 
 def _text(span: Any) -> str:
