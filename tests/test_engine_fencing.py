@@ -15,17 +15,16 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pytest
 from conftest import ROOT
 from test_fenced_takeover import (
     DEADLINE_S,
-    STALE_AFTER_S,
     PausableServer,
     _assert_one_lineage,
     _env,
+    _run_is_stale,
     _state,
     _wait_for,
 )
@@ -88,14 +87,8 @@ def test_a_paused_engine_worker_writes_nothing_after_its_cell_was_recovered(
             assert cell.run is not None
             run_id, thread_id, first_owner = cell.run.run_id, cell.thread_id, cell.run.owner
 
-            def stale() -> bool:  # by the database's clock, as recovery judges it
-                current = store.get_run(run_id)
-                assert current is not None
-                age = (datetime.fromisoformat(current.observed_at)
-                       - datetime.fromisoformat(current.updated_at))
-                return age.total_seconds() > STALE_AFTER_S + 0.5
-
-            _wait_for(stale, "the paused worker's run to go stale")
+            _wait_for(lambda: _run_is_stale(store, run_id),  # as recovery judges it
+                      "the paused worker's run to go stale")
             recover = subprocess.run(
                 [sys.executable, "-m", "rubric_core", "recover", "--db", pg_url], cwd=ROOT,
                 env=_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False)

@@ -96,6 +96,15 @@ def _wait_for(condition: Any, what: str) -> None:
         time.sleep(0.05)
 
 
+def _run_is_stale(store: Store, run_id: str) -> bool:
+    """Whether the run's heartbeat is older than `STALE_AFTER_S`, by the database's clock."""
+    current = store.get_run(run_id)
+    assert current is not None
+    age = (datetime.fromisoformat(current.observed_at)
+           - datetime.fromisoformat(current.updated_at))
+    return age.total_seconds() > STALE_AFTER_S + 0.5
+
+
 def _state(store: Store, run_id: str, thread_id: str) -> dict[str, Any]:
     """Everything a writer of the run could have written, read from the database."""
     writes = "writes" if store.backend == "sqlite" else "checkpoint_writes"
@@ -143,14 +152,8 @@ def test_a_cli_run_stopped_and_taken_over_writes_nothing_after_it_wakes(
             assert record is not None
             run_id, first_owner = record.run_id, record.owner
 
-            def stale() -> bool:  # by the database's clock, as the resumer judges it
-                current = store.get_run(run_id)
-                assert current is not None
-                age = (datetime.fromisoformat(current.observed_at)
-                       - datetime.fromisoformat(current.updated_at))
-                return age.total_seconds() > STALE_AFTER_S + 0.5
-
-            _wait_for(stale, "the stopped run's heartbeat to go stale")
+            _wait_for(lambda: _run_is_stale(store, run_id),
+                      "the stopped run's heartbeat to go stale")
             second = subprocess.run(
                 [sys.executable, "-m", "rubric_core", "run", "--db", db, "--thread", "th",
                  "--resume"], cwd=ROOT, env=_env(), capture_output=True, text=True,
@@ -202,15 +205,11 @@ def test_an_eval_worker_stopped_and_taken_over_writes_nothing_after_it_wakes(
             run_id, thread_id, first_owner = cell.run.run_id, cell.thread_id, cell.run.owner
 
             def stale() -> bool:  # the run's heartbeat and the cell's lease, both expired
-                current = store.get_run(run_id)
-                assert current is not None
-                age = (datetime.fromisoformat(current.observed_at)
-                       - datetime.fromisoformat(current.updated_at))
                 (now_cell,) = store.experiment_cells(exp_id)
                 lease_over = (now_cell.lease_owner is None or (
                     now_cell.lease_expires_at is not None
                     and now_cell.lease_expires_at < time.time() - 0.5))
-                return age.total_seconds() > STALE_AFTER_S + 0.5 and lease_over
+                return _run_is_stale(store, run_id) and lease_over
 
             _wait_for(stale, "the stopped worker's run and lease to go stale")
             second = subprocess.run([sys.executable, "-m", "rubric_core", *worker], cwd=ROOT,
