@@ -123,6 +123,14 @@ def _recorded(db: Path | str) -> int:
     return int(str(scalar(db, "SELECT COUNT(*) FROM regrade_results") or 0))
 
 
+def _held_after(server: HoldingServer, db: Path | str, recorded: int) -> None:
+    """Wait until the process's two slots are held and the gradings before them recorded."""
+    server.wait_held(2)  # both slots now calling: nothing more can end
+    deadline = time.monotonic() + 30
+    while _recorded(db) < recorded and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_kill_9_mid_regrade_then_resume_loses_and_repeats_nothing(
         tmp_path: Path, db_location: Path | str) -> None:
     server = HoldingServer(free=10, delay_s=0.01)
@@ -131,10 +139,7 @@ def test_kill_9_mid_regrade_then_resume_loses_and_repeats_nothing(
         proc = subprocess.Popen(_loopback(tmp_path, server, 30, db), cwd=ROOT, env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            server.wait_held(2)  # ten answered, both slots now calling: nothing more can end
-            deadline = time.monotonic() + 30
-            while _recorded(db) < 10 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _held_after(server, db, 10)  # ten answered and recorded
             os.kill(proc.pid, signal.SIGKILL)
         finally:
             proc.wait()

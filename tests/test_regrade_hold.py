@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from openai_server import DelayedServer, verdict
 from pg_support import scalar
-from test_lab_cli import _env, _loopback, _recorded, _run
+from test_lab_cli import _env, _held_after, _loopback, _run
 from test_workers import HoldingServer
 
 from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
@@ -76,10 +76,7 @@ def test_a_second_resumer_is_refused_and_pays_for_nothing(
         first = subprocess.Popen(_loopback(tmp_path, server, 30, db), cwd=ROOT, env=_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            server.wait_held(2)  # ten answered, both slots held: the first process grades
-            deadline = time.monotonic() + 30
-            while _recorded(db) < 10 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _held_after(server, db, 10)  # ten recorded, both slots held: the first one grades
             with Store(db) as store:
                 [job] = store.list_regrade_jobs()
             calls = server.calls
