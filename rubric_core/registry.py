@@ -33,6 +33,23 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def owner_process(owner: str | None) -> tuple[str, str]:
+    """``(host, pid)`` of a hold's owner (`new_owner`), as text (empty parts when unreadable)."""
+    host, _, rest = (owner or "").partition(":")
+    return host, rest.partition(":")[0]
+
+
+def owned_here(owner: str | None) -> bool:
+    """Whether a hold's owner (`new_owner`) is this very process."""
+    return owner_process(owner) == (socket.gethostname(), str(os.getpid()))
+
+
+def describe_owner(owner: str | None) -> str:
+    """``pid N on HOST`` for a message naming the process that holds something."""
+    host, pid = owner_process(owner)
+    return f"pid {pid or '?'} on {host or '?'}"
+
+
 def owner_is_gone(owner: str | None) -> bool:
     """Whether a hold's owner (`new_owner`) was a process of this host that has exited.
 
@@ -42,8 +59,7 @@ def owner_is_gone(owner: str | None) -> bool:
     never gone; a pid reused since by another process reads as alive (the heartbeat rule
     then decides, as for another host).
     """
-    host, _, rest = (owner or "").partition(":")
-    pid_text = rest.partition(":")[0]
+    host, pid_text = owner_process(owner)
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
     pid = int(pid_text)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
-import socket
 import threading
 from collections import OrderedDict
 from pathlib import PurePath
@@ -51,7 +49,7 @@ from rubric_core.lab import (
 )
 from rubric_core.models import ModelConfigError
 from rubric_core.redact import error_text
-from rubric_core.registry import ActiveRegistry
+from rubric_core.registry import ActiveRegistry, describe_owner, owned_here
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import StoreError
 
@@ -469,12 +467,11 @@ def regrade_view(store: Store, job_id: str) -> RegradeView:
         progress = [live.progress.get(p["config_index"], p) for p in stored]
         return RegradeView(job, True, progress, live.note)
     holder = store.regrade_holder(job_id)
-    if holder is not None and not holder.startswith(f"{socket.gethostname()}:{os.getpid()}:"):
-        host, _, rest = holder.partition(":")
+    if holder is not None and not owned_here(holder):
         return RegradeView(job, False, stored, UiMessage(
-            "info", f"Another process is grading this re-grade now (pid "
-                    f"{rest.partition(':')[0]} on {host}): its progress is followed here. Stop "
-                    f"it there; Resume is for when it has ended."), running_elsewhere=True)
+            "info", f"Another process is grading this re-grade now ({describe_owner(holder)}): "
+                    "its progress is followed here. Stop it there; Resume is for when it has "
+                    "ended."), running_elsewhere=True)
     message = _ENDED.get(job_id)
     if message is None and job.status == "running":
         message = UiMessage("info", "This re-grade is not running: it was interrupted (its "

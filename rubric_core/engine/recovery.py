@@ -32,18 +32,13 @@ from dbos import DBOS
 
 from rubric_core import session
 from rubric_core.engine.cell import CELL_WORKFLOW
-from rubric_core.registry import owner_is_gone
+from rubric_core.registry import owner_is_gone, owner_process
 
 if TYPE_CHECKING:
     from rubric_core.store import Store
 
 SWEEP_S = max(1.0, session.STALE_AFTER_S / 3)
 """How often a driver or worker looks for stopped executors."""
-
-
-def _process(owner: str | None) -> str:
-    """``host:pid`` of an owner or executor name (`rubric_core.registry.new_owner`)."""
-    return (owner or "").rsplit(":", 1)[0]
 
 
 async def stopped_executors(store: Store, *, me: str | None = None) -> list[str]:
@@ -58,13 +53,13 @@ async def stopped_executors(store: Store, *, me: str | None = None) -> list[str]
     if not held:
         return []
     running = await store.acall(store.list_runs, status="running", limit=None)
-    alive = {_process(r.owner) for r in running if not session.is_stale(r)}
+    alive = {owner_process(r.owner) for r in running if not session.is_stale(r)}
     # DBOS stamps a dequeue with the database's clock: judged by the same clock.
     now = datetime.fromisoformat(await store.acall(store.now)).timestamp()
     old = (now - session.STALE_AFTER_S) * 1000
     return [executor for executor, dequeued in held.items()
             if owner_is_gone(executor)
-            or (_process(executor) not in alive and max(dequeued) < old)]
+            or (owner_process(executor) not in alive and max(dequeued) < old)]
 
 
 async def recover_stopped_executors(store: Store, *, me: str | None = None) -> dict[str, int]:

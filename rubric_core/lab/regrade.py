@@ -51,7 +51,7 @@ from rubric_core.grader import bind_grader, build_grader_messages, drive_async, 
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text
-from rubric_core.registry import new_owner
+from rubric_core.registry import describe_owner, new_owner
 from rubric_core.rubric import normalize_name
 from rubric_core.session import HEARTBEAT_S, STALE_AFTER_S, build_grader_tools
 from rubric_core.store import RegradeResult, StoreError, is_unavailable
@@ -128,9 +128,8 @@ def run_regrade(
     owner = new_owner()
     holder = store.hold_regrade(job_id, owner, hold_s=STALE_AFTER_S)
     if holder is not None:
-        host, _, rest = holder.partition(":")
-        msg = (f"re-grade {job_id[:8]} is being graded by another process (pid "
-               f"{rest.partition(':')[0]} on {host}); wait for it to end, stop it, or try again "
+        msg = (f"re-grade {job_id[:8]} is being graded by another process "
+               f"({describe_owner(holder)}); wait for it to end, stop it, or try again "
                f"in {STALE_AFTER_S:.0f} s if it died")
         raise RegradeBusy(msg)
     try:
