@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import threading
 import uuid
 from typing import TYPE_CHECKING, Generic, TypeVar
+
+from rubric_core.redact import redact
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,10 +47,20 @@ def owned_here(owner: str | None) -> bool:
     return owner_process(owner) == (socket.gethostname(), str(os.getpid()))
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+
+
 def describe_owner(owner: str | None) -> str:
-    """``pid N on HOST`` for a message naming the process that holds something."""
+    """``pid N on HOST`` for a message naming the process that holds something.
+
+    The owner is read from the database, where any process sharing it may have written it, and
+    the message may be drawn as Markdown: a host that is not a host name's characters (or is
+    key-shaped), or a pid that is not digits, is shown as ``?``, so no text of the row reaches
+    the message.
+    """
     host, pid = owner_process(owner)
-    return f"pid {pid or '?'} on {host or '?'}"
+    shown_host = host if _HOST_NAME.fullmatch(host) and redact(host) == host else "?"
+    return f"pid {pid if pid.isdigit() and len(pid) <= 10 else '?'} on {shown_host}"
 
 
 def owner_is_gone(owner: str | None) -> bool:

@@ -125,3 +125,24 @@ def test_a_holder_that_lost_its_hold_stops_and_records_nothing_more(
     assert recorded < 200
     job = store.get_regrade_job(job_id)
     assert job is not None and job.status == "running"  # left to its new holder to say
+
+
+@pytest.mark.parametrize("owner", [
+    "[click](https://evil.example):1:x",  # Markdown on the Lab page
+    "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD:77:x",  # a key-shaped host
+    "host.example:<script>alert(1)</script>:x",  # not a pid
+    "a\nb:1:x",
+])
+def test_a_holder_written_by_anyone_cannot_put_its_text_in_the_messages(
+        store: Store, owner: str) -> None:
+    from rubric_core.app_support import regrade_view
+
+    job_id = _job(store)
+    assert store.hold_regrade(job_id, owner, hold_s=600) is None
+    with pytest.raises(regrade_module.RegradeBusy) as refused:
+        list(run_regrade(store, job_id))
+    message = regrade_view(store, job_id).message
+    assert message is not None
+    for shown in (str(refused.value), message.text):
+        assert "pid " in shown and "evil" not in shown and "sk-proj" not in shown
+        assert "<script>" not in shown and "](" not in shown and "\n" not in shown
