@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data, secret_values
 from rubric_core.registry import owner_is_gone
-from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name
+from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name, check_seconds
 from rubric_core.store._records import (
     AnswerItem,
     ItemLabel,
@@ -44,12 +44,6 @@ if TYPE_CHECKING:
     from rubric_core.lab.answers import AnswerSet
     from rubric_core.lab.config import GraderConfig
     from rubric_core.store._records import AnswerSetInfo, RegradeJob, RegradeResult
-
-def _check_hold(hold_s: float) -> None:
-    if isinstance(hold_s, bool) or not isinstance(hold_s, int | float) or not hold_s > 0:
-        msg = f"hold_s must be a positive number of seconds, got {hold_s!r}"
-        raise ValueError(msg)
-
 
 _SET_COLUMNS = "name, version, source, item_count, label_count, created_at"
 _ITEM_COLUMNS = "item_id, request, answer, rubric, origin"
@@ -350,7 +344,7 @@ class LabStore(StoreCore):
         if not isinstance(owner, str) or not owner.strip():
             msg = "a re-grade's hold needs an owner: a non-empty string naming the process"
             raise ValueError(msg)
-        _check_hold(hold_s)
+        check_seconds(hold_s, "hold_s")
         with self._connect(write=True) as conn:
             now = conn.dialect.epoch_now
             take = (f"UPDATE regrade_jobs SET owner = ?, hold_expires_at = {now} + ? "
@@ -385,7 +379,7 @@ class LabStore(StoreCore):
 
     def renew_regrade_hold(self, job_id: str, owner: str, *, hold_s: float) -> bool:
         """Extend ``owner``'s hold on a re-grade; False when it lost it (stop grading then)."""
-        _check_hold(hold_s)
+        check_seconds(hold_s, "hold_s")
         with self._connect(write=True) as conn:
             return bool(conn.execute(
                 f"UPDATE regrade_jobs SET hold_expires_at = {conn.dialect.epoch_now} + ? "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.store._core import CHUNK
+from rubric_core.store._core import CHUNK, check_seconds
 from rubric_core.store._experiments import ExperimentStore
 from rubric_core.types import CELL_PENDING
 
@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 
 _CLAIM_TRIES = 200
 _CLAIM_RETRY_S = 0.01
-
-
-def _check_lease(lease_s: float) -> None:
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not lease_s > 0:
-        msg = f"lease_s must be a positive number of seconds, got {lease_s!r}"
-        raise ValueError(msg)
 
 
 class LeaseStore(ExperimentStore):
@@ -74,7 +68,7 @@ class LeaseStore(ExperimentStore):
         if not isinstance(owner, str) or not owner.strip():
             msg = "a lease needs an owner: a non-empty string naming the worker"
             raise ValueError(msg)
-        _check_lease(lease_s)
+        check_seconds(lease_s, "lease_s")
         chunks: list[list[tuple[str, int, int]] | None] = [None]
         if keys is not None:
             wanted = list(dict.fromkeys((str(r), int(c), int(i)) for r, c, i in keys))
@@ -132,7 +126,7 @@ class LeaseStore(ExperimentStore):
             it, or it was released): stop working on the cell.
 
         """
-        _check_lease(lease_s)
+        check_seconds(lease_s, "lease_s")
         with self._connect(write=True) as conn:
             return bool(conn.execute(
                 f"UPDATE experiment_cells SET lease_expires_at = {conn.dialect.epoch_now} + ? "
