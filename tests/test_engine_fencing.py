@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from conftest import ROOT
@@ -38,8 +38,11 @@ from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Coroutine, Iterator
     from pathlib import Path
+
+
+T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +65,24 @@ def _worker(db: str, log: Path) -> subprocess.Popen[bytes]:
                                 cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
 
 
+def _on_loop(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` on the engine's loop (DBOS's async API lives there)."""
+    return asyncio.run_coroutine_threadsafe(work, work_loop()).result(timeout=30)
+
+
+def _explain(store: Store, thread_id: str, taken: dict[str, Any], after: dict[str, Any],
+             log: str, tmp_path: Path) -> str:
+    """What differs, with each checkpoint's step and source, and both workers' logs."""
+    with store._connect() as conn:
+        rows = conn.execute("SELECT checkpoint_id, parent_checkpoint_id, metadata FROM "
+                            "checkpoints WHERE thread_id = ? ORDER BY checkpoint_id",
+                            (thread_id,)).fetchall()
+    lines = [f"run before {taken['run']}", f"run after  {after['run']}"]
+    lines += [f"{r[0]} <- {r[1]} {str(r[2])[:300]}" for r in rows]
+    second = (tmp_path / "second.log").read_text(encoding="utf-8", errors="replace")
+    return "\n".join([*lines, "first worker:", log, "second worker:", second])
+
+
 def test_a_paused_engine_worker_writes_nothing_after_its_cell_was_recovered(
         pg_url: str, server: PausableServer, tmp_path: Path) -> None:
     with Store(pg_url) as store:
@@ -77,7 +98,7 @@ def test_a_paused_engine_worker_writes_nothing_after_its_cell_was_recovered(
             await engine_queues.register_queue(exp_id, concurrency=1)
             await engine_queues.enqueue_cells(exp_id, cells, retry_errors=False)
 
-        asyncio.run_coroutine_threadsafe(enqueue(), work_loop()).result(timeout=30)
+        _on_loop(enqueue())
         first = _worker(pg_url, tmp_path / "first.log")
         second: subprocess.Popen[bytes] | None = None
         try:
@@ -96,8 +117,11 @@ def test_a_paused_engine_worker_writes_nothing_after_its_cell_was_recovered(
             assert f"re-queued 1 cell(s) of stopped worker {first_owner.rsplit(':', 1)[0]}:" in (
                 recover.stdout), recover.stdout
             second = _worker(pg_url, tmp_path / "second.log")
-            _wait_for(lambda: store.experiment_cells(exp_id)[0].status == "satisfied",
-                      "the recovered cell to end on the second worker")
+            # Its workflow completed: the run's ending and last checkpoint are written (a
+            # satisfied pass sets the run's status a step before the graph's last checkpoint).
+            _wait_for(lambda: store.experiment_cells(exp_id)[0].status == "satisfied"
+                      and not _on_loop(engine_queues.active_workflows(exp_id)),
+                      "the recovered cell's workflow to complete on the second worker")
             taken = _state(store, run_id, thread_id)
             assert taken["run"][0] == "satisfied" and taken["run"][1] != first_owner
             assert [e[2:] for e in taken["evaluations"]] == [(0, "needs_revision"),
@@ -110,7 +134,8 @@ def test_a_paused_engine_worker_writes_nothing_after_its_cell_was_recovered(
             log = (tmp_path / "first.log").read_text(encoding="utf-8")
             assert code == 130, log
             after = _state(store, run_id, thread_id)
-            assert after == taken, log  # not one row from the former owner after it woke
+            # not one row from the former owner after it woke
+            assert after == taken, _explain(store, thread_id, taken, after, log, tmp_path)
             _assert_one_lineage(after["checkpoints"])
         finally:
             if first.poll() is None:
