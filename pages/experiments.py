@@ -77,8 +77,12 @@ def draw_queue(slot: DeltaGenerator, experiment_id: str) -> None:
     with slot.container(border=True):
         st.markdown("**Queue** · DBOS queues (preview)")
         st.caption(view.headline)
+        # Always a third element: redrawn in the same script run, a table left over from an
+        # earlier draw would otherwise stay under the new counts.
         if len(view.workers):
             st.dataframe(view.workers, hide_index=True, width="stretch")
+        else:
+            st.caption("No cell is running on any worker.")
 
 
 def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
