@@ -80,7 +80,7 @@ def draw_queue(slot: DeltaGenerator, experiment_id: str) -> None:
         # Always a third element: redrawn in the same script run, a table left over from an
         # earlier draw would otherwise stay under the new counts.
         if len(view.workers):
-            st.dataframe(view.workers, hide_index=True, width="stretch")
+            st.table(view.workers, hide_index=True, border="horizontal")  # a few rows: text
         else:
             st.caption("No cell is running on any worker.")
 

@@ -103,7 +103,7 @@ def test_the_page_runs_an_experiment_on_the_engine_and_shows_its_queue(
     assert _queue_caption(at) == f"0 queued · 0 running · {ROWS} done · 0 cancelled"
     # The table of workers drawn while cells ran is gone with them.
     assert "No cell is running on any worker." in _texts(at.caption)
-    assert not [d for d in at.dataframe if "worker" in d.value.columns]
+    assert not [t for t in at.table if "worker" in t.value.columns]
     with Store(db) as store:
         experiment = store.list_experiments()[0]
         assert [c.status for c in store.experiment_cells(experiment.experiment_id)] == [
