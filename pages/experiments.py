@@ -72,8 +72,11 @@ def load_demo_dataset() -> None:
     state["dataset_message"] = sup.import_demo_dataset(store)
 
 
-def draw_queue(slot: DeltaGenerator, experiment_id: str) -> None:
-    view = sup.queue_view(store, experiment_id)
+def stop_elsewhere(experiment_id: str) -> None:
+    state["exp_message"] = sup.stop_on_engine(store, experiment_id)
+
+
+def draw_queue(slot: DeltaGenerator, view: sup.QueueView) -> None:
     with slot.container(border=True):
         st.markdown("**Queue** · DBOS queues (preview)")
         st.caption(view.headline)
@@ -99,7 +102,8 @@ def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
         with closing(events) as stream:
             for event in stream:
                 if queue_slot is not None and time.monotonic() - drawn > 0.5:
-                    draw_queue(queue_slot, experiment_id)  # as cells end, at most twice a second
+                    # As cells end, at most twice a second.
+                    draw_queue(queue_slot, sup.queue_view(store, experiment_id))
                     drawn = time.monotonic()
                 if event["type"] == "experiment_progress":
                     bars[event["config_index"]].progress(*sup.progress_text(event))
@@ -264,9 +268,13 @@ labels = [sup.config_column(results, i) for i in range(len(experiment.configurat
 stop_col, resume_col, delete_col, retry_col, retry_btn = st.columns(
     [1, 1, 1, 3, 1], vertical_alignment="bottom")
 on_engine = state["exp_engine"] == "dbos"
+queue = sup.queue_view(store, exp_id) if on_engine else None
 resume_refusal = sup.engine_problem(state["exp_engine"], budget=experiment.budget is not None
                                     or (state.get("exp_budget") or 0) > 0)
 resume_slot = resume_col.empty()
+if queue is not None and queue.active and not sup.experiment_active(exp_id) and not started:
+    resume_refusal = resume_refusal or ("Its cells are queued or running on the DBOS queues "
+                                        "(another process drives it): Stop it first.")
 resume = resume_slot.button("Resume", key="exp_resume", icon=":material/replay:",
                             disabled=not sup.can_resume(experiment) or started is not None
                             or resume_refusal is not None,
@@ -279,11 +287,20 @@ if failed:
         retry = picked
 running = started is not None or resume or retry is not None
 active = running or sup.experiment_active(exp_id)
+# Queued or running on the engine, driven by another process (`eval --engine dbos`, a tab of
+# another app): Stop cancels its cells there.
+elsewhere = not active and queue is not None and queue.active
 stop_slot = stop_col.empty()
-stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not active,
-                 on_click=sup.stop_experiment, args=(exp_id,),
-                 help="Stops the running cells; Resume continues them on their threads."
-                 if active else "This experiment is not running in this session.")
+if elsewhere:
+    stop_slot.button("Stop", key="exp_stop_engine", icon=":material/stop:",
+                     on_click=stop_elsewhere, args=(exp_id,),
+                     help="Runs in another process: cancels its queued and running cells on "
+                     "the DBOS queues; Resume queues them again.")
+else:
+    stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not active,
+                     on_click=sup.stop_experiment, args=(exp_id,),
+                     help="Stops the running cells; Resume continues them on their threads."
+                     if active else "This experiment is not running in this session.")
 with delete_col.popover("Delete", icon=":material/delete:", disabled=active or stopping,
                        help="Stop the experiment before deleting it." if active or stopping
                        else "Delete this experiment; its runs stay in Review."):
@@ -304,9 +321,9 @@ if not active and experiment.status != "finished":
         st.caption(f"Resume is off: {resume_refusal}")
 else:
     resumed = None
-queue_slot = st.empty() if on_engine else None
-if queue_slot is not None:
-    draw_queue(queue_slot, exp_id)
+queue_slot = st.empty() if queue is not None else None
+if queue_slot is not None and queue is not None:
+    draw_queue(queue_slot, queue)
 if stopping:
     st.info("This experiment is still stopping (or running in another tab). Refresh in a moment.")
 if retry is not None:
@@ -316,7 +333,7 @@ if running:
                                  else resumed.budget if resume and resumed else None),
          queue_slot=queue_slot)
     if queue_slot is not None:
-        draw_queue(queue_slot, exp_id)  # as the run left it
+        draw_queue(queue_slot, sup.queue_view(store, exp_id))  # as the run left it
     stop_slot.button("Stop", key="exp_stop_idle", icon=":material/stop:", disabled=True,
                      help="This experiment is not running in this session.")
     results = experiment_results(store, exp_id, verdicts=False)

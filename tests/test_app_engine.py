@@ -1,7 +1,7 @@
 """The Experiments page on the queue engine (DBOS queues, preview), driven with AppTest: an
 experiment run on the engine with its concurrency and rate limit, the queue state shown after
-it, Stop (the queued cells are cancelled) and Resume (queued again, every cell once), and a
-budget refused on the engine with a clear message.
+it, Stop (the queued cells are cancelled) and Resume (queued again, every cell once), Stop of an
+experiment another driver runs, and a budget refused on the engine with a clear message.
 
 Real parts only: DBOS 3.4.0 on a SQLite file beside the app's database, chat models talking
 HTTP to a loopback OpenAI-compatible server (`openai_server.DelayedServer`).
@@ -22,6 +22,13 @@ from test_experiments import runs_per_thread
 from rubric_core import app_support as sup
 from rubric_core.datasets import parse_dataset
 from rubric_core.engine import engine_database, shutdown_engine
+from rubric_core.experiments import (
+    SharedBackoff,
+    create_experiment,
+    experiment_models,
+    run_experiment,
+)
+from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
@@ -183,3 +190,74 @@ def test_a_budget_is_refused_on_the_engine_with_a_clear_message(
         # The lease queue has no rate limit field.
         assert not [n for n in at.number_input if n.key == "exp_rate_cells"]
     assert not at.exception
+
+
+class GatedServer(DelayedServer):
+    """Every call waits until `gate` is set; `arrived` is set by the first."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=0.0, grader_reply=verdict("satisfied", (), (CRITERION,)))
+        self.gate, self.arrived = threading.Event(), threading.Event()
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        self.arrived.set()
+        self.gate.wait(timeout=120)  # bounded: a failed test leaves no thread waiting for ever
+        return super().respond(body)
+
+
+def test_stop_reaches_an_experiment_another_driver_runs_on_the_engine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "app.sqlite3"
+    server = GatedServer()
+    events: list[Any] = []
+    with server.fake:
+        at = _app(db, server, monkeypatch)
+        with Store(db) as store:
+            config = ExperimentConfig(worker_model="openai-compatible:w",
+                                      grader_model="openai-compatible:g",
+                                      rubric=f"- {CRITERION}", base_url=server.fake.base_url)
+            dataset, _ = store.load_dataset("q")
+            exp_id = create_experiment(store, dataset, [config]).experiment_id
+
+        def drive() -> None:  # as `eval --engine dbos` would, outside the page's registry
+            backoff = SharedBackoff()
+            with Store(db) as own:
+                events.extend(run_experiment(
+                    own, exp_id, engine="dbos", concurrency=2, backoff=backoff,
+                    models=experiment_models(backoff, api_key="test-key")))
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        try:
+            assert server.arrived.wait(timeout=60), "no cell started"
+            at.run()
+            assert not at.exception, at.exception
+            assert not [b for b in at.button if b.key == "exp_stop"]
+            assert at.button(key="exp_resume").disabled  # it runs: Stop it first
+            at.button(key="exp_stop_engine").click().run()
+            assert not at.exception, at.exception
+            assert (f"Stopped on the DBOS queues: {ROWS} queued or running cell(s) cancelled"
+                    in _texts(at.success))
+        finally:
+            server.gate.set()
+            driver.join(timeout=60)
+        assert not driver.is_alive(), "the driver did not end after its cells were cancelled"
+        assert events[-1]["type"] == "experiment_finished"
+        assert events[-1]["status"] == "stopped"
+        at.run()
+        queued, running, done, cancelled = (
+            int(part.split()[0]) for part in _queue_caption(at).split(" · "))
+        with Store(db) as store:
+            ended = [c for c in store.experiment_cells(exp_id) if c.status == "satisfied"]
+        # At most the two running cells ended anyway (their step ended them before their
+        # process saw the cancellation): they count done, the others cancelled.
+        assert (queued, running, done, cancelled) == (0, 0, len(ended), ROWS - len(ended))
+        assert len(ended) <= 2
+        resume = at.button(key="exp_resume")
+        assert not resume.disabled
+        resume.click().run()
+        assert not at.exception, at.exception
+    assert _queue_caption(at) == f"0 queued · 0 running · {ROWS} done · 0 cancelled"
+    with Store(db) as store:
+        assert [c.status for c in store.experiment_cells(exp_id)] == ["satisfied"] * ROWS
+        assert runs_per_thread(store, exp_id) == [1] * ROWS

@@ -421,6 +421,27 @@ def queue_view(store: Store, experiment_id: str) -> QueueView:
     return QueueView(headline, workers, active=state.active)
 
 
+def stop_on_engine(store: Store, experiment_id: str) -> UiMessage:
+    """Stop an experiment that another process drives on the engine (`stop_cells`).
+
+    The experiment this app drives is stopped through `stop_experiment` instead, which also
+    ends its driver here.
+    """
+    from rubric_core.engine.status import NoEngineTables, stop_cells
+
+    try:
+        count = stop_cells(store, experiment_id)
+    except NoEngineTables:
+        count = 0
+    if not count:
+        return UiMessage("info", "Nothing to stop: no cell of this experiment is queued or "
+                                 "running on the DBOS queues.")
+    return UiMessage("success", f"Stopped on the DBOS queues: {count} queued or running "
+                                "cell(s) cancelled. Running cells end after their step; the "
+                                "process driving the experiment records it stopped. Resume "
+                                "queues them again.")
+
+
 def progress_text(event: ExperimentProgress) -> tuple[float, str]:
     """Progress bar value and text for one configuration's progress event."""
     done, total = event["done"], max(event["total"], 1)
@@ -622,6 +643,6 @@ __all__ = [
     "delete_dataset", "engine_problem", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
     "live_experiment", "new_experiment", "picked_cell", "progress_text", "queue_view",
-    "rate_limit_from_state", "results_grid", "stop_experiment", "stored_dataset", "summary_csv",
-    "wait_experiment_inactive",
+    "rate_limit_from_state", "results_grid", "stop_experiment", "stop_on_engine", "stored_dataset",
+    "summary_csv", "wait_experiment_inactive",
 ]
