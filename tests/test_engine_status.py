@@ -215,3 +215,22 @@ def test_a_hostile_executor_id_shows_no_text(tmp_path: Path) -> None:
     assert [(w.worker, w.cells) for w in state.running] == [("pid ? on ?", 1)]
     assert list(view.workers["worker"]) == ["pid ? on ?"]
     assert "1 running" in view.headline and view.active
+
+
+def test_a_cancelled_cell_whose_run_ended_counts_done(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite3"
+    with Store(db) as store:
+        exp_id = _demo_experiment(store)
+        for _ in run_experiment(store, exp_id, engine="dbos"):
+            pass
+        shutdown_engine()
+        engine_file = engine_database(str(db)).removeprefix("sqlite:///")
+        with sqlite3.connect(engine_file) as conn:
+            # Stop reached two cells only after their last step had ended their runs.
+            conn.execute("UPDATE workflow_status SET status = 'CANCELLED' WHERE workflow_uuid IN "
+                         "(SELECT workflow_uuid FROM workflow_status ORDER BY workflow_uuid "
+                         "LIMIT 2)")
+        conn.close()
+        state = queue_state(store, exp_id)
+        cells = len(store.experiment_cells(exp_id))
+    assert (state.done, state.cancelled, state.queued, state.running) == (cells, 0, 0, ())
