@@ -315,7 +315,7 @@ if not active and experiment.status != "finished":
                               experiment=experiment)
     kept = (f" · budget kept with it: {sup.format_dollars(experiment.budget['max_usd'])}"
             if experiment.budget else "")
-    st.caption(f"Resume on the {sup.ENGINE_LABELS[state['exp_engine']]}: "
+    st.caption(f"Resume · {sup.ENGINE_LABELS[state['exp_engine']]}: "
                f"{resumed.estimate.removeprefix('Estimate: ')}{kept}")
     if resume_refusal:
         st.caption(f"Resume is off: {resume_refusal}")

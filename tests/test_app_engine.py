@@ -162,7 +162,7 @@ def test_stop_cancels_the_queued_cells_and_resume_queues_them_again(
             exp_id = store.list_experiments()[0].experiment_id
             assert store.get_experiment(exp_id).status == "stopped"
         at.run()  # a later click: Resume is offered on the engine
-        assert "Resume on the DBOS queues (preview)" in _texts(at.caption)
+        assert "Resume · DBOS queues (preview): " in _texts(at.caption)
         resume = at.button(key="exp_resume")
         assert not resume.disabled
         resume.click().run()
