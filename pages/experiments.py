@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from contextlib import closing
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from rubric_core import app_support as sup
 from rubric_core.experiments import BudgetError, SharedBackoff, experiment_results, retry_cell
 
 if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
+
     from rubric_core.experiments import Budget
     from rubric_core.store import ExperimentRecord
 
@@ -35,6 +38,11 @@ BUDGET_HELP = ("No cell starts that would spend past it: what was spent plus an 
                "cell (the mean of the configuration's ended cells; before any, its cap of "
                "typical calls). The experiment then stops, resumable; Resume keeps the budget, "
                "or uses the one typed here. Needs every model's price (sidebar, Cost).")
+ENGINE_HELP = ("Lease queue: the cells run in this app. DBOS queues (preview): the cells go on the "
+               "experiment's queue in the database; this app runs them, and so does every "
+               "`rubric-studio worker` on that database, within the concurrency over all of "
+               "them. Stop cancels the queued and running cells; Resume queues them again.")
+RATE_HELP = "At most this many cells start per period, over every process (0: no limit)."
 ESTIMATE_HELP = ("Before any cell ended: each cell at its cap of passes, each pass a worker call "
                  "of 2,000 tokens in and 1,000 out and the grader's repeats of 4,000 in and "
                  "500 out, nothing cached: on the high side. After: the mean of ended cells.")
@@ -64,16 +72,39 @@ def load_demo_dataset() -> None:
     state["dataset_message"] = sup.import_demo_dataset(store)
 
 
+def stop_elsewhere(experiment_id: str) -> None:
+    state["exp_message"] = sup.stop_on_engine(store, experiment_id)
+
+
+def draw_queue(slot: DeltaGenerator, view: sup.QueueView) -> None:
+    with slot.container(border=True):
+        st.markdown("**Queue** · DBOS queues (preview)")
+        st.caption(view.headline)
+        # Always a third element: redrawn in the same script run, a table left over from an
+        # earlier draw would otherwise stay under the new counts.
+        if len(view.workers):
+            st.table(view.workers, hide_index=True, border="horizontal")  # a few rows: text
+        else:
+            st.caption("No cell is running on any worker.")
+
+
 def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
-         budget: Budget | None = None) -> None:
+         budget: Budget | None = None, queue_slot: DeltaGenerator | None = None) -> None:
     bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
     note = st.empty()
+    drawn = 0.0
     try:
         events = sup.live_experiment(store, experiment_id, models=models, backoff=backoff,
                                      concurrency=state["exp_concurrency"],
-                                     retry_errors=retry_errors, budget=budget)
+                                     retry_errors=retry_errors, budget=budget,
+                                     engine=state["exp_engine"],
+                                     rate_limit=sup.rate_limit_from_state(state))
         with closing(events) as stream:
             for event in stream:
+                if queue_slot is not None and time.monotonic() - drawn > 0.5:
+                    # As cells end, at most twice a second.
+                    draw_queue(queue_slot, sup.queue_view(store, experiment_id))
+                    drawn = time.monotonic()
                 if event["type"] == "experiment_progress":
                     bars[event["config_index"]].progress(*sup.progress_text(event))
                 elif event["type"] == "experiment_backoff":
@@ -86,7 +117,7 @@ def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
                                  "budget to continue.", icon=":material/savings:")
                 elif event["type"] == "experiment_finished":
                     note.success(f"Experiment {event['status']} after {event['duration_s']:.1f} s.")
-    except (RuntimeError, BudgetError) as exc:
+    except (RuntimeError, BudgetError, ValueError) as exc:
         st.error(str(exc))
 
 
@@ -142,6 +173,13 @@ with st.expander("New experiment", expanded=not experiments):
         r_col.number_input("Repeats", 1, sup.MAX_REPEATS, key="exp_repeats")
         c_col.number_input("Concurrency (cells at once)", 1, sup.MAX_CONCURRENCY,
                            key="exp_concurrency")
+        e_col, rl_col, rp_col = st.columns([2, 1, 1], vertical_alignment="bottom")
+        e_col.selectbox("Engine", list(sup.ENGINE_LABELS), key="exp_engine",
+                        format_func=sup.ENGINE_LABELS.__getitem__, help=ENGINE_HELP)
+        if state["exp_engine"] == "dbos":
+            rl_col.number_input("Rate limit (cells; 0: none)", 0, sup.MAX_RATE_CELLS,
+                                key="exp_rate_cells", help=RATE_HELP)
+            rp_col.selectbox("per", list(sup.RATE_PERIODS), key="exp_rate_per")
         tools = sup.default_tool_names()
         for i in range(state["exp_config_count"]):
             with st.container(border=True, key=f"exp_cfg_{i}"):
@@ -191,10 +229,13 @@ with st.expander("New experiment", expanded=not experiments):
         st.caption(planned.estimate, help=ESTIMATE_HELP)
         if planned.problem:
             st.error(planned.problem, icon=":material/savings:")
+        engine_refusal = sup.engine_problem(state["exp_engine"], budget=state["exp_budget"] > 0)
+        if engine_refusal:
+            st.error(engine_refusal, icon=":material/savings:")
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
                      disabled=any(p.level == "error" for p in problems)
-                     or planned.problem is not None):
+                     or planned.problem is not None or engine_refusal is not None):
             started, problem = sup.new_experiment(
                 store, ds, ds_version, configs, repeats=state["exp_repeats"],
                 name=state["exp_name"], models=models)
@@ -226,10 +267,18 @@ labels = [sup.config_column(results, i) for i in range(len(experiment.configurat
 
 stop_col, resume_col, delete_col, retry_col, retry_btn = st.columns(
     [1, 1, 1, 3, 1], vertical_alignment="bottom")
+on_engine = state["exp_engine"] == "dbos"
+queue = sup.queue_view(store, exp_id) if on_engine else None
+resume_refusal = sup.engine_problem(state["exp_engine"], budget=experiment.budget is not None
+                                    or (state.get("exp_budget") or 0) > 0)
 resume_slot = resume_col.empty()
+if queue is not None and queue.active and not sup.experiment_active(exp_id) and not started:
+    resume_refusal = resume_refusal or ("Its cells are queued or running on the DBOS queues "
+                                        "(another process drives it): Stop it first.")
 resume = resume_slot.button("Resume", key="exp_resume", icon=":material/replay:",
-                            disabled=not sup.can_resume(experiment) or started is not None,
-                            help=RESUME_HELP)
+                            disabled=not sup.can_resume(experiment) or started is not None
+                            or resume_refusal is not None,
+                            help=resume_refusal or RESUME_HELP)
 retry = None
 if failed:
     picked = retry_col.selectbox("Failed cell", failed, key="exp_retry_pick",
@@ -238,11 +287,20 @@ if failed:
         retry = picked
 running = started is not None or resume or retry is not None
 active = running or sup.experiment_active(exp_id)
+# Queued or running on the engine, driven by another process (`eval --engine dbos`, a tab of
+# another app): Stop cancels its cells there.
+elsewhere = not active and queue is not None and queue.active
 stop_slot = stop_col.empty()
-stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not active,
-                 on_click=sup.stop_experiment, args=(exp_id,),
-                 help="Stops the running cells; Resume continues them on their threads."
-                 if active else "This experiment is not running in this session.")
+if elsewhere:
+    stop_slot.button("Stop", key="exp_stop_engine", icon=":material/stop:",
+                     on_click=stop_elsewhere, args=(exp_id,),
+                     help="Runs in another process: cancels its queued and running cells on "
+                     "the DBOS queues; Resume queues them again.")
+else:
+    stop_slot.button("Stop", key="exp_stop", icon=":material/stop:", disabled=not active,
+                     on_click=sup.stop_experiment, args=(exp_id,),
+                     help="Stops the running cells; Resume continues them on their threads."
+                     if active else "This experiment is not running in this session.")
 with delete_col.popover("Delete", icon=":material/delete:", disabled=active or stopping,
                        help="Stop the experiment before deleting it." if active or stopping
                        else "Delete this experiment; its runs stay in Review."):
@@ -257,16 +315,25 @@ if not active and experiment.status != "finished":
                               experiment=experiment)
     kept = (f" · budget kept with it: {sup.format_dollars(experiment.budget['max_usd'])}"
             if experiment.budget else "")
-    st.caption(f"Resume: {resumed.estimate.removeprefix('Estimate: ')}{kept}")
+    st.caption(f"Resume · {sup.ENGINE_LABELS[state['exp_engine']]}: "
+               f"{resumed.estimate.removeprefix('Estimate: ')}{kept}")
+    if resume_refusal:
+        st.caption(f"Resume is off: {resume_refusal}")
 else:
     resumed = None
+queue_slot = st.empty() if queue is not None else None
+if queue_slot is not None and queue is not None:
+    draw_queue(queue_slot, queue)
 if stopping:
     st.info("This experiment is still stopping (or running in another tab). Refresh in a moment.")
 if retry is not None:
     retry_cell(store, exp_id, retry)
 if running:
     live(exp_id, labels, budget=(planned.budget if started is not None
-                                 else resumed.budget if resume and resumed else None))
+                                 else resumed.budget if resume and resumed else None),
+         queue_slot=queue_slot)
+    if queue_slot is not None:
+        draw_queue(queue_slot, sup.queue_view(store, exp_id))  # as the run left it
     stop_slot.button("Stop", key="exp_stop_idle", icon=":material/stop:", disabled=True,
                      help="This experiment is not running in this session.")
     results = experiment_results(store, exp_id, verdicts=False)

@@ -195,6 +195,7 @@ def form_defaults(state: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "exp_config_count": 1, "exp_repeats": 1, "exp_concurrency": DEFAULT_CONCURRENCY,
         "exp_name": "", "exp_rubric": state.get("rubric_text") or "",
+        "exp_engine": "lease", "exp_rate_cells": 0, "exp_rate_per": "minute",
     }
     sidebar = {"cap": state.get("max_iterations", FORM_DEFAULTS["max_iterations"]),
                **{field: state.get(key, FORM_DEFAULTS[key]) for field, key in (
@@ -323,22 +324,122 @@ def wait_experiment_inactive(experiment_id: str, timeout_s: float) -> bool:
 def live_experiment(
     store: Store, experiment_id: str, *, models: ModelResolver, backoff: SharedBackoff,
     concurrency: int = DEFAULT_CONCURRENCY, retry_errors: bool = False,
-    budget: Budget | None = None,
+    budget: Budget | None = None, engine: str = "lease",
+    rate_limit: tuple[int, float] | None = None,
 ) -> Iterator[ExperimentEvent]:
     """`run_experiment`, registered so that `stop_experiment` from another rerun stops it.
 
-    Closing the iterator is Stop too. ``budget`` (None: the one kept with the experiment, if
-    any) stops it before a cell would spend past it.
+    Closing the iterator is Stop too (on the queue engine: the experiment's queued and running
+    cells are cancelled). ``budget`` (None: the one kept with the experiment, if any) stops it
+    before a cell would spend past it; ``engine`` and ``rate_limit`` are `run_experiment`'s.
 
     Raises:
         RuntimeError: This process is already running (or stopping) the experiment.
         BudgetError: The budget cannot be enforced (a model of unknown price).
+        ValueError: What the queue engine cannot do yet (a budget).
 
     """
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
         yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
                                   backoff=backoff, retry_errors=retry_errors, stop=stop,
-                                  budget=budget)
+                                  budget=budget, engine=engine, rate_limit=rate_limit)
+
+
+# -- the queue engine (preview) -------------------------------------------------------------------
+
+ENGINE_LABELS = {"lease": "Lease queue", "dbos": "DBOS queues (preview)"}
+"""The Engine choice's labels, by `rubric_core.types.ENGINES` value."""
+
+RATE_PERIODS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+"""The rate limit's periods, in seconds."""
+
+MAX_RATE_CELLS = 1_000_000
+"""Most cells the rate limit field allows per period."""
+
+
+def rate_limit_from_state(state: Mapping[str, Any]) -> tuple[int, float] | None:
+    """The rate limit fields as `run_experiment`'s ``(cells, seconds)``; None for none (0).
+
+    Only the queue engine has a rate limit: None on the lease queue.
+    """
+    cells = int(state.get("exp_rate_cells") or 0)
+    if state.get("exp_engine") != "dbos" or cells < 1:
+        return None
+    return min(cells, MAX_RATE_CELLS), RATE_PERIODS.get(str(state.get("exp_rate_per")), 60.0)
+
+
+def engine_problem(engine: str, *, budget: bool) -> str | None:
+    """Why the experiment cannot run on ``engine`` as asked, or None.
+
+    Args:
+        engine: `rubric_core.types.ENGINES` value.
+        budget: Whether a budget is typed, or kept with the experiment (for a Resume).
+
+    """
+    if engine == "dbos" and budget:
+        return ("The DBOS queues (preview) do not enforce a budget yet: set the budget to 0 "
+                "(a kept budget stays with the experiment) or choose the lease queue.")
+    return None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """An experiment's queue state on the engine, as the page draws it."""
+
+    headline: str
+    """Counts (queued, running, done, cancelled), or why there are none."""
+    workers: pd.DataFrame
+    """Running cells per worker: ``worker`` (``pid N on HOST`` only) and ``running``."""
+    active: bool
+    """Whether a cell is queued or running."""
+
+
+def queue_view(store: Store, experiment_id: str) -> QueueView:
+    """The experiment's queue state read from the engine's tables (`queue_state`)."""
+    from rubric_core.engine.status import NoEngineTables, queue_state
+
+    empty = pd.DataFrame(columns=["worker", "running"])
+    try:
+        state = queue_state(store, experiment_id)
+    except NoEngineTables:
+        return QueueView("No experiment has run on the DBOS queues in this database yet.",
+                         empty, active=False)
+    except Exception as exc:  # a busy or lost database: the page still draws
+        return QueueView(f"The queue state cannot be read now ({type(exc).__name__}); it is "
+                         "read again as cells end, or on the next click.", empty, active=False)
+    if not state.total:
+        return QueueView("This experiment has not been queued on the DBOS queues.", empty,
+                         active=False)
+    headline = (f"{state.queued} queued · {state.running_total} running · {state.done} done · "
+                f"{state.cancelled} cancelled")
+    if state.failed:
+        headline += f" · {state.failed} failed in the engine"
+    workers = pd.DataFrame(
+        [{"worker": w.worker + (" (this app)" if w.here else "")
+          + (" (stopped: its cells are re-queued)" if w.gone else ""), "running": w.cells}
+         for w in state.running], columns=["worker", "running"])
+    return QueueView(headline, workers, active=state.active)
+
+
+def stop_on_engine(store: Store, experiment_id: str) -> UiMessage:
+    """Stop an experiment that another process drives on the engine (`stop_cells`).
+
+    The experiment this app drives is stopped through `stop_experiment` instead, which also
+    ends its driver here.
+    """
+    from rubric_core.engine.status import NoEngineTables, stop_cells
+
+    try:
+        count = stop_cells(store, experiment_id)
+    except NoEngineTables:
+        count = 0
+    if not count:
+        return UiMessage("info", "Nothing to stop: no cell of this experiment is queued or "
+                                 "running on the DBOS queues.")
+    return UiMessage("success", f"Stopped on the DBOS queues: {count} queued or running "
+                                "cell(s) cancelled. Running cells end after their step; the "
+                                "process driving the experiment records it stopped. Resume "
+                                "queues them again.")
 
 
 def progress_text(event: ExperimentProgress) -> tuple[float, str]:
@@ -535,11 +636,13 @@ def summary_csv(store: Store, experiment_id: str,
 
 
 __all__ = [
-    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_REPEATS", "ComparisonView", "ResultsGrid",
-    "StoredDataset", "can_resume", "cell_label", "check_configs", "comparison_view",
-    "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
-    "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
+    "ENGINE_LABELS", "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_RATE_CELLS", "MAX_REPEATS",
+    "RATE_PERIODS", "ComparisonView", "QueueView", "ResultsGrid", "StoredDataset", "can_resume",
+    "cell_label", "check_configs", "comparison_view", "config_column", "config_key",
+    "configs_from_state", "dataset_name_for", "dataset_preview", "datasets_frame",
+    "delete_dataset", "engine_problem", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
-    "live_experiment", "new_experiment", "picked_cell", "progress_text", "results_grid",
-    "stop_experiment", "stored_dataset", "summary_csv", "wait_experiment_inactive",
+    "live_experiment", "new_experiment", "picked_cell", "progress_text", "queue_view",
+    "rate_limit_from_state", "results_grid", "stop_experiment", "stop_on_engine", "stored_dataset",
+    "summary_csv", "wait_experiment_inactive",
 ]

@@ -1,6 +1,6 @@
 """Command line: ``rubric-studio run|eval|regrade|answers|datasets|db|examples|analytics|app``.
 
-Also the queue engine's ``worker`` and ``recover`` (a preview).
+Also the queue engine's ``worker``, ``recover`` and ``queue`` (a preview).
 
 ``python -m rubric_core`` is the same command.
 
@@ -10,8 +10,8 @@ when interrupted.
 
 This module assembles the parser: each sub-command's arguments and handler (``func``) come
 from the module of its command group (`rubric_core.cli.run`, `.eval`, `.analytics`,
-`.datasets`, `.db`, `.app`, `.engine`); `main` calls the handler and turns errors into exit
-statuses.
+`.datasets`, `.db`, `.app`, `.engine`, `.queue`); `main` calls the handler and turns errors
+into exit statuses.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rubric_core.cli import app as app_command
 from rubric_core.cli import engine as engine_command
 from rubric_core.cli import eval as eval_command
 from rubric_core.cli import lab as lab_command
+from rubric_core.cli import queue as queue_command
 from rubric_core.cli import run as run_command
 from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError
 from rubric_core.cli.app import app_root, start_app
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description=engine_command.RECOVER_DESCRIPTION)
     engine_command.add_db_argument(rc)
     rc.set_defaults(func=engine_command.recover)
+
+    qu = sub.add_parser("queue", help="an experiment's cells in the queue engine (preview)",
+                        description=queue_command.DESCRIPTION)
+    queue_command.add_queue_arguments(qu)
+    qu.set_defaults(func=queue_command.queue)
 
     app = sub.add_parser("app", help="start the Streamlit app (streamlit run serve.py)",
                          description=app_command.DESCRIPTION)

@@ -58,7 +58,7 @@ def workflow_id(experiment_id: str, key: tuple[str, int, int], thread_id: str,
             f"{row_id}")
 
 
-def _attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
+def attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
     """``(the ID without its attempt, attempt)`` of one of the experiment's workflow IDs."""
     rest = workflow[len(id_prefix(experiment_id)):]
     parts = rest.split(":", 4)
@@ -107,7 +107,7 @@ async def enqueue_cells(experiment_id: str, cells: Iterable[tuple[tuple[str, int
         workflow_id_prefix=id_prefix(experiment_id), load_input=False, load_output=False)
     latest: dict[str, tuple[int, str, str]] = {}  # cell -> (attempt, workflow id, status)
     for workflow in existing:
-        parsed = _attempt_of(workflow.workflow_id, experiment_id)
+        parsed = attempt_of(workflow.workflow_id, experiment_id)
         if parsed is not None and parsed[1] >= latest.get(parsed[0], (0, "", ""))[0]:
             latest[parsed[0]] = (parsed[1], workflow.workflow_id, workflow.status)
     queue = await DBOS.retrieve_queue_async(queue_name(experiment_id))
@@ -156,6 +156,6 @@ async def cancel_cells(experiment_id: str) -> int:
     return len(ids)
 
 
-__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "active_workflows", "cancel_cells",
+__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "active_workflows", "attempt_of", "cancel_cells",
            "delete_queue", "enqueue_cells", "id_prefix", "queue_name", "register_queue",
            "workflow_id"]
