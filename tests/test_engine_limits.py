@@ -149,48 +149,66 @@ def _workflows(prefix: str) -> list[Any]:
     return DBOS.list_workflows(workflow_id_prefix=prefix, load_input=False, load_output=False)
 
 
-def test_a_model_limit_holds_over_every_process(pg_url: str) -> None:
-    """Model w at most 2 cells at once over this process and two workers, while the
-    experiment's limit (8) lets model x's cells run beside them."""
+@pytest.mark.parametrize("workers", [
+    pytest.param((W,), id="one_limited_model_partitions"),
+    pytest.param((W, X), id="a_model_queue_beside_an_unlimited_model")])
+def test_a_model_limit_holds_over_every_process(pg_url: str, workers: tuple[str, ...]) -> None:
+    """Model w at most 2 cells at once over this process and two workers; with model x beside
+    it, the experiment's limit (8) lets x's cells run beside w's."""
     rows, limit = 10, 2
     server = ModelServer(delay_s=0.2)
     with server.fake, Store(pg_url) as store:
-        exp_id = _experiment(store, server, rows, (W, X))
-        workers = [_worker(pg_url), _worker(pg_url)]
+        exp_id = _experiment(store, server, rows, workers)
+        procs = [_worker(pg_url), _worker(pg_url)]
         events: list[Any] = []
         failure: list[BaseException] = []
         try:
             _drive(store, exp_id, events, failure, concurrency=8, per_model={W: limit})
         finally:
-            for proc in workers:
+            for proc in procs:
                 _stop(proc)
         if failure:
             raise failure[0]
         assert events[-1]["status"] == "finished"
         assert {c.status for c in store.experiment_cells(exp_id)} == {"satisfied"}
-        assert runs_per_thread(store, exp_id) == [1] * (2 * rows)
+        cells = len(workers) * rows
+        assert runs_per_thread(store, exp_id) == [1] * cells
         w_owners = _owners_of(store, exp_id, 0)
+        levels = _workflows(engine_queues.gate_prefix(exp_id))
     assert len(w_owners) >= 2, w_owners  # model w's cells ran in several processes
     assert server.most_at_once("w") == limit
-    assert server.most_at_once("w", "x") > limit  # the experiment's own limit is higher
-    assert len(server.fake.requests) == 2 * rows * 4
+    if len(workers) > 1:
+        assert len(levels) == rows  # w's cells passed w's queue, x's none
+        assert server.most_at_once("w", "x") > limit  # the experiment's own limit is higher
+    else:
+        assert levels == []  # the experiment's queue's partitions held the limit
+    assert len(server.fake.requests) == cells * 4
 
 
-def test_a_model_rate_limit_holds(pg_url: str) -> None:
+@pytest.mark.parametrize("workers", [
+    pytest.param((W,), id="one_limited_model_partitions"),
+    pytest.param((W, X), id="a_model_queue_beside_an_unlimited_model")])
+def test_a_model_rate_limit_holds(pg_url: str, workers: tuple[str, ...]) -> None:
     """Model w: at most 2 cells started per 2 s (counted by DBOS and by the server); model x's
     cells are not held back by it."""
     rows, limit, period = 6, 2, 2.0
     server = ModelServer(delay_s=0.05)
     with server.fake, Store(pg_url) as store:
-        exp_id = _experiment(store, server, rows, (W, X))
+        exp_id = _experiment(store, server, rows, workers)
         events = list(_events(store, exp_id, concurrency=2 * rows,
                               model_rates={W: (limit, period)}))
         assert events[-1]["status"] == "finished"
-        assert runs_per_thread(store, exp_id) == [1] * (2 * rows)
-        gates = _workflows(engine_queues.gate_prefix(exp_id))
-    # Each cell of w passed its model's queue once; x has no queue.
-    assert len(gates) == rows
-    starts = sorted((w.dequeued_at or 0) / 1000 for w in gates)
+        assert runs_per_thread(store, exp_id) == [1] * (len(workers) * rows)
+        levels = _workflows(engine_queues.gate_prefix(exp_id))
+        cells = _workflows(engine_queues.id_prefix(exp_id))
+    if len(workers) > 1:
+        assert len(levels) == rows  # each cell of w passed its model's queue once; x none
+        started = levels
+    else:
+        assert levels == []
+        started = cells
+    starts = sorted((w.dequeued_at or 0) / 1000 for w in started)
+    assert len(starts) == rows
     for i in range(len(starts) - limit):
         assert starts[i + limit] - starts[i] >= period - 0.01, starts
     # The server saw it too: the i-th cell of w it saw came no earlier than the limiter let
@@ -199,8 +217,9 @@ def test_a_model_rate_limit_holds(pg_url: str) -> None:
     assert len(firsts) == rows
     for i, first in enumerate(firsts):
         assert first >= starts[0] + (i // limit) * period - 0.05, (firsts, starts)
-    xs = sorted(server.firsts["x"])
-    assert xs[-1] - xs[0] < period  # x's cells all started within w's first period
+    if len(workers) > 1:
+        xs = sorted(server.firsts["x"])
+        assert xs[-1] - xs[0] < period  # x's cells all started within w's first period
 
 
 def test_stop_cancels_cells_and_their_levels_and_resume_twice_queues_nothing_twice(
@@ -209,7 +228,8 @@ def test_stop_cancels_cells_and_their_levels_and_resume_twice_queues_nothing_twi
     server = ModelServer(delay_s=0.15)
     with server.fake, Store(pg_url) as store:
         exp_id = _experiment(store, server, rows, (W,))
-        events = _events(store, exp_id, concurrency=4, per_model={W: 1})
+        # Two limited models with limits of their own: a queue each, a cell passes both.
+        events = _events(store, exp_id, concurrency=4, per_model={W: 1, G: 3})
         for event in events:
             if event["type"] == "cell_finished":
                 break
@@ -233,9 +253,9 @@ def test_stop_cancels_cells_and_their_levels_and_resume_twice_queues_nothing_twi
         statuses = [c.status for c in store.experiment_cells(exp_id)]
         assert 1 <= statuses.count("satisfied") < rows and "running" not in statuses
 
-        first = list(_events(store, exp_id, concurrency=4, per_model={W: 1}))
+        first = list(_events(store, exp_id, concurrency=4, per_model={W: 1, G: 3}))
         assert first[-1]["status"] == "finished"
-        second = list(_events(store, exp_id, concurrency=4, per_model={W: 1}))
+        second = list(_events(store, exp_id, concurrency=4, per_model={W: 1, G: 3}))
         assert [e for e in second if e["type"] == "cell_finished"] == []
         assert second[-1]["status"] == "finished"
         assert {c.status for c in store.experiment_cells(exp_id)} == {"satisfied"}
@@ -245,8 +265,9 @@ def test_stop_cancels_cells_and_their_levels_and_resume_twice_queues_nothing_twi
     # Every cell: one workflow per attempt (a second only for a cell stopped); each level is
     # its cell workflow's own (cells cancelled while queued never reached theirs).
     assert rows <= len(cells) <= 2 * rows
-    assert {w.workflow_id for w in gates} <= {gate_id(w.workflow_id, 1) for w in cells}
-    assert all(gate_id(w.workflow_id, 1) in {g.workflow_id for g in gates}
+    levels = {g.workflow_id for g in gates}
+    assert levels <= {gate_id(w.workflow_id, n) for w in cells for n in (1, 2)}
+    assert all({gate_id(w.workflow_id, 1), gate_id(w.workflow_id, 2)} <= levels
                for w in cells if w.status == "SUCCESS")
     assert len(server.fake.requests) == rows * 4  # stopped after a step: no call repeated
     assert server.most_at_once("w") == 1
@@ -265,14 +286,15 @@ def test_enqueuing_twice_with_model_queues_queues_nothing_twice(
         cells = [(c.key, c.thread_id) for c in store.experiment_cells(exp_id)]
         limits = {W: engine_queues.ModelLimit(concurrency=1), G: engine_queues.ModelLimit(
             rate=(100, 1.0))}
-        passes = engine_queues.gates(exp.configurations, limits, exp_id)
-        assert passes == [sorted([engine_queues.model_queue_name(exp_id, W),
-                                  engine_queues.model_queue_name(exp_id, G)])]
+        route = engine_queues.routes(exp_id, exp.configurations, limits)
+        # Two limited models in one cell: a queue each, passed in sorted order.
+        assert route.partition is None and route.gates == [sorted(
+            [engine_queues.model_queue_name(exp_id, W), engine_queues.model_queue_name(exp_id, G)])]
 
         async def enqueue_twice() -> list[dict[str, tuple[str, int, int]]]:
-            await engine_queues.register_queue(exp_id, concurrency=3, models=limits)
+            await engine_queues.register_queue(exp_id, concurrency=3, route=route)
             return [await engine_queues.enqueue_cells(exp_id, cells, retry_errors=False,
-                                                      model_gates=passes)
+                                                      route=route)
                     for _ in range(2)]
 
         first, second = _on_loop(enqueue_twice())
@@ -292,11 +314,18 @@ def test_enqueuing_twice_with_model_queues_queues_nothing_twice(
     assert server.most_at_once("w") == 1
 
 
-def test_a_killed_worker_loses_and_repeats_no_cell_with_model_queues(pg_url: str) -> None:
-    rows, limit = 12, 2
+@pytest.mark.parametrize("workers", [
+    pytest.param((W,), id="one_limited_model_partitions"),
+    pytest.param((W, X), id="a_model_queue_beside_an_unlimited_model")])
+def test_a_killed_worker_loses_and_repeats_no_cell_with_model_limits(
+        pg_url: str, workers: tuple[str, ...]) -> None:
+    """kill -9 of a worker mid-cell: recovery re-queues its cells (and, with a model queue,
+    its cells' levels, which re-attach to their children): every cell ends exactly once."""
+    rows, limit = 12 // len(workers), 2
+    cells = rows * len(workers)
     server = ModelServer(delay_s=0.25)
     with server.fake, Store(pg_url) as store:
-        exp_id = _experiment(store, server, rows, (W,))
+        exp_id = _experiment(store, server, rows, workers)
         worker = _worker(pg_url)
         events: list[Any] = []
         failure: list[BaseException] = []
@@ -326,11 +355,13 @@ def test_a_killed_worker_loses_and_repeats_no_cell_with_model_queues(pg_url: str
         if failure:
             raise failure[0]
         assert events[-1]["status"] == "finished"
-        assert [c.status for c in store.experiment_cells(exp_id)] == ["satisfied"] * rows
-        assert runs_per_thread(store, exp_id) == [1] * rows
+        assert [c.status for c in store.experiment_cells(exp_id)] == ["satisfied"] * cells
+        assert runs_per_thread(store, exp_id) == [1] * cells
+        levels = _workflows(engine_queues.gate_prefix(exp_id))
+    assert len(levels) == (rows if len(workers) > 1 else 0)  # one level per cell of w, once
     assert server.most_at_once("w") <= limit
     # At most the killed worker's calls in flight were made again.
-    assert rows * 4 <= len(server.fake.requests) <= rows * 4 + limit
+    assert cells * 4 <= len(server.fake.requests) <= cells * 4 + 4
 
 
 def test_bad_rate_limits_are_refused(pg_url: str) -> None:

@@ -76,8 +76,12 @@ GATE_ID_PREFIX = "rubric-gate:"
 """What the ID of a cell's child on a model's queue starts with (`gate_id`)."""
 
 RESULT_POLL_S = 0.2
-"""How often a cell's level waiting on a model's queue asks whether its child ended: a model's
-slot is held this long at most after its cell ended (one indexed read per waiting level)."""
+"""How often a cell's level waiting on a model's queue asks whether its child, running in
+another process, ended (one indexed read per waiting level); a child in this process wakes
+its level at once."""
+
+ACTIVE_STATUSES = ("ENQUEUED", "PENDING", "DELAYED")
+"""DBOS statuses of a workflow that has not ended."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -106,6 +110,7 @@ _contexts: dict[str, ExperimentContext] = {}
 _running: dict[str, threading.Event] = {}  # cell's workflow id -> its stop (cells running here)
 _watcher: list[asyncio.Task[None]] = []
 _leaving = threading.Event()  # this process stops taking part: its cells are left for recovery
+_ended: dict[str, asyncio.Event] = {}  # a level's child's workflow id -> set when it ended here
 
 
 def gate_id(cell_id: str, level: int) -> str:
@@ -201,11 +206,38 @@ async def _cancelled(cell_id: str) -> bool:
 
 
 async def _child_result(handle: WorkflowHandleAsync[dict[str, Any]]) -> dict[str, Any]:
-    """A level's child's result; a child cancelled (Stop): its cell interrupted."""
+    """A level's child's result; a child cancelled (Stop): its cell interrupted.
+
+    A child that ends in this process says so at once (`_ended`), and DBOS records its end a
+    moment later; one that ends elsewhere is seen within `RESULT_POLL_S`.
+    """
+    child = handle.get_workflow_id()
+    ended = _ended.setdefault(child, asyncio.Event())
+    quick = 0
     try:
-        return await handle.get_result(polling_interval_sec=RESULT_POLL_S)
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), RESULT_POLL_S)
+            status = await _outside_workflow(handle.get_status())
+            if status.status not in ACTIVE_STATUSES:
+                break
+            if ended.is_set():  # its end is being recorded: ask again soon, for a second
+                quick += 1
+                if quick >= 200:
+                    ended.clear()
+                await asyncio.sleep(0.005)
+    finally:
+        _ended.pop(child, None)
+    try:
+        return await handle.get_result()
     except dbos_error.DBOSAwaitedWorkflowCancelledError:
         return {"status": "interrupted", "run_id": None, "error": None}
+
+
+def _say_ended(workflow_id: str) -> None:
+    """Wake this process's level waiting for ``workflow_id``, if any."""
+    if (ended := _ended.get(workflow_id)) is not None:
+        ended.set()
 
 
 @DBOS.workflow(name=CELL_WORKFLOW)
@@ -246,7 +278,9 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
             handle = await queue.enqueue_async(
                 cell_workflow, experiment_id, row_id, config_index, repeat_index, thread_id,
                 retry_errors, list(gates[1:]), cell)
-        return await _child_result(handle)
+        result = await _child_result(handle)
+        _say_ended(own_id)
+        return result
     key = (row_id, int(config_index), int(repeat_index))
     context = await _context(engine.store, experiment_id)
     stop = _running[cell] = threading.Event()
@@ -280,6 +314,7 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         await asyncio.Event().wait()
     if context.on_finished is not None:
         context.on_finished(key, status, run_id, error)
+    _say_ended(own_id)
     return {"status": status, "run_id": run_id, "error": error}
 
 

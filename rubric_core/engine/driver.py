@@ -88,19 +88,17 @@ class EngineDriver(ExperimentDriver):
         attach(context)
         try:
             if self.left:
-                used = queues.gates(exp.configurations, self.model_queues, exp.experiment_id)
-                passed = {name for names in used for name in names}
-                limited = {m: limit for m, limit in self.model_queues.items()
-                           if queues.model_queue_name(exp.experiment_id, m) in passed}
+                route = queues.routes(exp.experiment_id, exp.configurations,
+                                      self.model_queues)
                 for name in await queues.register_queue(
                         exp.experiment_id, concurrency=self.concurrency,
-                        rate_limit=self.rate_limit, models=limited):
+                        rate_limit=self.rate_limit, route=route):
                     listen(self.engine, name)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 await queues.enqueue_cells(
                     exp.experiment_id,
                     [(c.key, c.thread_id) for c in cells if c.key in self.left],
-                    retry_errors=self.retry_errors, model_gates=used)
+                    retry_errors=self.retry_errors, route=route)
                 await self._watch(context)
             # The cells that ended here are counted by their own event, with their ending.
             await context.idle.wait()

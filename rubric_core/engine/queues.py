@@ -39,9 +39,14 @@ import dataclasses
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, SetEnqueueOptions, SetWorkflowID
 
-from rubric_core.engine.cell import CELL_ID_PREFIX, GATE_ID_PREFIX, cell_workflow
+from rubric_core.engine.cell import (
+    ACTIVE_STATUSES,
+    CELL_ID_PREFIX,
+    GATE_ID_PREFIX,
+    cell_workflow,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -55,7 +60,7 @@ POLL_S = 0.1
 """How often each process polls an experiment's queue (DBOS's own loop; ~5% of a core per
 queue per process while the queue exists)."""
 
-ACTIVE = ("ENQUEUED", "PENDING", "DELAYED")
+ACTIVE = ACTIVE_STATUSES
 """Workflow statuses of a cell that is queued or running."""
 
 
@@ -94,6 +99,41 @@ def gates(configs: Sequence[ExperimentConfig], limited: Iterable[str],
              for m in sorted({c.worker_model, c.grader_model} & names)] for c in configs]
 
 
+@dataclasses.dataclass(frozen=True)
+class Routes:
+    """How an experiment's cells meet their model limits (`routes`)."""
+
+    partition: ModelLimit | None
+    """The limits of every partition of the experiment's queue, when partitions serve."""
+    keys: list[str | None]
+    """Per configuration: its cells' partition key (its one limited model), or None."""
+    gates: list[list[str]]
+    """Per configuration: the model queues its cells pass (`gates`), when nesting serves."""
+    models: dict[str, ModelLimit]
+    """The models that have queues of their own, with their limits."""
+
+
+def routes(experiment_id: str, configs: Sequence[ExperimentConfig],
+           limits: Mapping[str, ModelLimit]) -> Routes:
+    """How cells meet ``limits``: partitions, or else model queues (module docstring).
+
+    Partitions of the experiment's own queue when every configuration uses exactly one
+    limited model and all those models have the same limits (the common case: one model
+    everywhere): no level, no latency added. Else a queue per limited model.
+    """
+    used = [{c.worker_model, c.grader_model} & limits.keys() for c in configs]
+    none: list[str | None] = [None] * len(configs)
+    if not any(used):
+        return Routes(None, none, [[] for _ in configs], {})
+    shared = {limits[m] for models in used for m in models}
+    if all(len(models) == 1 for models in used) and len(shared) == 1:
+        return Routes(shared.pop(), [next(iter(models)) for models in used],
+                      [[] for _ in configs], {})
+    wanted = {m for models in used for m in models}
+    return Routes(None, none, gates(configs, wanted, experiment_id),
+                  {m: limits[m] for m in wanted})
+
+
 def id_prefix(experiment_id: str) -> str:
     """What every workflow ID of an experiment's cells starts with."""
     return f"{CELL_ID_PREFIX}{experiment_id}:"
@@ -128,7 +168,7 @@ def _limiter(rate: tuple[int, float] | None) -> Any:
 
 async def register_queue(experiment_id: str, *, concurrency: int,
                          rate_limit: tuple[int, float] | None = None,
-                         models: Mapping[str, ModelLimit] | None = None) -> list[str]:
+                         route: Routes | None = None) -> list[str]:
     """Create (or update) an experiment's queue and its model queues with their limits.
 
     Args:
@@ -136,17 +176,21 @@ async def register_queue(experiment_id: str, *, concurrency: int,
         concurrency: Cells at once over every process.
         rate_limit: At most ``limit`` cells started per ``period`` seconds, over every
             process; None for none.
-        models: Each limited model's limits (`ModelLimit`).
+        route: How the cells meet their model limits (`routes`); None: no model limits.
 
     Returns:
         The names of the queues registered.
 
     """
     names = [queue_name(experiment_id)]
-    await DBOS.register_queue_async(names[0], global_concurrency=concurrency,
-                                    limiter=_limiter(rate_limit), polling_interval_sec=POLL_S,
-                                    on_conflict="always_update")
-    for model, limit in sorted((models or {}).items()):
+    partition = route.partition if route is not None else None
+    await DBOS.register_queue_async(
+        names[0], global_concurrency=concurrency, limiter=_limiter(rate_limit),
+        partition_concurrency=(None if partition is None or partition.concurrency is None
+                               else min(partition.concurrency, concurrency)),
+        partition_limiter=None if partition is None else _limiter(partition.rate),
+        polling_interval_sec=POLL_S, on_conflict="always_update")
+    for model, limit in sorted((route.models if route is not None else {}).items()):
         names.append(model_queue_name(experiment_id, model))
         await DBOS.register_queue_async(names[-1], global_concurrency=limit.concurrency,
                                         limiter=_limiter(limit.rate),
@@ -164,50 +208,63 @@ async def delete_queue(experiment_id: str) -> None:
     await DBOS.delete_queue_async(queue_name(experiment_id))
 
 
+def _route_of(workflow: Any) -> tuple[str | None, list[str]]:
+    """A queued cell workflow's partition key and the model queues it was to pass."""
+    args: Sequence[Any] = (workflow.input or {}).get("args") or ()
+    return workflow.queue_partition_key, list(args[6]) if len(args) > 6 and args[6] else []
+
+
 async def enqueue_cells(experiment_id: str, cells: Iterable[tuple[tuple[str, int, int], str]],
-                        *, retry_errors: bool, model_gates: Sequence[Sequence[str]] = ()
+                        *, retry_errors: bool, route: Routes | None = None
                         ) -> dict[str, tuple[str, int, int]]:
     """Queue the given cells (``(key, thread id)``) on the experiment's queue, idempotently.
 
-    A cell whose latest workflow is queued or running is left as it is; one whose workflow
-    completed or was cancelled gets its next attempt; a cell never queued, its first. The
-    queues must exist (`register_queue`).
+    A cell whose latest workflow is running, or queued the way ``route`` asks, is left as it
+    is; one queued another way (model limits changed since) is cancelled and, like one whose
+    workflow completed or was cancelled, gets its next attempt; a cell never queued, its
+    first. The queues must exist (`register_queue`).
 
     Args:
         experiment_id: The experiment.
         cells: ``(key, thread id)`` of each cell to queue.
         retry_errors: Whether a cell that ended in an error runs again.
-        model_gates: Per configuration, the model queues its cells pass (`gates`); a
-            configuration without an entry passes none.
+        route: How the cells meet their model limits (`routes`); None: no model limits.
 
     Returns:
         Each cell's current workflow ID, with its key.
 
     """
     existing = await DBOS.list_workflows_async(
-        workflow_id_prefix=id_prefix(experiment_id), load_input=False, load_output=False)
-    latest: dict[str, tuple[int, str, str]] = {}  # cell -> (attempt, workflow id, status)
+        workflow_id_prefix=id_prefix(experiment_id), load_input=True, load_output=False)
+    latest: dict[str, tuple[int, Any]] = {}  # cell -> (attempt, its latest workflow)
     for workflow in existing:
         parsed = _attempt_of(workflow.workflow_id, experiment_id)
-        if parsed is not None and parsed[1] >= latest.get(parsed[0], (0, "", ""))[0]:
-            latest[parsed[0]] = (parsed[1], workflow.workflow_id, workflow.status)
+        if parsed is not None and parsed[1] >= latest.get(parsed[0], (0, None))[0]:
+            latest[parsed[0]] = (parsed[1], workflow)
     queue = await DBOS.retrieve_queue_async(queue_name(experiment_id))
     if queue is None:
         msg = f"experiment {experiment_id} has no queue: register it first"
         raise KeyError(msg)
     ids: dict[str, tuple[str, int, int]] = {}
+    stale: list[str] = []
     for key, thread_id in cells:
         cell = f"{key[1]}:{key[2]}:{thread_id}:{key[0]}"
-        attempt, found, status = latest.get(cell, (0, "", ""))
-        if status in ACTIVE:
-            ids[found] = key
-            continue
+        attempt, found = latest.get(cell, (0, None))
+        config = key[1]
+        wanted: tuple[str | None, list[str]] = (
+            (None, []) if route is None else (route.keys[config], route.gates[config]))
+        if found is not None and found.status in ACTIVE:
+            if found.status != "ENQUEUED" or _route_of(found) == wanted:
+                ids[found.workflow_id] = key
+                continue
+            stale.append(found.workflow_id)
         wid = workflow_id(experiment_id, key, thread_id, attempt + 1)
-        passes = list(model_gates[key[1]]) if key[1] < len(model_gates) else []
-        with SetWorkflowID(wid):
+        with SetWorkflowID(wid), SetEnqueueOptions(queue_partition_key=wanted[0]):
             await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1], key[2],
-                                      thread_id, retry_errors, passes)
+                                      thread_id, retry_errors, wanted[1])
         ids[wid] = key
+    if stale:
+        await DBOS.cancel_workflows_async(stale, cancel_children=True)
     return ids
 
 
@@ -239,7 +296,7 @@ async def cancel_cells(experiment_id: str) -> int:
     return len(ids)
 
 
-__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "ModelLimit", "active_workflows", "cancel_cells",
-           "delete_queue", "enqueue_cells", "gate_prefix", "gates", "id_prefix",
-           "model_queue_name", "model_queue_prefix", "queue_name", "register_queue",
+__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "ModelLimit", "Routes", "active_workflows",
+           "cancel_cells", "delete_queue", "enqueue_cells", "gate_prefix", "gates", "id_prefix",
+           "model_queue_name", "model_queue_prefix", "queue_name", "register_queue", "routes",
            "workflow_id"]
