@@ -11,23 +11,18 @@ What a cell needs beyond its ids comes from this process's `ExperimentContext` f
 experiment: the experiment and its dataset's rows, the chat models and the listener that
 turns a cell's end into the driver's events.
 
-Per-model limits (a model's cells at once, its cells started per period) are DBOS queues too,
-one per experiment and model (`rubric_core.engine.queues`), so they hold over every process.
-A cell whose models have limits passes through gates: its workflow, on the experiment's queue
-(holding one of the experiment's slots), enqueues the same workflow as a child on the first
-model's queue with the rest of its ``gates``, which enqueues the next, and the innermost runs
-the cell's body; each level waits for its child's result (`RESULT_POLL_S`) and returns it.
-Why nested workflows: a cell uses two models and a DBOS workflow sits on one queue, in one
-partition; DBOS's partitions share one limit per queue, so models with different limits need
-queues of their own anyway. The models are entered in a fixed (sorted) order, so no two cells
-wait for each other. A child's ID is derived from its cell's workflow ID (`gate_id`): a
-recovered level re-attaches to its child (DBOS records the child's start) instead of queuing
-it twice; Stop cancels a cell's workflow with its children. The innermost level checks, before
-it starts the body, that its cell's workflow was not cancelled (a child queued just after a
-Stop starts nothing).
-The process driving the experiment (`rubric_core.engine.driver`) attaches its own (its models,
-with the caller's key); any other process (a ``rubric-studio worker``) builds one from the
-database and the environment's keys on the experiment's first cell.
+Per-model limits are DBOS's, over every process: partitions of the experiment's queue where
+they suffice, else a queue per experiment and limited model (`rubric_core.engine.queues` says
+which and why). With model queues, a cell passes through levels: its workflow, on the
+experiment's queue (holding one of the experiment's slots), enqueues the same workflow as a
+child on the first model's queue with the rest of its ``gates``, which enqueues the next, and
+the innermost runs the cell's body; each level waits for its child's result and returns it
+(woken at once by a child that ended in this process, else it asks every `RESULT_POLL_S`).
+A child's ID is derived from its cell's workflow ID (`gate_id`): a recovered level
+re-attaches to its child (DBOS records the child's start) instead of queuing it twice. Stop
+cancels a cell's workflow with its children; the innermost level checks, before it starts the
+body, that its cell's workflow was not cancelled (a child queued just after a Stop starts
+nothing).
 
 Stop: cancelling a workflow in DBOS does not interrupt its body (it has no DBOS steps), so each
 process watches the workflows it runs (`_watch_cancellations`, one query every

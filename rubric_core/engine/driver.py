@@ -10,15 +10,17 @@ status at the end (``finished`` when every cell ended, else ``stopped``).
 
 - Limits: the experiment's concurrency is the queue's global limit, over every process; an
   optional rate limit (cells started per period) too. Per-model limits (``per_model``: cells
-  at once using a model; ``model_rates``: cells using it started per period) are queues of
-  their own, over every process as well, that a cell passes through nested in its own
-  workflow (`rubric_core.engine.queues`, which says why and what it costs).
+  at once using a model; ``model_rates``: cells using it started per period) hold over every
+  process as well: partitions of the experiment's queue, or queues of their own that a cell
+  passes nested in its own workflow (`rubric_core.engine.queues.routes`, which says why and
+  what each costs).
 - Stop (closing the generator, or ``stop``): the experiment's queued and running workflows are
   cancelled (queued cells never start), this process's running cells stop after their step at
   once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
   ``interrupted``; the driver waits for its own to end.
 - Resume: running the experiment again enqueues again: cells already queued stay as they are,
-  cancelled ones resume under their workflow IDs, so nothing is queued twice.
+  stopped ones get their next attempt (`rubric_core.engine.queues.enqueue_cells`), so nothing
+  is queued twice.
 - A process that died holding cells: the driver re-queues them itself every
   `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`).
 - The driver ends when no cell is left to end, or when every one of its cells' workflows has
