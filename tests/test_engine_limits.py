@@ -410,3 +410,40 @@ def test_eval_takes_model_rate_and_concurrency_limits(tmp_path: Path) -> None:
                  "--rate-limit", "1000/s"], out=out)
     assert code == 0, out.getvalue()
     assert "24/24 done, 100% satisfied" in out.getvalue()
+
+
+def test_cells_queued_under_other_limits_are_queued_again_under_the_new_ones(
+        pg_url: str) -> None:
+    """A Resume with other model limits than the cells still queued (a killed driver's): the
+    queued ones are cancelled and queued again the new way, once however often it is asked."""
+    from dbos import DBOS
+
+    rows = 3
+    server = ModelServer(delay_s=0.05)
+    with server.fake, Store(pg_url) as store:
+        exp_id = _experiment(store, server, rows, (W,))
+        exp = store.get_experiment(exp_id)
+        assert exp is not None
+        launch_engine(store, every_queue=False)  # listens to no queue: the cells stay queued
+        cells = [(c.key, c.thread_id) for c in store.experiment_cells(exp_id)]
+        old = engine_queues.routes(exp_id, exp.configurations,
+                                   {W: engine_queues.ModelLimit(concurrency=1)})
+        new = engine_queues.routes(exp_id, exp.configurations, {})
+        assert old.keys == [W] and new.keys == [None]
+
+        async def enqueue(route: engine_queues.Routes) -> dict[str, tuple[str, int, int]]:
+            await engine_queues.register_queue(exp_id, concurrency=2, route=route)
+            return await engine_queues.enqueue_cells(exp_id, cells, retry_errors=False,
+                                                     route=route)
+
+        first = _on_loop(enqueue(old))
+        assert _on_loop(enqueue(old)) == first
+        second = _on_loop(enqueue(new))
+        assert set(second.values()) == set(first.values())
+        assert not set(second) & set(first)  # each cell's next attempt
+        assert _on_loop(enqueue(new)) == second
+        statuses = {w.workflow_id: (w.status, w.queue_partition_key) for w in DBOS.list_workflows(
+            workflow_id_prefix=engine_queues.id_prefix(exp_id), load_input=False,
+            load_output=False)}
+    assert {statuses[w] for w in first} == {("CANCELLED", W)}
+    assert {statuses[w] for w in second} == {("ENQUEUED", None)}
