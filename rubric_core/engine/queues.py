@@ -272,8 +272,12 @@ async def enqueue_cells(experiment_id: str, cells: Iterable[tuple[tuple[str, int
             stale.append(found.workflow_id)
         wid = workflow_id(experiment_id, key, thread_id, attempt + 1)
         with SetWorkflowID(wid), SetEnqueueOptions(queue_partition_key=wanted[0]):
-            await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1], key[2],
-                                      thread_id, retry_errors, wanted[1])
+            if wanted[1]:
+                await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1],
+                                          key[2], thread_id, retry_errors, wanted[1])
+            else:  # the inputs of a release before model queues: its workers can run it
+                await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1],
+                                          key[2], thread_id, retry_errors)
         ids[wid] = key
     if stale:
         await DBOS.cancel_workflows_async(stale, cancel_children=True)
