@@ -80,9 +80,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="what schedules the cells: the lease queue (default) or the queue engine (dbos, "
         "a preview: --concurrency and --rate-limit hold over every process running the "
         "experiment; start more with 'rubric-studio worker'; no --max-cost yet)")
-    add("--rate-limit", default=None, metavar="N/PERIOD",
+    add("--rate-limit", action="append", default=None, metavar="[MODEL=]N/PERIOD",
         help="with --engine dbos: at most N cells start per PERIOD (s, min or h; e.g. 60/min), "
-        "over every process")
+        "over every process; MODEL=N/PERIOD: at most N cells using model MODEL (worker or "
+        "grader) start per PERIOD. Repeatable, once per model")
     add("--model-limit", action="append", default=[], metavar="M=N",
         help="at most N cells at once use model M (worker or grader); repeatable")
     add("--min-pass-rate", type=float, default=None,
@@ -181,14 +182,17 @@ _PERIODS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3
 
 
 def rate_limit(text: str | None) -> tuple[int, float] | None:
-    """``--rate-limit N/PERIOD`` as ``(cells, seconds)``; None without it.
+    """One ``N/PERIOD`` as ``(cells, seconds)``; None without it.
 
     Raises:
         UsageError: Not a whole number over one of ``s``, ``min`` or ``h`` (or ``30s``).
 
     """
-    if text is None:
-        return None
+    return None if text is None else _rate(text, text)
+
+
+def _rate(text: str, shown: str) -> tuple[int, float]:
+    """``N/PERIOD`` as ``(cells, seconds)``; ``shown`` is the value named in a refusal."""
     number, _, period = text.strip().partition("/")
     period = period.strip().lower()
     count = period.rstrip("abcdefghijklmnopqrstuvwxyz")
@@ -199,13 +203,45 @@ def rate_limit(text: str | None) -> tuple[int, float] | None:
     except (ValueError, KeyError):
         limit, seconds = 0, 0.0
     if limit < 1 or not seconds > 0:
-        msg = f"--rate-limit {text!r}: expected N/PERIOD, e.g. 60/min, 5/s or 100/30s"
+        msg = (f"--rate-limit {shown!r}: expected N/PERIOD or MODEL=N/PERIOD, e.g. 60/min, 5/s "
+               "or openai:gpt-4.1-mini=100/30s")
         raise UsageError(msg)
     if limit > MAX_RATE_LIMIT or seconds > MAX_RATE_PERIOD_S:
-        msg = (f"--rate-limit {text!r}: at most {MAX_RATE_LIMIT:,} cells over a period of at "
+        msg = (f"--rate-limit {shown!r}: at most {MAX_RATE_LIMIT:,} cells over a period of at "
                f"most {MAX_RATE_PERIOD_S / 3600:.0f} h")
         raise UsageError(msg)
     return limit, seconds
+
+
+def rate_limits(values: list[str] | None
+                ) -> tuple[tuple[int, float] | None, dict[str, tuple[int, float]]]:
+    """``--rate-limit`` values: the whole experiment's (or None) and each model's.
+
+    Whether each model is one the experiment uses is the library's check
+    (`rubric_core.experiments.scheduler.check_engine`).
+
+    Raises:
+        UsageError: A value that is not ``N/PERIOD`` or ``MODEL=N/PERIOD``, or two for the
+            whole experiment or for one model.
+
+    """
+    whole: tuple[int, float] | None = None
+    models: dict[str, tuple[int, float]] = {}
+    for value in values or []:
+        model, sep, spec = value.rpartition("=")
+        model = model.strip()
+        if sep and not model:
+            msg = f"--rate-limit {value!r}: a model before '=' (MODEL=N/PERIOD)"
+            raise UsageError(msg)
+        parsed = _rate(spec if sep else value, value)
+        if (model in models) if sep else (whole is not None):
+            msg = f"--rate-limit {value!r}: a second rate limit for {model or 'the experiment'}"
+            raise UsageError(msg)
+        if sep:
+            models[model] = parsed
+        else:
+            whole = parsed
+    return whole, models
 
 
 def configurations(args: argparse.Namespace) -> list[ExperimentConfig]:
@@ -371,6 +407,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         summary_rows,
     )
     from rubric_core.experiments.budget import Budget, estimate_experiment
+    from rubric_core.experiments.scheduler import check_engine
     from rubric_core.export import write_csv
     from rubric_core.prices import format_dollars
     from rubric_core.store import Store
@@ -380,7 +417,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         if path:
             check_output(path)
     _check_arguments(args)
-    rate_limit(args.rate_limit)  # refused before anything is stored
+    whole_rate, model_rates = rate_limits(args.rate_limit)  # refused before anything is stored
     printer = ProgressPrinter(out)
     prices = prices_from(args)
     budget = _budget(args, prices)
@@ -397,6 +434,9 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                 raise UsageError(msg)
         else:
             configs = configurations(args)
+            if args.engine == "dbos":  # a model rate limit none uses: before anything is stored
+                check_engine(args.engine, whole_rate, False, model_rates=model_rates,
+                             configs=configs)
             if budget is not None:  # refused before anything is stored
                 _check(configs, budget)
             experiment = create_experiment(store, load_dataset(args), configs,
@@ -425,7 +465,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                                         concurrency=plan.concurrency[0],
                                         per_model=plan.per_model[0],
                                         retry_errors=args.retry_errors,
-                                        rate_limit=rate_limit(args.rate_limit)):
+                                        rate_limit=whole_rate, model_rates=model_rates):
                 printer(event)
         else:
             failed = run_with_workers(store, exp_id, plan, db=db, on_event=printer,

@@ -8,11 +8,21 @@ fenced checkpoints: DBOS fences its own rows, not ours, so a paused worker whose
 recovered elsewhere is stopped by the run's owner check, exactly as on the lease queue.
 
 What a cell needs beyond its ids comes from this process's `ExperimentContext` for its
-experiment: the experiment and its dataset's rows, the chat models, per-model limits (per
-process in this preview) and the listener that turns a cell's end into the driver's events.
-The process driving the experiment (`rubric_core.engine.driver`) attaches its own (its models,
-with the caller's key); any other process (a ``rubric-studio worker``) builds one from the
-database and the environment's keys on the experiment's first cell.
+experiment: the experiment and its dataset's rows, the chat models and the listener that
+turns a cell's end into the driver's events.
+
+Per-model limits are DBOS's, over every process: partitions of the experiment's queue where
+they suffice, else a queue per experiment and limited model (`rubric_core.engine.queues` says
+which and why). With model queues, a cell passes through levels: its workflow, on the
+experiment's queue (holding one of the experiment's slots), enqueues the same workflow as a
+child on the first model's queue with the rest of its ``gates``, which enqueues the next, and
+the innermost runs the cell's body; each level waits for its child's result and returns it
+(woken at once by a child that ended in this process, else it asks every `RESULT_POLL_S`).
+A child's ID is derived from its cell's workflow ID (`gate_id`): a recovered level
+re-attaches to its child (DBOS records the child's start) instead of queuing it twice. Stop
+cancels a cell's workflow with its children; the innermost level checks, before it starts the
+body, that its cell's workflow was not cancelled (a child queued just after a Stop starts
+nothing).
 
 Stop: cancelling a workflow in DBOS does not interrupt its body (it has no DBOS steps), so each
 process watches the workflows it runs (`_watch_cancellations`, one query every
@@ -28,26 +38,45 @@ import contextvars
 import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
+from dbos import error as dbos_error
 
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
 from rubric_core.experiments.cell import cell_settings, run_cell
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Coroutine, Mapping
+
+    from dbos import WorkflowHandleAsync
 
     from rubric_core.datasets import DatasetRow
     from rubric_core.settings import RunSettings
     from rubric_core.store import ExperimentRecord, Store
     from rubric_core.types import ModelResolver
 
+T = TypeVar("T")
+
 CELL_WORKFLOW = "rubric_studio.cell"
 """The cell workflow's registered name (stored with every queued cell: never rename it)."""
 
 CANCEL_POLL_S = 0.5
 """How often a process asks whether the cells it runs were cancelled (Stop)."""
+
+CELL_ID_PREFIX = "rubric-cell:"
+"""What a cell's own workflow ID starts with (`rubric_core.engine.queues.workflow_id`)."""
+
+GATE_ID_PREFIX = "rubric-gate:"
+"""What the ID of a cell's child on a model's queue starts with (`gate_id`)."""
+
+RESULT_POLL_S = 0.2
+"""How often a cell's level waiting on a model's queue asks whether its child, running in
+another process, ended (one indexed read per waiting level); a child in this process wakes
+its level at once."""
+
+ACTIVE_STATUSES = ("ENQUEUED", "PENDING", "DELAYED")
+"""DBOS statuses of a workflow that has not ended."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -57,8 +86,6 @@ class ExperimentContext:
     experiment: ExperimentRecord
     rows: Mapping[str, DatasetRow]
     models: ModelResolver
-    model_limits: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
-    """Per model string: the cells of this experiment that may use it at once here."""
     on_finished: Callable[[tuple[str, int, int], str, str | None, str | None], None] | None = None
     """Called (on the loop) with ``(key, status, run_id, error)`` when a cell ends here."""
     stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -75,9 +102,18 @@ class ExperimentContext:
 
 # Touched on the work loop only.
 _contexts: dict[str, ExperimentContext] = {}
-_running: dict[str, threading.Event] = {}  # workflow id -> its stop, for the cells running here
+_running: dict[str, threading.Event] = {}  # cell's workflow id -> its stop (cells running here)
 _watcher: list[asyncio.Task[None]] = []
 _leaving = threading.Event()  # this process stops taking part: its cells are left for recovery
+_ended: dict[str, asyncio.Event] = {}  # a level's child's workflow id -> set when it ended here
+
+
+def gate_id(cell_id: str, level: int) -> str:
+    """The ID of a cell's workflow's child at ``level`` (1: the first model's queue).
+
+    Unique: a cell's workflow ID holds its thread, which no other cell has.
+    """
+    return GATE_ID_PREFIX + cell_id.removeprefix(CELL_ID_PREFIX) + f"#{level}"
 
 
 def attach(context: ExperimentContext) -> None:
@@ -152,43 +188,118 @@ async def leave(timeout_s: float = 30.0) -> int:
     return len(_running)
 
 
+async def _outside_workflow(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` outside the calling workflow: DBOS would record its calls as steps."""
+    loop = asyncio.get_running_loop()
+    return await contextvars.Context().run(loop.create_task, coro)
+
+
+async def _cancelled(cell_id: str) -> bool:
+    found = await DBOS.list_workflows_async(workflow_ids=[cell_id], status="CANCELLED",
+                                            load_input=False, load_output=False)
+    return bool(found)
+
+
+async def _child_result(handle: WorkflowHandleAsync[dict[str, Any]]) -> dict[str, Any]:
+    """A level's child's result; a child cancelled (Stop): its cell interrupted.
+
+    A child that ends in this process says so at once (`_ended`), and DBOS records its end a
+    moment later; one that ends elsewhere is seen within `RESULT_POLL_S`.
+    """
+    child = handle.get_workflow_id()
+    ended = _ended.setdefault(child, asyncio.Event())
+    quick = 0
+    try:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), RESULT_POLL_S)
+            status = await _outside_workflow(handle.get_status())
+            if status.status not in ACTIVE_STATUSES:
+                break
+            if ended.is_set():  # its end is being recorded: ask again soon, for a second
+                quick += 1
+                if quick >= 200:
+                    ended.clear()
+                await asyncio.sleep(0.005)
+    finally:
+        _ended.pop(child, None)
+    try:
+        return await handle.get_result()
+    except dbos_error.DBOSAwaitedWorkflowCancelledError:
+        return {"status": "interrupted", "run_id": None, "error": None}
+
+
+def _say_ended(workflow_id: str) -> None:
+    """Wake this process's level waiting for ``workflow_id``, if any."""
+    if (ended := _ended.get(workflow_id)) is not None:
+        ended.set()
+
+
 @DBOS.workflow(name=CELL_WORKFLOW)
 async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repeat_index: int,
-                        thread_id: str, retry_errors: bool) -> dict[str, Any]:
-    """Run one cell to its end here (see the module docstring); its status, run and error."""
+                        thread_id: str, retry_errors: bool, gates: list[str] | None = None,
+                        cell_id: str | None = None) -> dict[str, Any]:
+    """Run one cell to its end here, or pass it through its next gate (module docstring).
+
+    Args:
+        experiment_id: The cell's experiment.
+        row_id: Its row.
+        config_index: Its configuration.
+        repeat_index: Its repeat.
+        thread_id: Its thread.
+        retry_errors: Whether a cell that ended in an error runs again.
+        gates: The model queues this cell still has to pass, in order (none: run it here).
+        cell_id: The cell's own workflow ID (None: this workflow is the cell's own).
+
+    Returns:
+        The cell's status, run and error as it ended.
+
+    """
     from rubric_core.engine.launch import current_engine
 
     engine = current_engine()
     if engine is None:  # pragma: no cover - DBOS runs workflows only once launched
         msg = "the queue engine is not launched in this process"
         raise RuntimeError(msg)
+    own_id = DBOS.workflow_id or ""
+    cell = cell_id or own_id
+    if gates:  # pass the next gate: queue the next level on its model's queue, wait for it
+        queue = await DBOS.retrieve_queue_async(gates[0])
+        if queue is None:
+            msg = f"the queue {gates[0]} of a model limit is gone (the experiment ended?)"
+            raise RuntimeError(msg)
+        level = int(own_id.rpartition("#")[2]) + 1 if cell_id else 1
+        with SetWorkflowID(gate_id(cell, level)):
+            handle = await queue.enqueue_async(
+                cell_workflow, experiment_id, row_id, config_index, repeat_index, thread_id,
+                retry_errors, list(gates[1:]), cell)
+        result = await _child_result(handle)
+        _say_ended(own_id)
+        return result
     key = (row_id, int(config_index), int(repeat_index))
     context = await _context(engine.store, experiment_id)
-    workflow_id = DBOS.workflow_id or ""
-    stop = _running[workflow_id] = threading.Event()
+    stop = _running[cell] = threading.Event()
     _ensure_watcher()
     context.running += 1
     context.idle.clear()
     status, run_id, error = "interrupted", None, None
     try:
-        config = context.experiment.configurations[key[1]]
-        names = sorted({config.worker_model, config.grader_model} & context.model_limits.keys())
-        async with contextlib.AsyncExitStack() as stack:
-            for name in names:  # always in the same order, so no two cells deadlock
-                await stack.enter_async_context(context.model_limits[name])
 
-            def stopping() -> bool:
-                return stop.is_set() or context.stopping.is_set() or _leaving.is_set()
+        def stopping() -> bool:
+            return stop.is_set() or context.stopping.is_set() or _leaving.is_set()
 
-            if not stopping():
-                # A cell is one request in flight: grader repeats wait for each other.
-                REPEATS_IN_SEQUENCE.set(True)
-                status, run_id, error = await run_cell(
-                    engine.store, experiment_id=experiment_id, key=key, thread_id=thread_id,
-                    settings=context.settings_for(key), models=context.models,
-                    retry_errors=retry_errors, stop=stopping)
+        if cell_id is not None and not stopping() and await _outside_workflow(
+                _cancelled(cell_id)):
+            stop.set()  # queued by a level just after a Stop cancelled the cell
+        if not stopping():
+            # A cell is one request in flight: grader repeats wait for each other.
+            REPEATS_IN_SEQUENCE.set(True)
+            status, run_id, error = await run_cell(
+                engine.store, experiment_id=experiment_id, key=key, thread_id=thread_id,
+                settings=context.settings_for(key), models=context.models,
+                retry_errors=retry_errors, stop=stopping)
     finally:
-        _running.pop(workflow_id, None)
+        _running.pop(cell, None)
         context.running -= 1
         if context.running == 0:
             context.idle.set()
@@ -198,8 +309,9 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         await asyncio.Event().wait()
     if context.on_finished is not None:
         context.on_finished(key, status, run_id, error)
+    _say_ended(own_id)
     return {"status": status, "run_id": run_id, "error": error}
 
 
-__all__ = ["CANCEL_POLL_S", "CELL_WORKFLOW", "ExperimentContext", "attach", "cell_workflow",
-           "detach", "leave", "rejoin"]
+__all__ = ["CANCEL_POLL_S", "CELL_ID_PREFIX", "CELL_WORKFLOW", "GATE_ID_PREFIX", "RESULT_POLL_S",
+           "ExperimentContext", "attach", "cell_workflow", "detach", "gate_id", "leave", "rejoin"]

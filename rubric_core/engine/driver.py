@@ -9,14 +9,18 @@ the cells that end in this process, one ``experiment_finished``), and so is the 
 status at the end (``finished`` when every cell ended, else ``stopped``).
 
 - Limits: the experiment's concurrency is the queue's global limit, over every process; an
-  optional rate limit (cells started per period) too. Per-model limits are per process in this
-  preview (semaphores, as on the lease queue).
+  optional rate limit (cells started per period) too. Per-model limits (``per_model``: cells
+  at once using a model; ``model_rates``: cells using it started per period) hold over every
+  process as well: partitions of the experiment's queue, or queues of their own that a cell
+  passes nested in its own workflow (`rubric_core.engine.queues.routes`, which says why and
+  what each costs).
 - Stop (closing the generator, or ``stop``): the experiment's queued and running workflows are
   cancelled (queued cells never start), this process's running cells stop after their step at
   once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
   ``interrupted``; the driver waits for its own to end.
 - Resume: running the experiment again enqueues again: cells already queued stay as they are,
-  cancelled ones resume under their workflow IDs, so nothing is queued twice.
+  stopped ones get their next attempt (`rubric_core.engine.queues.enqueue_cells`), so nothing
+  is queued twice.
 - A process that died holding cells: the driver re-queues them itself every
   `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`).
 - The driver ends when no cell is left to end, or when every one of its cells' workflows has
@@ -29,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rubric_core.engine import queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
@@ -39,25 +43,40 @@ from rubric_core.experiments.scheduler import ExperimentDriver
 from rubric_core.types import ENDED_STATUSES
 
 if TYPE_CHECKING:
+    import queue
+    import threading
+    from collections.abc import Mapping
+
     from rubric_core.engine.launch import Engine
+    from rubric_core.store import ExperimentRecord, Store
+    from rubric_core.types import ExperimentEvent, ModelResolver
 
 WATCH_S = 0.5
 """How often the driver reads which cells ended (on any process)."""
 
+_SETTLE_S = 2.0  # longest the driver waits for its cells' own workflows to follow their levels
 _SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still queued or running
 
 
 class EngineDriver(ExperimentDriver):
     """Runs one session of an experiment on the queue engine (see the module docstring)."""
 
-    def __init__(self, *args: Any, engine: Engine, rate_limit: tuple[int, float] | None = None,
-                 **kwargs: Any) -> None:
-        """`ExperimentDriver`'s arguments, and the engine and the queue's rate limit."""
-        super().__init__(*args, **kwargs)
+    def __init__(self, store: Store, experiment: ExperimentRecord, models: ModelResolver,
+                 stop: threading.Event, events: queue.Queue[ExperimentEvent | None],
+                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool, *,
+                 engine: Engine, rate_limit: tuple[int, float] | None = None,
+                 model_rates: Mapping[str, tuple[int, float]] | None = None) -> None:
+        """`ExperimentDriver`'s arguments (no budget), the engine, and the rate limits."""
+        super().__init__(store, experiment, models, stop, events, concurrency, {},
+                         retry_errors)
         self.engine = engine
         """This process's engine."""
         self.rate_limit = rate_limit
         """At most ``(cells, seconds)`` started per period over every process, or None."""
+        self.model_queues = {
+            m: queues.ModelLimit(concurrency=per_model.get(m), rate=(model_rates or {}).get(m))
+            for m in {*per_model, *(model_rates or {})}}
+        """Each limited model's limits over every process (its own queue)."""
         self.ended_here = asyncio.Event()
         """Set (on the loop) when a cell of this experiment ended in this process."""
 
@@ -67,24 +86,32 @@ class EngineDriver(ExperimentDriver):
         for index in range(len(exp.configurations)):
             self.events.put(self._progress(index))
         context = ExperimentContext(
-            experiment=exp, rows=self.rows, models=self.models,
-            model_limits=self.model_limits, on_finished=self._ended_here)
+            experiment=exp, rows=self.rows, models=self.models, on_finished=self._ended_here)
         attach(context)
         try:
             if self.left:
-                await queues.register_queue(exp.experiment_id, concurrency=self.concurrency,
-                                            rate_limit=self.rate_limit)
-                listen(self.engine, queues.queue_name(exp.experiment_id))
+                route = queues.routes(exp.experiment_id, exp.configurations,
+                                      self.model_queues)
+                for name in await queues.register_queue(
+                        exp.experiment_id, concurrency=self.concurrency,
+                        rate_limit=self.rate_limit, route=route):
+                    listen(self.engine, name)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 await queues.enqueue_cells(
                     exp.experiment_id,
                     [(c.key, c.thread_id) for c in cells if c.key in self.left],
-                    retry_errors=self.retry_errors)
+                    retry_errors=self.retry_errors, route=route)
                 await self._watch(context)
             # The cells that ended here are counted by their own event, with their ending.
             await context.idle.wait()
         finally:
             detach(context)
+        if self.model_queues:
+            # A cell's own workflow learns that its levels ended one result poll later.
+            deadline = time.monotonic() + _SETTLE_S
+            while (time.monotonic() < deadline
+                   and await queues.active_workflows(exp.experiment_id)):
+                await asyncio.sleep(0.05)
         if not await queues.active_workflows(exp.experiment_id):
             # Nothing queued or running (finished, or cancelled by Stop): no process need poll
             # the queue any more; a Resume registers it again.

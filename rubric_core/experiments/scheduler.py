@@ -68,10 +68,10 @@ from rubric_core.types import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
     from rubric_core.datasets import DatasetRow
-    from rubric_core.settings import RunSettings
+    from rubric_core.settings import ExperimentConfig, RunSettings
     from rubric_core.store import CellRecord, ExperimentRecord, Store
     from rubric_core.types import (
         ExperimentEvent,
@@ -143,6 +143,7 @@ def run_experiment(
     budget: Budget | None = None,
     engine: str = "lease",
     rate_limit: tuple[int, float] | None = None,
+    model_rates: Mapping[str, tuple[int, float]] | None = None,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
 
@@ -154,7 +155,7 @@ def run_experiment(
         experiment_id: The experiment.
         concurrency: Cells run at once (1 to `MAX_CONCURRENCY`).
         per_model: At most this many cells at once using a model (worker or grader), by model
-            string.
+            string (with ``engine="dbos"``: over every process running the experiment).
         models: Builds the chat models (`experiment_models(backoff)` when omitted; a custom
             resolver gets the shared backoff only if it uses ``backoff.http_client()``).
         backoff: The shared backoff (a new `SharedBackoff` when omitted).
@@ -169,6 +170,9 @@ def run_experiment(
             running the experiment, and there is no budget yet).
         rate_limit: With ``engine="dbos"``: at most ``(limit, period_s)`` cells started per
             period, over every process.
+        model_rates: With ``engine="dbos"``: per model string, at most ``(limit, period_s)``
+            cells using that model (worker or grader) started per period, over every process.
+            Every model named must be one a configuration of the experiment uses.
 
     Yields:
         ``experiment_progress`` for every configuration at the start and after each cell,
@@ -176,14 +180,15 @@ def run_experiment(
 
     Raises:
         KeyError: No such experiment.
-        ValueError: A bad concurrency, per-model limit, engine or rate limit, or a budget with
-            the queue engine.
+        ValueError: A bad concurrency, per-model limit, engine or rate limit, a rate limit for
+            a model no configuration uses, or a budget with the queue engine.
         BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
-    check_engine(engine, rate_limit, budget is not None or experiment.budget is not None)
+    check_engine(engine, rate_limit, budget is not None or experiment.budget is not None,
+                 model_rates=model_rates, configs=experiment.configurations)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -201,7 +206,7 @@ def run_experiment(
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
                                      per_model or {}, retry_errors,
                                      engine=launch_engine(store, every_queue=False),
-                                     rate_limit=rate_limit)
+                                     rate_limit=rate_limit, model_rates=model_rates)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
         return
     driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
@@ -209,8 +214,26 @@ def run_experiment(
     yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
 
-def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool) -> None:
+def _check_rate(rate: tuple[int, float], what: str) -> None:
+    limit, period = rate
+    if (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            or not isinstance(period, int | float) or not period > 0):
+        msg = (f"{what} is a whole number of cells (at least 1) per a positive number "
+               f"of seconds, got {limit!r} per {period!r}")
+        raise ValueError(msg)
+
+
+def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool, *,
+                 model_rates: Mapping[str, tuple[int, float]] | None = None,
+                 configs: Sequence[ExperimentConfig] = ()) -> None:
     """Refuse an unknown engine, a bad rate limit, or what the queue engine cannot do yet.
+
+    Args:
+        engine: ``lease`` or ``dbos``.
+        rate_limit: The whole experiment's rate limit, or None.
+        budget: Whether a budget is asked for (or kept with the experiment).
+        model_rates: Per-model rate limits, each for a model one of ``configs`` uses.
+        configs: The experiment's configurations.
 
     Raises:
         ValueError: Naming the problem.
@@ -219,16 +242,18 @@ def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool
     if engine not in ENGINES:
         msg = f"engine must be one of {', '.join(ENGINES)}, got {engine!r}"
         raise ValueError(msg)
+    if (rate_limit is not None or model_rates) and engine != "dbos":
+        msg = "a rate limit needs the queue engine (engine='dbos')"
+        raise ValueError(msg)
     if rate_limit is not None:
-        if engine != "dbos":
-            msg = "a rate limit needs the queue engine (engine='dbos')"
+        _check_rate(rate_limit, "a rate limit")
+    used = {m for c in configs for m in (c.worker_model, c.grader_model)}
+    for model, rate in (model_rates or {}).items():
+        if model not in used:
+            msg = (f"a rate limit for model {model!r}, which no configuration of the experiment "
+                   f"uses (its models: {', '.join(sorted(used))})")
             raise ValueError(msg)
-        limit, period = rate_limit
-        if (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-                or not isinstance(period, int | float) or not period > 0):
-            msg = (f"a rate limit is a whole number of cells (at least 1) per a positive number "
-                   f"of seconds, got {limit!r} per {period!r}")
-            raise ValueError(msg)
+        _check_rate(rate, f"the rate limit of {model}")
     if engine == "dbos" and budget:
         msg = ("the queue engine (engine='dbos') does not enforce budgets yet: run this "
                "experiment on the lease queue")
