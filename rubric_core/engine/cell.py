@@ -14,6 +14,10 @@ The process driving the experiment (`rubric_core.engine.driver`) attaches its ow
 with the caller's key); any other process (a ``rubric-studio worker``) builds one from the
 database and the environment's keys on the experiment's first cell.
 
+Budget: right before the body runs, `rubric_core.engine.budget.admit` decides, over every
+process, whether the cell fits in its experiment's budget; a cell that does not ends unstarted
+(its result's status ``budget_reached``), left for a Resume.
+
 Stop: cancelling a workflow in DBOS does not interrupt its body (it has no DBOS steps), so each
 process watches the workflows it runs (`_watch_cancellations`, one query every
 `CANCEL_POLL_S` while cells run) and sets the stop of a cancelled one: its run ends after the
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from dbos import DBOS
 
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
+from rubric_core.engine.budget import admit
 from rubric_core.experiments.cell import cell_settings, run_cell
 
 if TYPE_CHECKING:
@@ -170,6 +175,7 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
     context.running += 1
     context.idle.clear()
     status, run_id, error = "interrupted", None, None
+    refused = False
     try:
         config = context.experiment.configurations[key[1]]
         names = sorted({config.worker_model, config.grader_model} & context.model_limits.keys())
@@ -180,7 +186,9 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
             def stopping() -> bool:
                 return stop.is_set() or context.stopping.is_set() or _leaving.is_set()
 
-            if not stopping():
+            refused = not stopping() and not await admit(engine.store, experiment_id, key,
+                                                         workflow_id)
+            if not stopping() and not refused:
                 # A cell is one request in flight: grader repeats wait for each other.
                 REPEATS_IN_SEQUENCE.set(True)
                 status, run_id, error = await run_cell(
@@ -192,6 +200,8 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         context.running -= 1
         if context.running == 0:
             context.idle.set()
+    if refused:  # unstarted, left for a Resume; the driver reports the budget reached
+        return {"status": "budget_reached", "run_id": None, "error": None}
     if _leaving.is_set():
         # Never completes: the workflow stays PENDING on this executor, which recovery hands
         # to another process once this one has exited (`rubric_core.engine.worker`).

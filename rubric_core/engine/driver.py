@@ -15,6 +15,10 @@ status at the end (``finished`` when every cell ended, else ``stopped``).
   cancelled (queued cells never start), this process's running cells stop after their step at
   once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
   ``interrupted``; the driver waits for its own to end.
+- Budget (``guard``): each cell is admitted on the process that dequeued it, over every process
+  (`rubric_core.engine.budget`); when one did not fit, the queued ones were cancelled, the
+  cells in flight finish, and the experiment ends ``stopped`` with ``budget_reached`` and what
+  was spent.
 - Resume: running the experiment again enqueues again: cells already queued stay as they are,
   cancelled ones resume under their workflow IDs, so nothing is queued twice.
 - A process that died holding cells: the driver re-queues them itself every
@@ -31,7 +35,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.engine import queues
+from rubric_core.engine import budget, queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
 from rubric_core.engine.launch import listen
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
@@ -60,6 +64,8 @@ class EngineDriver(ExperimentDriver):
         """At most ``(cells, seconds)`` started per period over every process, or None."""
         self.ended_here = asyncio.Event()
         """Set (on the loop) when a cell of this experiment ended in this process."""
+        self.workflow_ids: dict[str, tuple[str, int, int]] = {}
+        """This session's cells' workflow IDs, with their keys."""
 
     async def _main(self) -> str:
         exp = self.experiment
@@ -76,7 +82,7 @@ class EngineDriver(ExperimentDriver):
                                             rate_limit=self.rate_limit)
                 listen(self.engine, queues.queue_name(exp.experiment_id))
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
-                await queues.enqueue_cells(
+                self.workflow_ids = await queues.enqueue_cells(
                     exp.experiment_id,
                     [(c.key, c.thread_id) for c in cells if c.key in self.left],
                     retry_errors=self.retry_errors)
@@ -90,6 +96,9 @@ class EngineDriver(ExperimentDriver):
             # the queue any more; a Resume registers it again.
             with contextlib.suppress(Exception):  # another driver may have deleted it
                 await queues.delete_queue(exp.experiment_id)
+        if self.guard is not None:  # a cell refused on any process: the budget was reached
+            self.guard.reached, self.guard.spent = await budget.outcome(
+                self.store, exp, self.guard.budget, self.workflow_ids)
         if self.stop.is_set():
             return "stopped"
         outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)

@@ -36,7 +36,9 @@
   within it (a query per cell that ends, never one over every cell); when not, the cell is
   released unstarted, no further cell starts, the cells in flight finish and the experiment
   ends ``stopped`` with ``budget_reached`` set, resumable like a Stop. The budget is kept with
-  the experiment, so a Resume (and every worker process) continues under it.
+  the experiment, so a Resume (and every worker process) continues under it. Each worker
+  process holds back only its own cells in flight; the queue engine holds back every
+  process's (`rubric_core.engine.budget`).
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def run_experiment(
             any.
         engine: ``lease`` (the lease queue, this module) or ``dbos`` (the queue engine,
             `rubric_core.engine`, a preview: ``concurrency`` is then a limit over every process
-            running the experiment, and there is no budget yet).
+            running the experiment, and so is a budget: `rubric_core.engine.budget`).
         rate_limit: With ``engine="dbos"``: at most ``(limit, period_s)`` cells started per
             period, over every process.
 
@@ -176,14 +178,13 @@ def run_experiment(
 
     Raises:
         KeyError: No such experiment.
-        ValueError: A bad concurrency, per-model limit, engine or rate limit, or a budget with
-            the queue engine.
+        ValueError: A bad concurrency, per-model limit, engine or rate limit.
         BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
-    check_engine(engine, rate_limit, budget is not None or experiment.budget is not None)
+    check_engine(engine, rate_limit)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -199,7 +200,7 @@ def run_experiment(
         from rubric_core.engine import EngineDriver, launch_engine
 
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
-                                     per_model or {}, retry_errors,
+                                     per_model or {}, retry_errors, guard,
                                      engine=launch_engine(store, every_queue=False),
                                      rate_limit=rate_limit)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
@@ -209,8 +210,8 @@ def run_experiment(
     yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
 
-def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool) -> None:
-    """Refuse an unknown engine, a bad rate limit, or what the queue engine cannot do yet.
+def check_engine(engine: str, rate_limit: tuple[int, float] | None) -> None:
+    """Refuse an unknown engine or a bad rate limit (a rate limit needs the queue engine).
 
     Raises:
         ValueError: Naming the problem.
@@ -229,10 +230,6 @@ def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool
             msg = (f"a rate limit is a whole number of cells (at least 1) per a positive number "
                    f"of seconds, got {limit!r} per {period!r}")
             raise ValueError(msg)
-    if engine == "dbos" and budget:
-        msg = ("the queue engine (engine='dbos') does not enforce budgets yet: run this "
-               "experiment on the lease queue")
-        raise ValueError(msg)
 
 
 class ExperimentDriver:
