@@ -25,8 +25,10 @@ estimate stays within the budget kept with the experiment.
 - When a cell does not fit: it ends unstarted (its workflow completes with the attribute
   `REFUSED`, so a Resume queues it again as a new attempt), and under the same lock every queued
   cell of the experiment is cancelled (none of them can have been admitted: admission needs the
-  lock), so no further cell starts anywhere; the cells in flight finish. A cell dequeued in
-  that moment finds itself cancelled when it asks and does not start. The driver then ends the
+  lock), so no queued cell starts anywhere; the cells in flight finish. A cell that another
+  process had already dequeued, and that asks after the refusal, is still admitted if it fits
+  (never past the budget); one cancelled by a Stop finds itself so when it asks and does not
+  start. The driver then ends the
   experiment ``stopped`` with ``budget_reached`` (`outcome`), and a Resume (with a larger
   budget, or the kept one) queues the rest again.
 - Conservative, never over: a running cell's calls so far count both in what was spent and
