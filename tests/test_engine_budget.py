@@ -31,7 +31,7 @@ from rubric_core.background import work_loop
 from rubric_core.datasets import parse_dataset
 from rubric_core.engine import launch_engine, shutdown_engine
 from rubric_core.engine import queues as engine_queues
-from rubric_core.engine.budget import REFUSED
+from rubric_core.engine.budget import LOCK_PREFIX, REFUSED
 from rubric_core.experiments import (
     Budget,
     BudgetError,
@@ -291,6 +291,78 @@ def test_two_workers_hold_back_each_others_cells_in_flight(pg_url: str,
             assert runs_per_thread(store, exp_id) == [1] * rows
             assert _spent(store) == rows * cell
     finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        shutdown_engine()
+
+
+def test_two_workers_asking_at_once_admit_the_last_affordable_cell_once(
+        pg_url: str, server: MeteredServer) -> None:
+    """Both workers dequeue a cell while the experiment's admission lock is held (here, by the
+    test), so both ask at the same moment once it is released: one cell is admitted, the
+    other sees its hold and is refused."""
+    rows, cell = 3, _cell_cost()
+    limit = cell + Decimal("0.01")
+    workers: list[Any] = []
+    release = threading.Event()
+    try:
+        with Store(pg_url) as store:
+            exp_id = _experiment(store, server, rows)
+            store.set_experiment_budget(exp_id, Budget(limit, OVERRIDES).to_dict())
+            store.saver()  # the checkpoint tables exist: their creation waits for open locks
+            launch_engine(store, every_queue=False)  # this process queues cells, runs none
+            cells = [(c.key, c.thread_id) for c in store.experiment_cells(exp_id)]
+            holding = threading.Event()
+
+            def hold_the_lock() -> None:
+                with store._connect(write=True) as tx:
+                    tx.lock(LOCK_PREFIX + exp_id)
+                    holding.set()
+                    release.wait(DEADLINE_S)
+
+            holder = threading.Thread(target=hold_the_lock)
+            holder.start()
+            assert holding.wait(DEADLINE_S)
+
+            async def queue_cells() -> None:
+                from dbos import DBOS
+
+                # One cell per worker at a time: each of the two takes one of the two slots.
+                await DBOS.register_queue_async(
+                    engine_queues.queue_name(exp_id), global_concurrency=2,
+                    worker_concurrency=1, polling_interval_sec=engine_queues.POLL_S,
+                    on_conflict="always_update")
+                await engine_queues.enqueue_cells(exp_id, cells, retry_errors=False)
+
+            server.gate.clear()
+            _on_loop(queue_cells())
+            workers.extend([_worker(pg_url), _worker(pg_url)])
+
+            def waiting_for_the_lock() -> int:
+                with store._connect() as conn:
+                    return int(conn.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND NOT granted").fetchone()["count"])
+
+            _wait_for(lambda: waiting_for_the_lock() == 2, "both workers to ask at once")
+            release.set()
+            holder.join(timeout=DEADLINE_S)
+            _wait_for(lambda: server.waiting == 1 and any(
+                (w.attributes or {}).get(REFUSED) for w in _workflows(exp_id)),
+                "one cell admitted and the other refused")
+            server.gate.set()
+            _wait_for(lambda: not _on_loop(engine_queues.active_workflows(exp_id)),
+                      "every cell to end or be cancelled")
+            assert server.peak_waiting == 1
+            assert [c.status for c in store.cell_outcomes(exp_id) if c.run_id] == ["satisfied"]
+            assert _spent(store) == cell <= limit
+            statuses = sorted(w.status for w in _workflows(exp_id))
+            assert statuses == ["CANCELLED"] * (rows - 2) + ["SUCCESS"] * 2
+    finally:
+        release.set()
+        server.gate.set()
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()

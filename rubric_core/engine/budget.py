@@ -70,7 +70,9 @@ REFUSED = "rubric_budget_refused"
 QUEUED = ("ENQUEUED", "DELAYED")
 """Workflow statuses of a cell that waits in its queue (cancelled when the budget is reached)."""
 
-_LOCK_PREFIX = "rubric-budget:"
+LOCK_PREFIX = "rubric-budget:"
+"""The store lock an experiment's admissions take turns on: this prefix and the experiment id."""
+
 _process_locks: dict[str, asyncio.Lock] = {}  # per experiment; touched on the work loop only
 
 
@@ -102,7 +104,7 @@ def _admit(store: Store, experiment: ExperimentRecord, key: tuple[str, int, int]
     prefix = id_prefix(experiment.experiment_id)
     # The store's own write transaction, for its lock (held for a few reads and one write).
     with store._connect(write=True) as tx:
-        tx.lock(_LOCK_PREFIX + experiment.experiment_id)
+        tx.lock(LOCK_PREFIX + experiment.experiment_id)
         running = DBOS.list_workflows(workflow_id_prefix=prefix, status="PENDING",
                                       load_input=False, load_output=False)
         if workflow_id not in {w.workflow_id for w in running}:
@@ -145,4 +147,4 @@ async def outcome(store: Store, experiment: ExperimentRecord, budget: Budget,
     return reached, guard.spent
 
 
-__all__ = ["HOLD", "QUEUED", "REFUSED", "admit", "outcome"]
+__all__ = ["HOLD", "LOCK_PREFIX", "QUEUED", "REFUSED", "admit", "outcome"]
