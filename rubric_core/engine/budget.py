@@ -23,12 +23,13 @@ estimate stays within the budget kept with the experiment.
   Within a process admissions also wait for each other (an `asyncio.Lock`), so a process never
   ties up more than one pooled connection waiting for the database lock.
 - When a cell does not fit: it ends unstarted (its workflow completes with the attribute
-  `REFUSED`, so a Resume queues it again as a new attempt), and under the same lock every queued
-  cell of the experiment is cancelled (none of them can have been admitted: admission needs the
-  lock), so no queued cell starts anywhere; the cells in flight finish. A cell that another
-  process had already dequeued, and that asks after the refusal, is still admitted if it fits
-  (never past the budget); one cancelled by a Stop finds itself so when it asks and does not
-  start. The driver then ends the
+  `REFUSED`, so a Resume queues it again as a new attempt), and under the same lock every
+  queued cell of the experiment is cancelled, and so is every dequeued one that was not
+  admitted yet (it has no hold; none can be admitted while the lock is held): each finds
+  itself cancelled when it asks, and does not start. So no further cell starts anywhere; the
+  cells in flight finish. (One exception, never past the budget: a cell resumed after a Stop
+  still carries the hold of its earlier start until it asks again, so it is not cancelled and
+  is admitted if it fits.) The driver then ends the
   experiment ``stopped`` with ``budget_reached`` (`outcome`), and a Resume (with a larger
   budget, or the kept one) queues the rest again.
 - Conservative, never over: a running cell's calls so far count both in what was spent and
@@ -121,10 +122,15 @@ def _admit(store: Store, experiment: ExperimentRecord, key: tuple[str, int, int]
                                             merge=True)
             return True
         DBOS.update_workflow_attributes(workflow_id, {HOLD: None, REFUSED: True}, merge=True)
+        # No further cell starts: the queued cells are cancelled, and so are the dequeued ones
+        # not admitted yet (no hold, none refused: none can be admitted while this lock is held).
         queued = DBOS.list_workflows(workflow_id_prefix=prefix, status=list(QUEUED),
                                      load_input=False, load_output=False)
-        if queued:
-            DBOS.cancel_workflows([w.workflow_id for w in queued])
+        waiting = [w for w in running if w.workflow_id != workflow_id
+                   and (w.attributes or {}).get(HOLD) is None
+                   and not (w.attributes or {}).get(REFUSED)]
+        if queued or waiting:
+            DBOS.cancel_workflows([w.workflow_id for w in (*queued, *waiting)])
         return False
 
 
