@@ -176,6 +176,10 @@ def test_a_budget_holds_on_the_engine_and_resume_with_a_larger_one_finishes(
     assert store.get_experiment(exp_id).status == "stopped"  # type: ignore[union-attr]
     assert _on_loop(engine_queues.active_workflows(exp_id)) == []
     assert sum(bool((w.attributes or {}).get(REFUSED)) for w in _workflows(exp_id)) >= 1
+    # The admissions were not recorded as the cells' steps: a recovered cell asks again.
+    from dbos import DBOS
+
+    assert all(DBOS.list_workflow_steps(w.workflow_id) == [] for w in _workflows(exp_id))
     # A Resume without a budget continues under the kept one: nothing more fits.
     again = _run(store, exp_id, concurrency=3)
     assert again[-1]["status"] == "stopped" and again[-1].get("budget_reached") is True

@@ -29,9 +29,9 @@ estimate stays within the budget kept with the experiment.
   itself cancelled when it asks, and does not start. So no further cell starts anywhere; the
   cells in flight finish. (One exception, never past the budget: a cell resumed after a Stop
   still carries the hold of its earlier start until it asks again, so it is not cancelled and
-  is admitted if it fits.) The driver then ends the
-  experiment ``stopped`` with ``budget_reached`` (`outcome`), and a Resume (with a larger
-  budget, or the kept one) queues the rest again.
+  is admitted if it fits.) The driver then ends the experiment ``stopped`` with
+  ``budget_reached`` (`outcome`), and a Resume (with a larger budget, or the kept one) queues
+  the rest again.
 - Conservative, never over: a running cell's calls so far count both in what was spent and
   under its hold until it ends. What is spent can pass the budget only by what cells in flight
   spend beyond their estimates (as on the lease queue), or by the calls a paused worker makes

@@ -16,9 +16,9 @@ status at the end (``finished`` when every cell ended, else ``stopped``).
   once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
   ``interrupted``; the driver waits for its own to end.
 - Budget (``guard``): each cell is admitted on the process that dequeued it, over every process
-  (`rubric_core.engine.budget`); when one did not fit, the queued ones were cancelled, the
-  cells in flight finish, and the experiment ends ``stopped`` with ``budget_reached`` and what
-  was spent.
+  (`rubric_core.engine.budget`); when one did not fit, the cells not started were cancelled,
+  the cells in flight finish, and the experiment ends ``stopped`` with ``budget_reached`` and
+  what was spent.
 - Resume: running the experiment again enqueues again: cells already queued stay as they are,
   cancelled ones resume under their workflow IDs, so nothing is queued twice.
 - A process that died holding cells: the driver re-queues them itself every
