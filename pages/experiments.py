@@ -229,13 +229,10 @@ with st.expander("New experiment", expanded=not experiments):
         st.caption(planned.estimate, help=ESTIMATE_HELP)
         if planned.problem:
             st.error(planned.problem, icon=":material/savings:")
-        engine_refusal = sup.engine_problem(state["exp_engine"], budget=state["exp_budget"] > 0)
-        if engine_refusal:
-            st.error(engine_refusal, icon=":material/savings:")
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
                      disabled=any(p.level == "error" for p in problems)
-                     or planned.problem is not None or engine_refusal is not None):
+                     or planned.problem is not None):
             started, problem = sup.new_experiment(
                 store, ds, ds_version, configs, repeats=state["exp_repeats"],
                 name=state["exp_name"], models=models)
@@ -269,11 +266,10 @@ stop_col, resume_col, delete_col, retry_col, retry_btn = st.columns(
     [1, 1, 1, 3, 1], vertical_alignment="bottom")
 on_engine = state["exp_engine"] == "dbos"
 queue = sup.queue_view(store, exp_id) if on_engine else None
-resume_refusal = sup.engine_problem(state["exp_engine"], budget=experiment.budget is not None
-                                    or (state.get("exp_budget") or 0) > 0)
+resume_refusal: str | None = None
 resume_slot = resume_col.empty()
 if queue is not None and queue.active and not sup.experiment_active(exp_id) and not started:
-    resume_refusal = resume_refusal or ("Its cells are queued or running on the DBOS queues "
+    resume_refusal = ("Its cells are queued or running on the DBOS queues "
                                         "(another process drives it): Stop it first.")
 resume = resume_slot.button("Resume", key="exp_resume", icon=":material/replay:",
                             disabled=not sup.can_resume(experiment) or started is not None

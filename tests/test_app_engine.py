@@ -1,7 +1,7 @@
 """The Experiments page on the queue engine (DBOS queues, preview), driven with AppTest: an
 experiment run on the engine with its concurrency and rate limit, the queue state shown after
 it, Stop (the queued cells are cancelled) and Resume (queued again, every cell once), Stop of an
-experiment another driver runs, and a budget refused on the engine with a clear message.
+experiment another driver runs, and a budget kept with an experiment on the engine.
 
 Real parts only: DBOS 3.4.0 on a SQLite file beside the app's database, chat models talking
 HTTP to a loopback OpenAI-compatible server (`openai_server.DelayedServer`).
@@ -174,22 +174,29 @@ def test_stop_cancels_the_queued_cells_and_resume_queues_them_again(
         assert runs_per_thread(store, exp_id) == [1] * ROWS  # continued, never run twice
 
 
-def test_a_budget_is_refused_on_the_engine_with_a_clear_message(
+def test_a_budget_is_kept_with_an_experiment_on_the_engine(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = DelayedServer(delay_s=0.0)
+    server = DelayedServer(delay_s=0.0, grader_reply=verdict("satisfied", (), (CRITERION,)))
+    db = tmp_path / "app.sqlite3"
     with server.fake:
-        at = _app(tmp_path / "app.sqlite3", server, monkeypatch)
+        at = _app(db, server, monkeypatch)
         at.session_state["exp_budget"] = 5.0
+        at.session_state["exp_allow_unknown"] = True  # the loopback models have no price
         at.run()
-        refusal = "The DBOS queues (preview) do not enforce a budget yet"
-        assert refusal in _texts(at.error)
-        assert at.button(key="exp_start").disabled
+        assert not at.error, _texts(at.error)
+        at.button(key="exp_start").click().run()
+        assert not at.exception, at.exception
+        assert "Experiment finished" in _texts(at.success)
         assert at.number_input(key="exp_rate_cells").value == 1000
         at.selectbox(key="exp_engine").set_value("lease").run()
-        assert refusal not in _texts(at.error)
         # The lease queue has no rate limit field.
         assert not [n for n in at.number_input if n.key == "exp_rate_cells"]
     assert not at.exception
+    with Store(db) as store:
+        (experiment,) = store.list_experiments()
+        assert experiment.budget is not None and float(experiment.budget["max_usd"]) == 5.0
+        assert [c.status for c in store.experiment_cells(experiment.experiment_id)] == [
+            "satisfied"] * ROWS
 
 
 class GatedServer(DelayedServer):

@@ -162,15 +162,10 @@ def test_enqueuing_twice_queues_and_runs_nothing_twice(tmp_path: Path, server: D
 
 
 def test_what_the_engine_cannot_do_yet_is_refused(tmp_path: Path) -> None:
-    from rubric_core.experiments.budget import Budget
-
     with Store(tmp_path / "runs.sqlite3") as store:
         exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
         with pytest.raises(ValueError, match="engine must be one of lease, dbos"):
             list(run_experiment(store, exp.experiment_id, engine="celery"))
-        with pytest.raises(ValueError, match="does not enforce budgets yet"):
-            list(run_experiment(store, exp.experiment_id, engine="dbos",
-                                budget=Budget.parse("1")))
         with pytest.raises(ValueError, match="a rate limit needs the queue engine"):
             list(run_experiment(store, exp.experiment_id, rate_limit=(10, 60.0)))
         with pytest.raises(ValueError, match="a rate limit is a whole number"):
@@ -230,8 +225,7 @@ def test_eval_runs_on_the_engine_and_refuses_what_it_cannot_do(tmp_path: Path) -
             (["--engine", "dbos", "--rate-limit", "10/fortnight"], "expected N/PERIOD"),
             (["--engine", "dbos", "--rate-limit", "1/1000000000s"], "period of at most 24 h"),
             (["--engine", "dbos", "--rate-limit", "99999999999/s"], "at most 1,000,000 cells"),
-            (["--engine", "dbos", "--max-cost", "1"], "does not take --max-cost or --workers"),
-            (["--engine", "dbos", "--workers", "2"], "does not take --max-cost or --workers")):
+            (["--engine", "dbos", "--workers", "2"], "does not take --workers")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             assert main(["eval", "--dataset", "bundled", "--db", db, *argv],

@@ -336,7 +336,6 @@ def live_experiment(
     Raises:
         RuntimeError: This process is already running (or stopping) the experiment.
         BudgetError: The budget cannot be enforced (a model of unknown price).
-        ValueError: What the queue engine cannot do yet (a budget).
 
     """
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
@@ -366,20 +365,6 @@ def rate_limit_from_state(state: Mapping[str, Any]) -> tuple[int, float] | None:
     if state.get("exp_engine") != "dbos" or cells < 1:
         return None
     return min(cells, MAX_RATE_CELLS), RATE_PERIODS.get(str(state.get("exp_rate_per")), 60.0)
-
-
-def engine_problem(engine: str, *, budget: bool) -> str | None:
-    """Why the experiment cannot run on ``engine`` as asked, or None.
-
-    Args:
-        engine: `rubric_core.types.ENGINES` value.
-        budget: Whether a budget is typed, or kept with the experiment (for a Resume).
-
-    """
-    if engine == "dbos" and budget:
-        return ("The DBOS queues (preview) do not enforce a budget yet: set the budget to 0 "
-                "(a kept budget stays with the experiment) or choose the lease queue.")
-    return None
 
 
 @dataclass(frozen=True)
@@ -640,7 +625,7 @@ __all__ = [
     "RATE_PERIODS", "ComparisonView", "QueueView", "ResultsGrid", "StoredDataset", "can_resume",
     "cell_label", "check_configs", "comparison_view", "config_column", "config_key",
     "configs_from_state", "dataset_name_for", "dataset_preview", "datasets_frame",
-    "delete_dataset", "engine_problem", "experiment_active", "experiment_label", "export_data",
+    "delete_dataset", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
     "live_experiment", "new_experiment", "picked_cell", "progress_text", "queue_view",
     "rate_limit_from_state", "results_grid", "stop_experiment", "stop_on_engine", "stored_dataset",

@@ -79,7 +79,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add("--engine", choices=("lease", "dbos"), default="lease",
         help="what schedules the cells: the lease queue (default) or the queue engine (dbos, "
         "a preview: --concurrency and --rate-limit hold over every process running the "
-        "experiment; start more with 'rubric-studio worker'; no --max-cost yet)")
+        "experiment, and so does --max-cost; start more with 'rubric-studio worker')")
     add("--rate-limit", action="append", default=None, metavar="[MODEL=]N/PERIOD",
         help="with --engine dbos: at most N cells start per PERIOD (s, min or h; e.g. 60/min), "
         "over every process; MODEL=N/PERIOD: at most N cells using model MODEL (worker or "
@@ -305,8 +305,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
         raise UsageError(msg)
-    if args.engine == "dbos" and (args.max_cost is not None or args.workers != 1):
-        msg = ("--engine dbos does not take --max-cost or --workers yet: start more workers "
+    if args.engine == "dbos" and args.workers != 1:
+        msg = ("--engine dbos does not take --workers yet: start more workers "
                "with 'rubric-studio worker --db ...'")
         raise UsageError(msg)
     if args.rate_limit is not None and args.engine != "dbos":
@@ -435,7 +435,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         else:
             configs = configurations(args)
             if args.engine == "dbos":  # a model rate limit none uses: before anything is stored
-                check_engine(args.engine, whole_rate, False, model_rates=model_rates,
+                check_engine(args.engine, whole_rate, model_rates=model_rates,
                              configs=configs)
             if budget is not None:  # refused before anything is stored
                 _check(configs, budget)

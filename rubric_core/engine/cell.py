@@ -24,6 +24,10 @@ cancels a cell's workflow with its children; the innermost level checks, before 
 body, that its cell's workflow was not cancelled (a child queued just after a Stop starts
 nothing).
 
+Budget: right before the body runs, `rubric_core.engine.budget.admit` decides, over every
+process, whether the cell fits in its experiment's budget; a cell that does not ends unstarted
+(its result's status ``budget_reached``), left for a Resume.
+
 Stop: cancelling a workflow in DBOS does not interrupt its body (it has no DBOS steps), so each
 process watches the workflows it runs (`_watch_cancellations`, one query every
 `CANCEL_POLL_S` while cells run) and sets the stop of a cancelled one: its run ends after the
@@ -44,6 +48,7 @@ from dbos import DBOS, SetWorkflowID
 from dbos import error as dbos_error
 
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
+from rubric_core.engine.budget import admit
 from rubric_core.experiments.cell import cell_settings, run_cell
 
 if TYPE_CHECKING:
@@ -283,6 +288,7 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
     context.running += 1
     context.idle.clear()
     status, run_id, error = "interrupted", None, None
+    refused = False
     try:
 
         def stopping() -> bool:
@@ -291,7 +297,8 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         if cell_id is not None and not stopping() and await _outside_workflow(
                 _cancelled(cell_id)):
             stop.set()  # queued by a level just after a Stop cancelled the cell
-        if not stopping():
+        refused = not stopping() and not await admit(engine.store, experiment_id, key, cell)
+        if not stopping() and not refused:
             # A cell is one request in flight: grader repeats wait for each other.
             REPEATS_IN_SEQUENCE.set(True)
             status, run_id, error = await run_cell(
@@ -303,6 +310,8 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         context.running -= 1
         if context.running == 0:
             context.idle.set()
+    if refused:  # unstarted, left for a Resume; the driver reports the budget reached
+        return {"status": "budget_reached", "run_id": None, "error": None}
     if _leaving.is_set():
         # Never completes: the workflow stays PENDING on this executor, which recovery hands
         # to another process once this one has exited (`rubric_core.engine.worker`).

@@ -18,6 +18,10 @@ status at the end (``finished`` when every cell ended, else ``stopped``).
   cancelled (queued cells never start), this process's running cells stop after their step at
   once and other processes' within `rubric_core.engine.cell.CANCEL_POLL_S`, recorded
   ``interrupted``; the driver waits for its own to end.
+- Budget (``guard``): each cell is admitted on the process that dequeued it, over every process
+  (`rubric_core.engine.budget`); when one did not fit, the cells not started were cancelled,
+  the cells in flight finish, and the experiment ends ``stopped`` with ``budget_reached`` and
+  what was spent.
 - Resume: running the experiment again enqueues again: cells already queued stay as they are,
   stopped ones get their next attempt (`rubric_core.engine.queues.enqueue_cells`), so nothing
   is queued twice.
@@ -35,7 +39,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from rubric_core.engine import queues
+from rubric_core.engine import budget, queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
 from rubric_core.engine.launch import listen
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from rubric_core.engine.launch import Engine
+    from rubric_core.experiments.budget import BudgetGuard
     from rubric_core.store import ExperimentRecord, Store
     from rubric_core.types import ExperimentEvent, ModelResolver
 
@@ -63,12 +68,17 @@ class EngineDriver(ExperimentDriver):
 
     def __init__(self, store: Store, experiment: ExperimentRecord, models: ModelResolver,
                  stop: threading.Event, events: queue.Queue[ExperimentEvent | None],
-                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool, *,
-                 engine: Engine, rate_limit: tuple[int, float] | None = None,
+                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool,
+                 guard: BudgetGuard | None = None, *, engine: Engine,
+                 rate_limit: tuple[int, float] | None = None,
                  model_rates: Mapping[str, tuple[int, float]] | None = None) -> None:
-        """`ExperimentDriver`'s arguments (no budget), the engine, and the rate limits."""
+        """`ExperimentDriver`'s arguments, the engine, and the rate limits.
+
+        The per-model limits become limits of the engine's queues (``per_model`` is not kept
+        as the lease scheduler's semaphores).
+        """
         super().__init__(store, experiment, models, stop, events, concurrency, {},
-                         retry_errors)
+                         retry_errors, guard)
         self.engine = engine
         """This process's engine."""
         self.rate_limit = rate_limit
@@ -79,6 +89,8 @@ class EngineDriver(ExperimentDriver):
         """Each limited model's limits over every process (its own queue)."""
         self.ended_here = asyncio.Event()
         """Set (on the loop) when a cell of this experiment ended in this process."""
+        self.workflow_ids: dict[str, tuple[str, int, int]] = {}
+        """This session's cells' workflow IDs, with their keys."""
 
     async def _main(self) -> str:
         exp = self.experiment
@@ -97,7 +109,7 @@ class EngineDriver(ExperimentDriver):
                         rate_limit=self.rate_limit, route=route):
                     listen(self.engine, name)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
-                await queues.enqueue_cells(
+                self.workflow_ids = await queues.enqueue_cells(
                     exp.experiment_id,
                     [(c.key, c.thread_id) for c in cells if c.key in self.left],
                     retry_errors=self.retry_errors, route=route)
@@ -117,6 +129,9 @@ class EngineDriver(ExperimentDriver):
             # the queue any more; a Resume registers it again.
             with contextlib.suppress(Exception):  # another driver may have deleted it
                 await queues.delete_queue(exp.experiment_id)
+        if self.guard is not None:  # a cell refused on any process: the budget was reached
+            self.guard.reached, self.guard.spent = await budget.outcome(
+                self.store, exp, self.guard.budget, self.workflow_ids)
         if self.stop.is_set():
             return "stopped"
         outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)

@@ -14,8 +14,9 @@ any ended, a conservative guess: the configuration's cap of passes, each one wor
 ``grader_repeats`` grader calls of a typical size (`TYPICAL_WORKER_CALL`,
 `TYPICAL_GRADER_CALL`, nothing cached), at its models' prices. So what an experiment spends
 stays within the budget plus the amount by which the cells in flight overrun their estimates
-(with one worker at concurrency 1: one cell's overrun). Several processes sharing one
-experiment each hold back their own cells in flight only.
+(with one worker at concurrency 1: one cell's overrun). On the lease queue, several processes
+sharing one experiment each hold back their own cells in flight only; the queue engine holds
+back the cells in flight on every process (`rubric_core.engine.budget`).
 
 A budget needs prices: a configuration whose worker or grader has no known price (a local
 server, a model the price table does not list) is refused with what to do (give its price,

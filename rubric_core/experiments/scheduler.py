@@ -36,7 +36,9 @@
   within it (a query per cell that ends, never one over every cell); when not, the cell is
   released unstarted, no further cell starts, the cells in flight finish and the experiment
   ends ``stopped`` with ``budget_reached`` set, resumable like a Stop. The budget is kept with
-  the experiment, so a Resume (and every worker process) continues under it.
+  the experiment, so a Resume (and every worker process) continues under it. Each worker
+  process holds back only its own cells in flight; the queue engine holds back every
+  process's (`rubric_core.engine.budget`).
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def run_experiment(
             any.
         engine: ``lease`` (the lease queue, this module) or ``dbos`` (the queue engine,
             `rubric_core.engine`, a preview: ``concurrency`` is then a limit over every process
-            running the experiment, and there is no budget yet).
+            running the experiment, and so is a budget: `rubric_core.engine.budget`).
         rate_limit: With ``engine="dbos"``: at most ``(limit, period_s)`` cells started per
             period, over every process.
         model_rates: With ``engine="dbos"``: per model string, at most ``(limit, period_s)``
@@ -180,15 +182,15 @@ def run_experiment(
 
     Raises:
         KeyError: No such experiment.
-        ValueError: A bad concurrency, per-model limit, engine or rate limit, a rate limit for
-            a model no configuration uses, or a budget with the queue engine.
+        ValueError: A bad concurrency, per-model limit, engine or rate limit, or a rate limit
+            for a model no configuration uses.
         BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
-    check_engine(engine, rate_limit, budget is not None or experiment.budget is not None,
-                 model_rates=model_rates, configs=experiment.configurations)
+    check_engine(engine, rate_limit, model_rates=model_rates,
+                 configs=experiment.configurations)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -204,7 +206,7 @@ def run_experiment(
         from rubric_core.engine import EngineDriver, launch_engine
 
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
-                                     per_model or {}, retry_errors,
+                                     per_model or {}, retry_errors, guard,
                                      engine=launch_engine(store, every_queue=False),
                                      rate_limit=rate_limit, model_rates=model_rates)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
@@ -223,15 +225,14 @@ def _check_rate(rate: tuple[int, float], what: str) -> None:
         raise ValueError(msg)
 
 
-def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool, *,
+def check_engine(engine: str, rate_limit: tuple[int, float] | None, *,
                  model_rates: Mapping[str, tuple[int, float]] | None = None,
                  configs: Sequence[ExperimentConfig] = ()) -> None:
-    """Refuse an unknown engine, a bad rate limit, or what the queue engine cannot do yet.
+    """Refuse an unknown engine or a bad rate limit (a rate limit needs the queue engine).
 
     Args:
         engine: ``lease`` or ``dbos``.
         rate_limit: The whole experiment's rate limit, or None.
-        budget: Whether a budget is asked for (or kept with the experiment).
         model_rates: Per-model rate limits, each for a model one of ``configs`` uses.
         configs: The experiment's configurations.
 
@@ -254,10 +255,6 @@ def check_engine(engine: str, rate_limit: tuple[int, float] | None, budget: bool
                    f"uses (its models: {', '.join(sorted(used))})")
             raise ValueError(msg)
         _check_rate(rate, f"the rate limit of {model}")
-    if engine == "dbos" and budget:
-        msg = ("the queue engine (engine='dbos') does not enforce budgets yet: run this "
-               "experiment on the lease queue")
-        raise ValueError(msg)
 
 
 class ExperimentDriver:
