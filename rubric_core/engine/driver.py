@@ -51,11 +51,17 @@ class EngineDriver(ExperimentDriver):
     """Runs one session of an experiment on the queue engine (see the module docstring)."""
 
     def __init__(self, *args: Any, engine: Engine, rate_limit: tuple[int, float] | None = None,
-                 **kwargs: Any) -> None:
-        """`ExperimentDriver`'s arguments, and the engine and the queue's rate limit."""
+                 run_here: bool = True, **kwargs: Any) -> None:
+        """`ExperimentDriver`'s arguments, the engine and the queue's rate limit.
+
+        ``run_here``: this process runs cells too (False: the workers of ``eval --workers``
+        run them, `rubric_core.engine.supervisor`).
+        """
         super().__init__(*args, **kwargs)
         self.engine = engine
         """This process's engine."""
+        self.run_here = run_here
+        """This process takes cells from the experiment's queue (else only queues them)."""
         self.rate_limit = rate_limit
         """At most ``(cells, seconds)`` started per period over every process, or None."""
         self.ended_here = asyncio.Event()
@@ -74,7 +80,8 @@ class EngineDriver(ExperimentDriver):
             if self.left:
                 await queues.register_queue(exp.experiment_id, concurrency=self.concurrency,
                                             rate_limit=self.rate_limit)
-                listen(self.engine, queues.queue_name(exp.experiment_id))
+                if self.run_here:
+                    listen(self.engine, queues.queue_name(exp.experiment_id))
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 await queues.enqueue_cells(
                     exp.experiment_id,

@@ -143,6 +143,7 @@ def run_experiment(
     budget: Budget | None = None,
     engine: str = "lease",
     rate_limit: tuple[int, float] | None = None,
+    run_here: bool = True,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
 
@@ -169,6 +170,8 @@ def run_experiment(
             running the experiment, and there is no budget yet).
         rate_limit: With ``engine="dbos"``: at most ``(limit, period_s)`` cells started per
             period, over every process.
+        run_here: With ``engine="dbos"``: this process runs cells too; False: it only queues
+            the cells and watches them end, on the workers (``eval --workers N``).
 
     Yields:
         ``experiment_progress`` for every configuration at the start and after each cell,
@@ -201,7 +204,7 @@ def run_experiment(
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
                                      per_model or {}, retry_errors,
                                      engine=launch_engine(store, every_queue=False),
-                                     rate_limit=rate_limit)
+                                     rate_limit=rate_limit, run_here=run_here)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
         return
     driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
