@@ -161,13 +161,20 @@ def _env(db: str, **extra: str) -> dict[str, str]:
 
 def _workflows(db: str, experiment_id: str) -> list[tuple[str, str, str | None]]:
     """``(workflow id, status, executor id)`` of the experiment's cell workflows in DBOS."""
+    return [(w, s, e) for w, s, e, _ in _dequeues(db, experiment_id)]
+
+
+def _dequeues(db: str, experiment_id: str) -> list[tuple[str, str, str | None, int]]:
+    """`_workflows` with how many times each was dequeued (DBOS counts every start of a queued
+    workflow in ``recovery_attempts``)."""
     with psycopg.connect(db) as conn:
         table = f"{SYSTEM_SCHEMA}.workflow_status"
         if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
             return []  # stopped before any process launched the engine
-        return [(str(w), str(s), e) for w, s, e in conn.execute(
-            f"SELECT workflow_uuid, status, executor_id FROM {SYSTEM_SCHEMA}.workflow_status "
-            "WHERE workflow_uuid LIKE %s", (id_prefix(experiment_id) + "%",)).fetchall()]
+        return [(str(w), str(s), e, int(n or 0)) for w, s, e, n in conn.execute(
+            "SELECT workflow_uuid, status, executor_id, recovery_attempts "
+            f"FROM {SYSTEM_SCHEMA}.workflow_status WHERE workflow_uuid LIKE %s",
+            (id_prefix(experiment_id) + "%",)).fetchall()]
 
 
 def _experiment_id(output: str) -> str:
@@ -284,9 +291,13 @@ def test_three_workers_one_killed_mid_cell_restarts_under_its_executor_and_ends_
                 held = {r.thread_id for r in store.list_runs(limit=None)
                         if r.status == "running" and tag in (r.owner or "")}
                 experiment_id = _experiment_id(run.output)
-                executors = {e for w, s, e in _workflows(pg_url, experiment_id)
+                workflows = _workflows(pg_url, experiment_id)
+                executors = {e for w, s, e in workflows
                              if thread_of(w) in held and s == "PENDING"}
                 assert len(executors) == 1, executors  # the victim's slot
+                # Its cells: those running, and any it had dequeued but not started yet.
+                victims = {thread_of(w) for w, s, e in workflows
+                           if s == "PENDING" and e in executors}
 
                 def taken_again() -> bool:
                     runs = {r.thread_id: r for r in store.list_runs(limit=None)}
@@ -317,6 +328,10 @@ def test_three_workers_one_killed_mid_cell_restarts_under_its_executor_and_ends_
         by_new = {r.thread_id for r in store.list_runs(limit=None) if new_pid in (r.owner or "")}
     workflows = _workflows(pg_url, experiment_id)
     assert {status for _, status, _ in workflows} == {"SUCCESS"}
+    # Each of the killed worker's cells was started twice (by it, then once recovered), every
+    # other cell once: no sweep took a cell back from a live worker.
+    dequeued = {thread_of(w): n for w, _, _, n in _dequeues(pg_url, experiment_id)}
+    assert dequeued == {t: 2 if t in victims else 1 for t in dequeued}
     # The restarted worker ran under the killed one's executor ID.
     [executor] = executors
     assert all(e == executor for w, _, e in workflows if thread_of(w) in by_new)
@@ -324,3 +339,38 @@ def test_three_workers_one_killed_mid_cell_restarts_under_its_executor_and_ends_
     assert server.top <= KILL_CONCURRENCY, server.top
     # Nothing ran twice: at most the calls in flight at the kill were made again.
     assert KILL_ROWS * 4 <= len(server.fake.requests) <= KILL_ROWS * 4 + KILL_CONCURRENCY
+
+
+LONG_STALE_AFTER_S = 5  # sweeps every 1.7 s (SWEEP_S), heartbeats as often
+
+
+def test_sweeps_leave_a_supervised_workers_long_cells_alone(pg_url: str, tmp_path: Path) -> None:
+    """A supervised worker's executor ID names its supervisor, which runs no cell: the sweeps
+    must judge it by its cells' runs (alive: their heartbeats), never take its cells back
+    while it works on them, however long a cell takes past `STALE_AFTER_S`."""
+    rows = 4
+    server = GatedServer(delay_s=0.02)
+    server.gate.clear()
+    env = _env(pg_url, RUBRIC_STUDIO_STALE_AFTER_S=str(LONG_STALE_AFTER_S))
+    argv = _argv(*_experiment_files(tmp_path, rows, server), "--workers", "2",
+                 "--concurrency", "2")
+    with server.fake:
+        run = Eval(argv, env)
+        try:
+            run.wait_for(lambda: server.at_gate >= 2, "both slots mid-call")
+            experiment_id = _experiment_id(run.output)
+            # Mid-call for two STALE_AFTER_S: a sweep judging by the pid in the executor ID
+            # (the supervisor's, with no run of its own) would have re-queued both cells.
+            time.sleep(2 * LONG_STALE_AFTER_S)
+            assert server.at_gate == 2
+            taken_back = [n for *_, n in _dequeues(pg_url, experiment_id) if n > 1]
+            server.gate.set()
+            code = run.finish(timeout_s=120)
+        finally:
+            server.gate.set()
+            run.kill_group()
+    assert code == 0, run.output
+    assert not taken_back
+    assert {n for *_, n in _dequeues(pg_url, experiment_id)} == {1}
+    assert runs_per_thread(pg_url, experiment_id) == [1] * rows
+    assert len(server.fake.requests) == rows * 2
