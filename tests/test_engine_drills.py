@@ -14,6 +14,7 @@ hold every call at a gate, so a test acts while cells are surely mid-call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -88,6 +89,7 @@ class Eval:
                                      stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, preexec_fn=default_sigint)
         self.lines: list[str] = []
+        self.ended = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -113,22 +115,22 @@ class Eval:
 
     def finish(self, timeout_s: float = 120.0) -> int:
         """Wait for the process and for every process of its group to end; its exit status."""
-        try:
-            code = self.proc.wait(timeout=timeout_s)
-        finally:
-            self.kill_group()
+        code = self.proc.wait(timeout=timeout_s)
         self._reader.join(timeout=10)
         deadline = time.monotonic() + 30
         while _group_alive(self.proc.pid):
-            assert time.monotonic() < deadline, "a worker outlived eval"
+            assert time.monotonic() < deadline, f"a worker outlived eval:\n{self.output}"
             time.sleep(0.05)
+        self.ended = True
         return code
 
     def kill_group(self) -> None:
         """SIGKILL whatever of the group is still running (clean-up after a failure)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.ended:
+            return  # every process of the group ended: its id may belong to another by now
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
 
 def _group_alive(pgid: int) -> bool:
@@ -374,3 +376,53 @@ def test_sweeps_leave_a_supervised_workers_long_cells_alone(pg_url: str, tmp_pat
     assert {n for *_, n in _dequeues(pg_url, experiment_id)} == {1}
     assert runs_per_thread(pg_url, experiment_id) == [1] * rows
     assert len(server.fake.requests) == rows * 2
+
+
+def test_workers_leave_when_eval_is_killed_and_resume_ends_each_cell_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """kill -9 of ``eval`` (the supervisor): its workers see their pipe close and leave, their
+    cells stopped after their step; a Resume's workers re-queue them at once (the pid their
+    executor IDs name is gone) and every cell ends exactly once."""
+    rows = 6
+    server = GatedServer(delay_s=0.02)
+    server.gate.clear()
+    env = _env(pg_url)
+    flags = ["--workers", "2", "--concurrency", "2"]
+    with server.fake:
+        run = Eval(_argv(*_experiment_files(tmp_path, rows, server), *flags), env)
+        try:
+            run.wait_for(lambda: server.at_gate >= 2, "both slots mid-call")
+            experiment_id = _experiment_id(run.output)
+            os.kill(run.proc.pid, signal.SIGKILL)
+            server.gate.set()
+            assert run.finish() == -signal.SIGKILL  # and no worker outlived it
+        finally:
+            server.gate.set()
+            run.kill_group()
+        with Store(pg_url) as store:
+            assert not [r for r in store.list_runs(limit=None) if r.status == "running"]
+        assert any(s == "PENDING" for _, s, _ in _workflows(pg_url, experiment_id))
+        resumed = Eval(_argv("--resume", experiment_id, *flags), env)
+        try:
+            code = resumed.finish(timeout_s=120)
+        finally:
+            resumed.kill_group()
+    assert code == 0, resumed.output
+    assert runs_per_thread(pg_url, experiment_id) == [1] * rows
+    assert len(server.fake.requests) == rows * 2
+
+
+def test_workers_on_the_engine_refuse_sqlite_and_model_limits(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rubric_core.cli import main
+
+    for db, flags, message in (
+            (str(tmp_path / "runs.sqlite3"), [], "needs a PostgreSQL --db"),
+            (pg_url, ["--model-limit", "demo=2"], "does not take --model-limit")):
+        assert main(["eval", "--dataset", "bundled", "--engine", "dbos", "--workers", "2",
+                     "--db", db, *flags]) == 2
+        assert message in capsys.readouterr().err
+    with Store(pg_url) as store:
+        assert store.list_experiments() == []  # refused before anything was stored
