@@ -426,3 +426,29 @@ def test_workers_on_the_engine_refuse_sqlite_and_model_limits(
         assert message in capsys.readouterr().err
     with Store(pg_url) as store:
         assert store.list_experiments() == []  # refused before anything was stored
+
+
+def test_a_worker_that_keeps_dying_is_given_up_with_its_error(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that cannot start (no database there) is restarted under its executor ID, then
+    given up after `RESTART_LIMIT` restarts, its standard error's tail kept as the failure."""
+    from rubric_core.engine import supervisor
+
+    monkeypatch.setattr(supervisor, "RESTART_LIMIT", 1)
+    messages: list[str] = []
+    with supervisor.Supervisor("postgresql://nobody@127.0.0.1:1/none", "0" * 32, 1,
+                               on_message=messages.append) as workers:
+        [slot] = workers.slots
+        deadline = time.monotonic() + 120
+        while not workers.failures:
+            assert time.monotonic() < deadline, messages
+            time.sleep(0.05)
+    assert slot.restarts == 1
+    first, second = (int(m) for m in re.findall(r"^worker 1: pid (\d+)$", "\n".join(messages),
+                                                re.M))
+    assert (f"worker 1 (pid {first}) exited 2: restarted under its executor ID as pid {second}"
+            in messages)
+    [failure] = workers.failures
+    assert failure.startswith("worker 1 (pid ") and "exited 2 2 times, not restarted" in failure
+    assert "Cannot connect to the PostgreSQL server at 127.0.0.1:1" in failure

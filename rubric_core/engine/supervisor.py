@@ -19,8 +19,9 @@ gone while the supervisor lives, and judge it by its cells' runs otherwise
 recovered. The runs a worker writes keep their own owners (its own pid), so a killed worker's
 runs are stale at once and a paused one's stay fenced.
 
-Not restarted: a worker that exited 130 (stopped by a signal it could handle: Ctrl-C reaches
-every process of the terminal's group, or a user's SIGTERM) and a slot that died
+Not restarted: a worker that exited 130 (stopped by a signal it handled: Ctrl-C reaches every
+process of the terminal's group, or a user's SIGTERM) or was ended by SIGINT or SIGTERM before
+it could handle them (in its start-up), and a slot that died
 `RESTART_LIMIT` times (its log's tail is reported; its cells go to the other processes by
 recovery). A worker exits by itself when its supervisor dies: it holds the read end of a pipe
 whose write end only the supervisor has, and leaves when it reads end-of-file.
@@ -68,7 +69,7 @@ LOG_TAIL_CHARS = 1000
 STOPPED = 130
 """A worker's exit status when it was stopped by a signal it handled (never restarted)."""
 
-_ASKED_TO_STOP = {STOPPED, -signal.SIGINT, -signal.SIGTERM}  # a Ctrl-C during its start-up
+_ASKED_TO_STOP = {STOPPED, -signal.SIGINT, -signal.SIGTERM}  # (the last two: in its start-up)
 
 
 @dataclasses.dataclass(eq=False)
@@ -171,7 +172,7 @@ class Supervisor:
                     if slot.done or slot.proc is None or (code := slot.proc.poll()) is None:
                         continue
                     self._close_stdin(slot)
-                    if code == STOPPED:
+                    if code in _ASKED_TO_STOP:
                         slot.done = True
                         self._say(f"worker {slot.number} (pid {slot.proc.pid}) was stopped")
                     elif slot.restarts >= RESTART_LIMIT:
