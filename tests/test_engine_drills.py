@@ -452,3 +452,44 @@ def test_a_worker_that_keeps_dying_is_given_up_with_its_error(
     [failure] = workers.failures
     assert failure.startswith("worker 1 (pid ") and "exited 2 2 times, not restarted" in failure
     assert "Cannot connect to the PostgreSQL server at 127.0.0.1:1" in failure
+
+
+def test_a_worker_stopped_alone_hands_its_cells_to_the_others_at_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM to one worker (not Ctrl-C): it is not restarted, its cells stop after their step
+    and its supervisor re-queues them at once for the other worker, long before a heartbeat
+    could go stale (`RUBRIC_STUDIO_STALE_AFTER_S` is 60 here)."""
+    rows = 6
+    # A call answered a second after the gate opens: the worker has its SIGTERM long before,
+    # so its cell stops after that call instead of ending.
+    server = GatedServer(delay_s=1.0)
+    server.gate.clear()
+    env = _env(pg_url, RUBRIC_STUDIO_STALE_AFTER_S=str(KILL_STALE_AFTER_S))
+    argv = _argv(*_experiment_files(tmp_path, rows, server), "--workers", "2",
+                 "--concurrency", "2")
+    with server.fake, Store(pg_url) as store:
+        run = Eval(argv, env)
+        try:
+            run.wait_for(lambda: server.at_gate >= 2, "both slots mid-call")
+            running = {r.owner.split(":")[1] for r in store.list_runs(limit=None)
+                       if r.status == "running" and r.owner}
+            stopped = next(pid for pid in run.worker_pids() if str(pid) in running)
+            os.kill(stopped, signal.SIGTERM)
+            server.gate.set()  # its cells end their step, then stop
+            run.wait_for(lambda: f"(pid {stopped}) was stopped" in run.output,
+                         "the stopped worker's end")
+            stopped_at = time.monotonic()
+            code = run.finish(timeout_s=KILL_STALE_AFTER_S)
+            took = time.monotonic() - stopped_at
+        finally:
+            server.gate.set()
+            run.kill_group()
+    assert code == 0, run.output
+    assert "restarted" not in run.output
+    assert took < KILL_STALE_AFTER_S
+    experiment_id = _experiment_id(run.output)
+    assert runs_per_thread(pg_url, experiment_id) == [1] * rows
+    # Its cells were started again elsewhere, at once (not after STALE_AFTER_S).
+    assert 2 in {n for *_, n in _dequeues(pg_url, experiment_id)}
+    assert len(server.fake.requests) == rows * 2

@@ -13,18 +13,19 @@ Restarts keep the executor ID. Each worker slot gets one executor ID, made here
 worker that dies (kill -9, a crash) is started again under it: DBOS re-queues at launch the
 cells its executor ID left running, so they continue at once on the restarted worker (or any
 process of the pool) instead of waiting for another process's recovery sweep. Because the ID
-names the supervisor, not the worker, the sweeps of other processes do not judge the executor
-gone while the supervisor lives, and judge it by its cells' runs otherwise
-(`rubric_core.engine.recovery`): they never take back the cells the restarted worker has just
-recovered. The runs a worker writes keep their own owners (its own pid), so a killed worker's
+names the supervisor, not the worker, the sweeps of other processes judge the executor by its
+cells' runs and dequeues (`rubric_core.engine.recovery`), never by the dead worker's pid: they
+do not take back the cells the restarted worker has just recovered, nor the long cells of a
+live one. The runs a worker writes keep their own owners (its own pid), so a killed worker's
 runs are stale at once and a paused one's stay fenced.
 
 Not restarted: a worker that exited 130 (stopped by a signal it handled: Ctrl-C reaches every
 process of the terminal's group, or a user's SIGTERM) or was ended by SIGINT or SIGTERM before
-it could handle them (in its start-up), and a slot that died
-`RESTART_LIMIT` times (its log's tail is reported; its cells go to the other processes by
-recovery). A worker exits by itself when its supervisor dies: it holds the read end of a pipe
-whose write end only the supervisor has, and leaves when it reads end-of-file.
+it could handle them (in its start-up), and a slot that died `RESTART_LIMIT` times (its log's
+tail is reported). The cells such a worker left running are re-queued at once by the
+supervisor, for the other workers. A worker exits by itself when its supervisor dies: it holds
+the read end of a pipe whose write end only the supervisor has, and leaves when it reads
+end-of-file.
 
 Stopping (the experiment ended, Ctrl-C, an error): every worker still running gets SIGTERM (a
 process started as a background job inherits SIGINT ignored, so SIGINT alone may not reach
@@ -175,6 +176,7 @@ class Supervisor:
                     if code in _ASKED_TO_STOP:
                         slot.done = True
                         self._say(f"worker {slot.number} (pid {slot.proc.pid}) was stopped")
+                        self._hand_back(slot)
                     elif slot.restarts >= RESTART_LIMIT:
                         slot.done = True
                         message = (f"worker {slot.number} (pid {slot.proc.pid}) exited {code} "
@@ -182,6 +184,7 @@ class Supervisor:
                                    f"{self._tail(slot)}")
                         self.failures.append(message)
                         self._say(message)
+                        self._hand_back(slot)
                     else:
                         slot.restarts += 1
                         old = slot.proc.pid
@@ -195,6 +198,23 @@ class Supervisor:
                         assert slot.proc is not None
                         self._say(f"worker {slot.number} (pid {old}) exited {code}: restarted "
                                   f"under its executor ID as pid {slot.proc.pid}")
+
+    @staticmethod
+    def _hand_back(slot: Slot) -> None:
+        """Re-queue at once the cells a slot that will not be restarted left running.
+
+        Other processes' sweeps would only after `rubric_core.session.STALE_AFTER_S` (the pid
+        its executor ID names, this one, is alive). Needs the engine launched in this process
+        (the driver's); without it, the sweeps do it.
+        """
+        from rubric_core.engine.launch import current_engine
+
+        if current_engine() is None:
+            return
+        from dbos import DBOS
+
+        with contextlib.suppress(Exception):  # a busy database: the sweeps do it later
+            DBOS._recover_pending_workflows([slot.executor_id])
 
     @staticmethod
     def _close_stdin(slot: Slot) -> None:
