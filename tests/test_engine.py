@@ -225,7 +225,7 @@ def test_eval_runs_on_the_engine_and_refuses_what_it_cannot_do(tmp_path: Path) -
             (["--engine", "dbos", "--rate-limit", "10/fortnight"], "expected N/PERIOD"),
             (["--engine", "dbos", "--rate-limit", "1/1000000000s"], "period of at most 24 h"),
             (["--engine", "dbos", "--rate-limit", "99999999999/s"], "at most 1,000,000 cells"),
-            (["--engine", "dbos", "--workers", "2"], "does not take --workers")):
+            (["--engine", "dbos", "--workers", "2"], "--workers N needs a PostgreSQL --db")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             assert main(["eval", "--dataset", "bundled", "--db", db, *argv],

@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     wk = sub.add_parser("worker", help="run queued experiment cells (queue engine, preview)",
                         description=engine_command.WORKER_DESCRIPTION)
-    engine_command.add_db_argument(wk)
+    engine_command.add_worker_arguments(wk)
     wk.set_defaults(func=engine_command.worker)
 
     rc = sub.add_parser("recover", help="re-queue the cells of stopped workers (queue engine)",

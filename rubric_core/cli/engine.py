@@ -1,13 +1,16 @@
 """``rubric-studio worker`` and ``rubric-studio recover``: the queue engine's commands (preview).
 
 ``worker`` joins this process to the pool that runs the queued cells of every experiment on a
-database (`rubric_core.engine.worker`); ``recover`` re-queues at once the cells of engine
+database, or of one (`rubric_core.engine.worker`; ``eval --workers`` starts its workers with
+this command, `rubric_core.engine.supervisor`); ``recover`` re-queues at once the cells of engine
 processes that stopped (`rubric_core.engine.recovery`), which workers and drivers otherwise do
 every few seconds by themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 from typing import TYPE_CHECKING, TextIO
@@ -20,8 +23,8 @@ if TYPE_CHECKING:
 
 WORKER_DESCRIPTION = (
     "Run the queued cells of every experiment in --db that runs on the queue engine (eval "
-    "--engine dbos), until Ctrl-C or SIGTERM; its running cells then stop after their step "
-    "and are handed to another worker. Exit 130 when stopped."
+    "--engine dbos), or of --experiment's only, until Ctrl-C or SIGTERM; its running cells "
+    "then stop after their step and are handed to another worker. Exit 130 when stopped."
 )
 RECOVER_DESCRIPTION = (
     "Re-queue now the cells held by queue-engine processes that stopped (exited on this "
@@ -36,6 +39,35 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
         help="SQLite file or postgresql:// URL (default: the app's database, $RUBRIC_STUDIO_DB)")
 
 
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """``worker``'s arguments.
+
+    ``--db``, ``--experiment``, and two hidden ones that only ``eval --workers`` gives its
+    workers (`rubric_core.engine.supervisor`): ``--executor-id`` (the slot's), and
+    ``--supervised`` (stop when standard input closes: the supervisor died).
+    """
+    import argparse
+
+    add_db_argument(parser)
+    parser.add_argument("--experiment", default=None, metavar="EXP_ID",
+                        help="run the queued cells of this experiment only")
+    parser.add_argument("--executor-id", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+
+
+def _stop_when_stdin_closes(stop: threading.Event) -> None:
+    """Set ``stop`` once standard input reaches its end (the supervisor holding it died)."""
+    def wait() -> None:
+        # The raw descriptor, not sys.stdin: a daemon thread blocked in a buffered read would
+        # hold its lock at interpreter shutdown (a fatal error).
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):
+                pass
+        stop.set()
+
+    threading.Thread(target=wait, name="rubric-supervisor-gone", daemon=True).start()
+
+
 def worker(args: argparse.Namespace, out: TextIO) -> int:
     """``worker``: run queued cells until stopped; 130 when stopped by a signal."""
     from rubric_core.engine.worker import serve
@@ -43,6 +75,8 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
 
     db = args.db or default_db_path()
     stop = threading.Event()
+    if getattr(args, "supervised", False):
+        _stop_when_stdin_closes(stop)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 - signal API
         stop.set()
@@ -59,7 +93,9 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"worker on {shown_location(db)}: running queued cells until Ctrl-C\n")
         out.flush()
         try:
-            executor = serve(store, stop, on_recovered=recovered)
+            executor = serve(store, stop, on_recovered=recovered,
+                             experiment_id=getattr(args, "experiment", None),
+                             executor_id=getattr(args, "executor_id", None))
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -89,4 +125,5 @@ def recover(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["RECOVER_DESCRIPTION", "WORKER_DESCRIPTION", "add_db_argument", "recover", "worker"]
+__all__ = ["RECOVER_DESCRIPTION", "WORKER_DESCRIPTION", "add_db_argument", "add_worker_arguments",
+           "recover", "worker"]

@@ -24,7 +24,7 @@ from rubric_core.cli._common import (
     text_arg,
 )
 from rubric_core.redact import redact
-from rubric_core.store import default_db_path, shown_location
+from rubric_core.store import default_db_path, is_url, shown_location
 
 if TYPE_CHECKING:
     import argparse
@@ -75,7 +75,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add("--workers", type=int, default=1,
         help="processes sharing the experiment's cells (default 1): a process is "
         "bound to one CPU core by Python's GIL, so more workers use more cores; "
-        "--concurrency and --model-limit are shared out between them")
+        "--concurrency and --model-limit are shared out between them (with --engine dbos, "
+        "they hold over all of them, and a worker that dies is restarted)")
     add("--engine", choices=("lease", "dbos"), default="lease",
         help="what schedules the cells: the lease queue (default) or the queue engine (dbos, "
         "a preview: --concurrency and --rate-limit hold over every process running the "
@@ -305,9 +306,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
         raise UsageError(msg)
-    if args.engine == "dbos" and args.workers != 1:
-        msg = ("--engine dbos does not take --workers yet: start more workers "
-               "with 'rubric-studio worker --db ...'")
+    if (args.engine == "dbos" and args.workers > 1
+            and not is_url(args.db or default_db_path())):
+        msg = ("--engine dbos --workers N needs a PostgreSQL --db: on SQLite the queue engine "
+               "does not hold --concurrency over several processes")
         raise UsageError(msg)
     if args.rate_limit is not None and args.engine != "dbos":
         msg = "--rate-limit needs --engine dbos"
@@ -458,15 +460,27 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
         if args.engine == "dbos":
+            from rubric_core.engine.supervisor import supervised
             from rubric_core.experiments import run_experiment
 
-            failed = []
-            for event in run_experiment(store, exp_id, engine="dbos",
-                                        concurrency=plan.concurrency[0],
-                                        per_model=plan.per_model[0],
-                                        retry_errors=args.retry_errors,
-                                        rate_limit=whole_rate, model_rates=model_rates):
-                printer(event)
+            def say(line: str) -> None:
+                out.write(line + "\n")
+                out.flush()
+
+            # --workers N > 1: N supervised worker processes run the cells, under the
+            # queue's one --concurrency and --model-limit (limits over every process, never
+            # shared out), and this one only queues and watches them
+            # (rubric_core.engine.supervisor); --workers 1: this process runs them.
+            helpers = args.workers if args.workers > 1 else 0
+            with supervised(db, exp_id, helpers, on_message=say) as workers:
+                for event in run_experiment(store, exp_id, engine="dbos",
+                                            concurrency=sum(plan.concurrency),
+                                            per_model=model_limits(args.model_limit),
+                                            retry_errors=args.retry_errors,
+                                            rate_limit=whole_rate, model_rates=model_rates,
+                                            run_here=not helpers):
+                    printer(event)
+            failed = workers.failures
         else:
             failed = run_with_workers(store, exp_id, plan, db=db, on_event=printer,
                                       retry_errors=args.retry_errors)

@@ -71,16 +71,20 @@ class EngineDriver(ExperimentDriver):
                  concurrency: int, per_model: Mapping[str, int], retry_errors: bool,
                  guard: BudgetGuard | None = None, *, engine: Engine,
                  rate_limit: tuple[int, float] | None = None,
-                 model_rates: Mapping[str, tuple[int, float]] | None = None) -> None:
+                 model_rates: Mapping[str, tuple[int, float]] | None = None,
+                 run_here: bool = True) -> None:
         """`ExperimentDriver`'s arguments, the engine, and the rate limits.
 
         The per-model limits become limits of the engine's queues (``per_model`` is not kept
-        as the lease scheduler's semaphores).
+        as the lease scheduler's semaphores). ``run_here``: this process runs cells too
+        (False: the workers of ``eval --workers`` run them, `rubric_core.engine.supervisor`).
         """
         super().__init__(store, experiment, models, stop, events, concurrency, {},
                          retry_errors, guard)
         self.engine = engine
         """This process's engine."""
+        self.run_here = run_here
+        """This process takes cells from the experiment's queue (else only queues them)."""
         self.rate_limit = rate_limit
         """At most ``(cells, seconds)`` started per period over every process, or None."""
         self.model_queues = {
@@ -104,10 +108,12 @@ class EngineDriver(ExperimentDriver):
             if self.left:
                 route = queues.routes(exp.experiment_id, exp.configurations,
                                       self.model_queues)
-                for name in await queues.register_queue(
-                        exp.experiment_id, concurrency=self.concurrency,
-                        rate_limit=self.rate_limit, route=route):
-                    listen(self.engine, name)
+                names = await queues.register_queue(
+                    exp.experiment_id, concurrency=self.concurrency,
+                    rate_limit=self.rate_limit, route=route)
+                if self.run_here:
+                    for name in names:
+                        listen(self.engine, name)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 self.workflow_ids = await queues.enqueue_cells(
                     exp.experiment_id,

@@ -17,7 +17,9 @@ database, so they are written once, here:
 - The portable JSON serializer, not pickle: a cell's inputs and result are ids and statuses,
   readable by any process and never code.
 - Each process gets its own executor ID (`rubric_core.registry.new_owner`: host, pid, random),
-  so a process that stopped is recognised as gone (`rubric_core.engine.recovery`). DBOS 3.4.0
+  so a process that stopped is recognised as gone (`rubric_core.engine.recovery`), except a
+  worker supervised by ``eval --workers``, which keeps the ID its supervisor made for its slot
+  (the supervisor's host and pid) across restarts (`rubric_core.engine.supervisor`). DBOS 3.4.0
   has no admin server; Conductor and OTLP stay off (no key, no endpoint): nothing listens and
   nothing is called outside the database.
 - DBOS runs queued async workflows on the event loop that launched it: it is launched on
@@ -112,13 +114,18 @@ def _config(location: str, executor_id: str) -> dict[str, Any]:
     return config
 
 
-def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
+def launch_engine(store: Store, *, every_queue: bool = True,
+                  executor_id: str | None = None) -> Engine:
     """The engine of this process, launched on ``store``'s database the first time.
 
     Args:
         store: The database.
         every_queue: Take cells from every experiment's queue (a worker); False: only from
             the queues named later with `listen` (a process driving experiments).
+        executor_id: Launch under this executor ID (a worker restarted by its supervisor,
+            `rubric_core.engine.supervisor`): DBOS then re-queues at launch the cells the
+            ID's previous process left running. None: a new one (`new_owner`). Ignored
+            when the engine already runs in this process.
 
     Raises:
         ValueError: The engine already runs on another database in this process (one per
@@ -146,7 +153,7 @@ def launch_engine(store: Store, *, every_queue: bool = True) -> Engine:
 
         cell.rejoin()
 
-        executor_id = new_owner()
+        executor_id = executor_id or new_owner()
         config = _config(location, executor_id)
 
         listening: list[str] | None = None if every_queue else []

@@ -8,12 +8,20 @@ queues (DBOS's ``_recover_pending_workflows``, a private method of 3.4.0: it re-
 ``PENDING`` workflow only while the dead executor still holds it, so a repeated or racing
 recovery is harmless).
 
-An executor is gone when:
+An executor is gone when no cell it holds has a run with a live heartbeat on the cell's thread
+(`rubric_core.session.is_stale`: a running run's owner touches it every few seconds), and:
 
-- it was a process of this machine that has exited (`rubric_core.registry.owner_is_gone`),
-  which is known at once; or
-- none of the runs its process owns has a live heartbeat (`rubric_core.session.is_stale`),
-  and every cell it holds was dequeued more than `rubric_core.session.STALE_AFTER_S` ago.
+- the process named by its ID was a process of this machine that has exited
+  (`rubric_core.registry.owner_is_gone`), which is known at once; or
+- every cell it holds was dequeued more than `rubric_core.session.STALE_AFTER_S` ago.
+
+Liveness is read from the cells' runs, not from the process named in the executor ID, because
+a worker supervised by ``eval --workers`` runs under an ID naming its supervisor, and keeps it
+when the supervisor restarts it after a crash (`rubric_core.engine.supervisor`): the restarted
+worker's own runs keep its executor alive, so no sweep takes back the cells it has just
+recovered (the first rule waits for its supervisor to exit; the second for a cell's run, or a
+dequeue younger than `rubric_core.session.STALE_AFTER_S`). The runs themselves keep their own
+owners (``host:pid:random`` of the process writing them), so they stay fenced.
 
 A recovered cell runs again on another process through the shared cell body, which continues
 the cell's own run once that run's owner is stale: the runs' ownership, not DBOS, keeps a
@@ -32,7 +40,7 @@ from dbos import DBOS
 
 from rubric_core import session
 from rubric_core.engine.cell import CELL_WORKFLOW
-from rubric_core.registry import owner_is_gone, owner_process
+from rubric_core.registry import owner_is_gone
 
 if TYPE_CHECKING:
     from rubric_core.store import Store
@@ -45,21 +53,32 @@ async def stopped_executors(store: Store, *, me: str | None = None) -> list[str]
     """The executors holding running cells that are gone (see the module docstring)."""
     pending = await DBOS.list_workflows_async(status="PENDING", name=CELL_WORKFLOW,
                                               load_input=False, load_output=False)
-    held: dict[str, list[int]] = {}
+    held: dict[str, list[tuple[int, str]]] = {}  # executor -> (dequeued at, thread) per cell
     for workflow in pending:
         if workflow.executor_id and workflow.executor_id != me:
             held.setdefault(workflow.executor_id, []).append(
-                workflow.dequeued_at or workflow.updated_at or 0)
+                (workflow.dequeued_at or workflow.updated_at or 0,
+                 thread_of(workflow.workflow_id)))
     if not held:
         return []
     running = await store.acall(store.list_runs, status="running", limit=None)
-    alive = {owner_process(r.owner) for r in running if not session.is_stale(r)}
+    live_threads = {r.thread_id for r in running if not session.is_stale(r)}
     # DBOS stamps a dequeue with the database's clock: judged by the same clock.
     now = datetime.fromisoformat(await store.acall(store.now)).timestamp()
     old = (now - session.STALE_AFTER_S) * 1000
-    return [executor for executor, dequeued in held.items()
-            if owner_is_gone(executor)
-            or (owner_process(executor) not in alive and max(dequeued) < old)]
+    return [executor for executor, cells in held.items()
+            if not any(thread in live_threads for _, thread in cells)
+            and (owner_is_gone(executor) or max(at for at, _ in cells) < old)]
+
+
+def thread_of(workflow_id: str) -> str:
+    """The cell's thread in a cell workflow's ID; "" if not one.
+
+    The ID is `rubric_core.engine.queues.workflow_id`'s: prefix, experiment, configuration,
+    repeat, thread, attempt, row (ids are hex: only the row may hold ``:``).
+    """
+    parts = workflow_id.split(":", 6)
+    return parts[4] if len(parts) == 7 else ""
 
 
 async def recover_stopped_executors(store: Store, *, me: str | None = None) -> dict[str, int]:
@@ -71,4 +90,4 @@ async def recover_stopped_executors(store: Store, *, me: str | None = None) -> d
     return counts
 
 
-__all__ = ["SWEEP_S", "recover_stopped_executors", "stopped_executors"]
+__all__ = ["SWEEP_S", "recover_stopped_executors", "stopped_executors", "thread_of"]

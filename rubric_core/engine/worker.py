@@ -2,8 +2,11 @@
 
 ``rubric-studio worker --db URL`` on any machine that reaches the database joins the pool: it
 launches the engine taking cells from every experiment's queue (within each queue's global
-limit), and every `rubric_core.engine.recovery.SWEEP_S` seconds re-queues the cells of
-processes that stopped.
+limit), or from one experiment's only (``--experiment``, as the workers of ``eval --workers``
+do), and every `rubric_core.engine.recovery.SWEEP_S` seconds re-queues the cells of processes
+that stopped. A worker restarted by its supervisor (`rubric_core.engine.supervisor`) launches
+under the executor ID of the one that died, and DBOS re-queues at launch the cells that one
+left running.
 
 Stopping (Ctrl-C, SIGTERM): the cells running here stop after their step, recorded
 ``interrupted``, and their workflows are left unfinished (``PENDING`` on this executor), so
@@ -21,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from rubric_core.background import work_loop
 from rubric_core.engine import cell
-from rubric_core.engine.launch import launch_engine
+from rubric_core.engine.launch import launch_engine, listen
+from rubric_core.engine.queues import queue_name
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
 
 if TYPE_CHECKING:
@@ -48,7 +52,8 @@ async def _sweep(engine: Engine, stop: threading.Event,
 
 
 def serve(store: Store, stop: threading.Event, *,
-          on_recovered: Callable[[dict[str, int]], None] | None = None) -> str:
+          on_recovered: Callable[[dict[str, int]], None] | None = None,
+          experiment_id: str | None = None, executor_id: str | None = None) -> str:
     """Run queued cells here until ``stop`` is set, then leave (see the module docstring).
 
     Blocks the calling thread, which keeps receiving signals (Ctrl-C raises
@@ -58,12 +63,16 @@ def serve(store: Store, stop: threading.Event, *,
         store: The database.
         stop: Set it to stop.
         on_recovered: Called with ``{executor: cells}`` whenever a sweep re-queued cells.
+        experiment_id: Take cells from this experiment's queue only; None: from every one.
+        executor_id: Launch under this executor ID (a restarted worker); None: a new one.
 
     Returns:
         This worker's executor ID.
 
     """
-    engine = launch_engine(store)
+    engine = launch_engine(store, every_queue=experiment_id is None, executor_id=executor_id)
+    if experiment_id is not None:
+        listen(engine, queue_name(experiment_id))
     sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered), work_loop())
     try:
         while not stop.wait(0.2):

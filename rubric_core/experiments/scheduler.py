@@ -146,6 +146,7 @@ def run_experiment(
     engine: str = "lease",
     rate_limit: tuple[int, float] | None = None,
     model_rates: Mapping[str, tuple[int, float]] | None = None,
+    run_here: bool = True,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
 
@@ -175,6 +176,8 @@ def run_experiment(
         model_rates: With ``engine="dbos"``: per model string, at most ``(limit, period_s)``
             cells using that model (worker or grader) started per period, over every process.
             Every model named must be one a configuration of the experiment uses.
+        run_here: With ``engine="dbos"``: this process runs cells too; False: it only queues
+            the cells and watches them end, on the workers (``eval --workers N``).
 
     Yields:
         ``experiment_progress`` for every configuration at the start and after each cell,
@@ -208,7 +211,8 @@ def run_experiment(
         engine_driver = EngineDriver(store, experiment, models, stop, events, concurrency,
                                      per_model or {}, retry_errors, guard,
                                      engine=launch_engine(store, every_queue=False),
-                                     rate_limit=rate_limit, model_rates=model_rates)
+                                     rate_limit=rate_limit, model_rates=model_rates,
+                                     run_here=run_here)
         yield from drive(engine_driver, events, stop, backoff, "experiment_backoff")
         return
     driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
