@@ -292,3 +292,26 @@ def test_ctrl_c_of_eval_on_the_engine_stops_it_resumably(tmp_path: Path,
         assert events[-1]["status"] == "finished"
         assert runs_per_thread(store, exp_id) == [1] * 12
     assert len(server.fake.requests) == 12 * 4
+
+
+def test_stopping_the_engine_does_not_wait_for_a_database_that_is_gone(pg_server: str) -> None:
+    """DBOS retries a lost database without end; `shutdown_engine` waits its settle time only.
+
+    (A test that left the engine launched on a dropped database hung the next one's teardown.)
+    """
+    from pg_support import create_database, drop_database
+
+    from rubric_core.engine import launch_engine, shutdown_engine
+
+    url = create_database(pg_server)
+    with Store(url) as store:
+        launch_engine(store, every_queue=False)
+    drop_database(url)  # ends every connection to it, DBOS's pool included
+    started = time.monotonic()
+    shutdown_engine(settle_s=1.0)
+    assert time.monotonic() - started < 30  # returned: before the fix it never did
+    other_url = create_database(pg_server)
+    with Store(other_url) as other:  # and a new launch works
+        assert launch_engine(other, every_queue=False).location == other.connect_location()
+        shutdown_engine()
+    drop_database(other_url)

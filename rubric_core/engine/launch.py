@@ -210,11 +210,19 @@ def shutdown_engine(settle_s: float = 5.0) -> None:
         from dbos import DBOS
 
         deadline = time.monotonic() + settle_s
-        with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
-            while time.monotonic() < deadline and DBOS.list_workflows(
-                    status="PENDING", executor_id=engine.executor_id, load_input=False,
-                    load_output=False):
-                time.sleep(0.05)
+
+        def settle() -> None:
+            with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
+                while time.monotonic() < deadline and DBOS.list_workflows(
+                        status="PENDING", executor_id=engine.executor_id, load_input=False,
+                        load_output=False):
+                    time.sleep(0.05)
+
+        # In a thread of its own, waited for at most settle_s: DBOS retries a lost database
+        # without end, and a process stopping its engine must not wait for it to come back.
+        waiting = threading.Thread(target=settle, name="rubric-engine-settle", daemon=True)
+        waiting.start()
+        waiting.join(settle_s + 1.0)
         DBOS.destroy(workflow_completion_timeout_sec=0)
 
         async def own_threads() -> None:
