@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 WATCH_S = 0.5
 """How often the driver reads which cells ended (on any process)."""
 
-_SETTLE_S = 2.0  # longest the driver waits for its cells' own workflows to follow their levels
+_SETTLE_S = 2.0  # longest the driver waits for its cells' workflows to record their outcome
 _SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still queued or running
 
 
@@ -124,12 +124,13 @@ class EngineDriver(ExperimentDriver):
             await context.idle.wait()
         finally:
             detach(context)
-        if self.model_queues:
-            # A cell's own workflow learns that its levels ended one result poll later.
-            deadline = time.monotonic() + _SETTLE_S
-            while (time.monotonic() < deadline
-                   and await queues.active_workflows(exp.experiment_id)):
-                await asyncio.sleep(0.05)
+        # A cell's end reaches the driver before DBOS has recorded its workflow's outcome (and
+        # a cell's own workflow learns that its levels ended one result poll later): wait for
+        # them, so that an experiment reported finished shows no cell running in its queue.
+        deadline = time.monotonic() + _SETTLE_S
+        while (time.monotonic() < deadline
+               and await queues.active_workflows(exp.experiment_id)):
+            await asyncio.sleep(0.05)
         if not await queues.active_workflows(exp.experiment_id):
             # Nothing queued or running (finished, or cancelled by Stop): no process need poll
             # the queue any more; a Resume registers it again.
