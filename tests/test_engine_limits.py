@@ -16,14 +16,13 @@ import contextlib
 import io
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from openai_server import DelayedServer, verdict
+from test_engine_workers import _worker
 from test_experiments import runs_per_thread
 
 from rubric_core.background import work_loop
@@ -41,6 +40,7 @@ from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Coroutine, Iterator
     from pathlib import Path
 
@@ -104,17 +104,6 @@ def _experiment(store: Store, server: ModelServer, rows: int, workers: tuple[str
     configs = [ExperimentConfig(worker_model=w, grader_model=G, rubric=f"- {CRITERION}",
                                 base_url=server.fake.base_url) for w in workers]
     return create_experiment(store, parse_dataset(data, name="q"), configs).experiment_id
-
-
-def _worker(db: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key"}
-    proc = subprocess.Popen([sys.executable, "-m", "rubric_core", "worker", "--db", db],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # printed once the worker's engine is launched
-    assert first.startswith("worker on "), first + proc.stdout.read()
-    return proc
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from openai_server import FakeOpenAI, Reply, text, verdict
+from test_engine_workers import _worker
 
 from rubric_core import app_support as sup
 from rubric_core.background import work_loop
@@ -78,17 +79,6 @@ def _queue_cli(db: str | Path, experiment_id: str) -> tuple[int, str, str]:
                            str(db)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     return done.returncode, done.stdout, done.stderr
-
-
-def _worker(db: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
-    proc = subprocess.Popen([sys.executable, "-m", "rubric_core", "worker", "--db", db],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # printed once the worker's engine is launched
-    assert first.startswith("worker on "), first + proc.stdout.read()
-    return proc
 
 
 def test_a_workers_cell_shows_running_under_its_pid_then_done(pg_url: str) -> None:
