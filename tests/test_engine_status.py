@@ -175,6 +175,14 @@ def test_queue_command_exit_statuses(db_location: str | Path,
     status, out, err = _cli(["queue", "no-such-experiment", "--db", db], capsys)
     assert (status, out) == (2, "")
     assert "error: no experiment 'no-such-experiment'" in err
+    # A hostile id: a key is never echoed, SQL is only text, and nothing is changed.
+    key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
+    for hostile in (key, "'; DROP TABLE runs;--<b>x</b>"):
+        status, out, err = _cli(["queue", hostile, "--db", db], capsys)
+        assert (status, out) == (2, "")
+        assert "error: no experiment" in err and key not in err
+    with Store(db) as store:
+        assert len(store.experiment_cells(on_engine)) == rows
 
 
 def test_a_missing_database_file_is_not_created(tmp_path: Path,
