@@ -2,7 +2,7 @@
 
 The same experiment as ``bench/experiment.py`` (one configuration, worker and grader both
 ``openai-compatible``, the tests' `DelayedServer` in its own process), run on the queue engine
-(`run_experiment(engine="dbos")`, SQLite beside the store's, or ``--db postgresql://…``)
+(`run_experiment`, SQLite beside the store's, or ``--db postgresql://…``)
 three ways at concurrency C:
 
 - ``none``: no model limit (a cell is one workflow on the experiment's queue);
@@ -96,7 +96,7 @@ def _run(server: Server, db: str | None, rows: int, concurrency: int, limited: t
                                     models=models)
             events = list(run_experiment(
                 store, exp.experiment_id, concurrency=global_c, backoff=backoff,
-                models=models, engine="dbos", per_model=dict.fromkeys(limited, concurrency)))
+                models=models, per_model=dict.fromkeys(limited, concurrency)))
             levels = _levels(exp.experiment_id)
         finally:
             shutdown_engine()

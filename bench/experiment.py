@@ -10,11 +10,8 @@ grading passes: the grader fails the worker's answers until the last pass, so a 
   checkpoints in a SQLite file, recording in the run index);
 - ``plain``: the same calls from plain asyncio with one ``ChatOpenAI`` (``ainvoke``), bounded
   by a semaphore: the floor for any client in Python;
-- with ``--engine dbos`` (or ``--engine lease dbos``), ``loop`` on the queue engine
-  (`run_experiment(engine="dbos")`, DBOS's SQLite file beside the store's; its launch counts in
-  the wall time, not the span), one line per engine;
-- with ``--workers W``, also ``rubric-studio eval --workers W`` (the same experiment split over
-  W processes, C shared out between them; its wall time includes the interpreters' start-up).
+  Its cells are queued on the engine (`rubric_core.engine`, DBOS's SQLite file beside the
+  store's; the engine's launch counts in the wall time, not the span).
 
 Reported: span efficiency = ideal / (last response - first request) and wall efficiency =
 ideal / wall time (creation and start-up included), ideal = calls × delay / C; the ratio of
@@ -31,8 +28,6 @@ Run from the repository root:
     .venv/bin/python bench/experiment.py      # 64 rows, 2 passes, 200 ms, C = 1 4 16 32
     .venv/bin/python bench/experiment.py --concurrency 16 --repeat 5
     .venv/bin/python bench/experiment.py --rows 32 --passes 1 --concurrency 1 16
-    .venv/bin/python bench/experiment.py --concurrency 16 --workers 2
-    .venv/bin/python bench/experiment.py --concurrency 16 --repeat 3 --engine lease dbos
 """
 
 from __future__ import annotations
@@ -41,9 +36,7 @@ import argparse
 import asyncio
 import functools
 import multiprocessing as mp
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rubric_core.datasets import parse_dataset
+from rubric_core.engine import shutdown_engine
 from rubric_core.experiments import (
     SharedBackoff,
     create_experiment,
@@ -104,7 +98,7 @@ class Server:
         self._process.join(10)
 
 
-def _loop(server: Server, rows: int, concurrency: int, engine: str = "lease") -> float:
+def _loop(server: Server, rows: int, concurrency: int) -> float:
     """Wall seconds of creating and running the experiment through the rubric loop."""
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.sqlite3").open()
@@ -120,46 +114,16 @@ def _loop(server: Server, rows: int, concurrency: int, engine: str = "lease") ->
             exp = create_experiment(store, parse_dataset(data, name="bench"), [config],
                                     models=models)
             events = list(run_experiment(store, exp.experiment_id, concurrency=concurrency,
-                                         backoff=backoff, models=models, engine=engine))
+                                         backoff=backoff, models=models))
             wall = time.monotonic() - started
         finally:
-            if engine == "dbos":
-                from rubric_core.engine import shutdown_engine
-
-                shutdown_engine()  # the next run has a database of its own
+            shutdown_engine()  # the next run has a database of its own
             store.close()
     statuses = [e["status"] for e in events if e["type"] == "cell_finished"]
     if len(statuses) != rows or set(statuses) != {"satisfied"}:
         msg = f"expected {rows} satisfied cells, got {statuses}"
         raise SystemExit(msg)
     return wall
-
-
-def _cli_workers(server: Server, rows: int, concurrency: int, workers: int) -> float:
-    """Wall seconds of the same experiment through `rubric-studio eval --workers`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "rows.csv"
-        data.write_text("prompt\n" + "".join(f"question {i}\n" for i in range(rows)),
-                        encoding="utf-8")
-        config = (f"worker=openai-compatible:w,grader=openai-compatible:g,cap=8,"
-                  f"base_url={server.base_url}")
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",
-             f"- {CRITERION}", "--config", config, "--db", str(Path(tmp) / "bench.sqlite3"),
-             "--concurrency", str(concurrency), "--workers", str(workers)],
-            env={**os.environ, "OPENAI_API_KEY": "bench-key"}, capture_output=True, text=True,
-            check=False)
-        wall = time.monotonic() - started
-    if proc.returncode != 0 or f"{rows}/{rows} done, 100% satisfied" not in proc.stdout:
-        msg = f"eval --workers {workers} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-        raise SystemExit(msg)
-    return wall
-
-
-def _cpu_children() -> float:
-    times = os.times()
-    return times.children_user + times.children_system
 
 
 def _plain(server: Server, rows: int, concurrency: int, passes: int) -> float:
@@ -220,53 +184,31 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of loop and plain per C, in turn; medians are reported")
-    parser.add_argument("--engine", nargs="+", choices=("lease", "dbos"), default=["lease"],
-                        help="what schedules the loop's cells (several: one line each)")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="also run the experiment with `eval --workers W` (0: don't)")
     args = parser.parse_args()
     delay = args.delay_ms / 1000
     print(f"{args.rows} rows x {2 * args.passes} calls ({args.passes} passes), "
           f"{args.delay_ms:g} ms per call on the loopback server (own process)"
           + (f", medians of {args.repeat} runs" if args.repeat > 1 else ""))
     print(f"{'C':>3} {'calls':>6} {'loop span':>10} {'loop wall':>10} {'plain span':>11} "
-          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}"
-          + ("  engine" if args.engine != ["lease"] else ""))
+          f"{'plain wall':>11} {'loop/plain':>11} {'peak':>5} {'loop cpu':>8} {'plain cpu':>9}")
     server = Server(delay, args.passes)
     failed = False
     try:
         for c in args.concurrency:
-            loops: dict[str, list[dict[str, float]]] = {e: [] for e in args.engine}
-            plains = []
+            loops, plains = [], []
             for _ in range(max(1, args.repeat)):
-                for engine in args.engine:
-                    loops[engine].append(_measured(server, functools.partial(
-                        _loop, server, args.rows, c, engine), c, delay, args.rows))
+                loops.append(_measured(server, functools.partial(
+                    _loop, server, args.rows, c), c, delay, args.rows))
                 plains.append(_measured(server, functools.partial(
                     _plain, server, args.rows, c, args.passes), c, delay, args.rows))
-            plain = _median(plains)
-            for engine in args.engine:
-                loop = _median(loops[engine])
-                print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
-                      f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
-                      f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
-                      f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}"
-                      + (f"  {engine}" if args.engine != ["lease"] else ""))
-                if loop["peak"] > c:
-                    print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
-                    failed = True
-            if args.workers > 1:
-                before = _cpu_children()
-                spread = _measured(server, functools.partial(
-                    _cli_workers, server, args.rows, c, args.workers), c, delay, args.rows)
-                cpu = 1000 * (_cpu_children() - before) / args.rows
-                print(f"    eval --workers {args.workers}: span {spread['span_eff']:.2f}, "
-                      f"wall {spread['wall_eff']:.2f} (start-up included), "
-                      f"span/plain {spread['span_eff'] / plain['span_eff']:.2f}, "
-                      f"peak {spread['peak']:.0f}, cpu {cpu:.1f} ms/row over all processes")
-                if spread["peak"] > c:
-                    print(f"FAIL: {spread['peak']:.0f} requests in flight with C = {c}")
-                    failed = True
+            loop, plain = _median(loops), _median(plains)
+            print(f"{c:>3} {loop['calls']:>6.0f} {loop['span_eff']:>10.2f} "
+                  f"{loop['wall_eff']:>10.2f} {plain['span_eff']:>11.2f} "
+                  f"{plain['wall_eff']:>11.2f} {loop['span_eff'] / plain['span_eff']:>11.2f} "
+                  f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}")
+            if loop["peak"] > c:
+                print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
+                failed = True
     finally:
         server.close()
     return 1 if failed else 0

@@ -38,10 +38,10 @@ BUDGET_HELP = ("No cell starts that would spend past it: what was spent plus an 
                "cell (the mean of the configuration's ended cells; before any, its cap of "
                "typical calls). The experiment then stops, resumable; Resume keeps the budget, "
                "or uses the one typed here. Needs every model's price (sidebar, Cost).")
-ENGINE_HELP = ("Lease queue: the cells run in this app. DBOS queues (preview): the cells go on the "
-               "experiment's queue in the database; this app runs them, and so does every "
-               "`rubric-studio worker` on that database, within the concurrency over all of "
-               "them. Stop cancels the queued and running cells; Resume queues them again.")
+CONCURRENCY_HELP = ("The cells go on the experiment's queue in the database; this app runs them, "
+                    "and so does every `rubric-studio worker` on that database, within this "
+                    "concurrency over all of them. Stop cancels the queued and running cells; "
+                    "Resume queues them again.")
 RATE_HELP = "At most this many cells start per period, over every process (0: no limit)."
 ESTIMATE_HELP = ("Before any cell ended: each cell at its cap of passes, each pass a worker call "
                  "of 2,000 tokens in and 1,000 out and the grader's repeats of 4,000 in and "
@@ -78,7 +78,7 @@ def stop_elsewhere(experiment_id: str) -> None:
 
 def draw_queue(slot: DeltaGenerator, view: sup.QueueView) -> None:
     with slot.container(border=True):
-        st.markdown("**Queue** · DBOS queues (preview)")
+        st.markdown("**Queue** · DBOS queues")
         st.caption(view.headline)
         # Always a third element: redrawn in the same script run, a table left over from an
         # earlier draw would otherwise stay under the new counts.
@@ -97,7 +97,6 @@ def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
         events = sup.live_experiment(store, experiment_id, models=models, backoff=backoff,
                                      concurrency=state["exp_concurrency"],
                                      retry_errors=retry_errors, budget=budget,
-                                     engine=state["exp_engine"],
                                      rate_limit=sup.rate_limit_from_state(state))
         with closing(events) as stream:
             for event in stream:
@@ -172,14 +171,11 @@ with st.expander("New experiment", expanded=not experiments):
         k_col.number_input("Configurations", 1, sup.MAX_CONFIGS, key="exp_config_count")
         r_col.number_input("Repeats", 1, sup.MAX_REPEATS, key="exp_repeats")
         c_col.number_input("Concurrency (cells at once)", 1, sup.MAX_CONCURRENCY,
-                           key="exp_concurrency")
-        e_col, rl_col, rp_col = st.columns([2, 1, 1], vertical_alignment="bottom")
-        e_col.selectbox("Engine", list(sup.ENGINE_LABELS), key="exp_engine",
-                        format_func=sup.ENGINE_LABELS.__getitem__, help=ENGINE_HELP)
-        if state["exp_engine"] == "dbos":
-            rl_col.number_input("Rate limit (cells; 0: none)", 0, sup.MAX_RATE_CELLS,
-                                key="exp_rate_cells", help=RATE_HELP)
-            rp_col.selectbox("per", list(sup.RATE_PERIODS), key="exp_rate_per")
+                           key="exp_concurrency", help=CONCURRENCY_HELP)
+        rl_col, rp_col, _ = st.columns([1, 1, 2], vertical_alignment="bottom")
+        rl_col.number_input("Rate limit (cells; 0: none)", 0, sup.MAX_RATE_CELLS,
+                            key="exp_rate_cells", help=RATE_HELP)
+        rp_col.selectbox("per", list(sup.RATE_PERIODS), key="exp_rate_per")
         tools = sup.default_tool_names()
         for i in range(state["exp_config_count"]):
             with st.container(border=True, key=f"exp_cfg_{i}"):
@@ -264,8 +260,7 @@ labels = [sup.config_column(results, i) for i in range(len(experiment.configurat
 
 stop_col, resume_col, delete_col, retry_col, retry_btn = st.columns(
     [1, 1, 1, 3, 1], vertical_alignment="bottom")
-on_engine = state["exp_engine"] == "dbos"
-queue = sup.queue_view(store, exp_id) if on_engine else None
+queue = sup.queue_view(store, exp_id)
 resume_refusal: str | None = None
 resume_slot = resume_col.empty()
 if queue is not None and queue.active and not sup.experiment_active(exp_id) and not started:
@@ -283,8 +278,8 @@ if failed:
         retry = picked
 running = started is not None or resume or retry is not None
 active = running or sup.experiment_active(exp_id)
-# Queued or running on the engine, driven by another process (`eval --engine dbos`, a tab of
-# another app): Stop cancels its cells there.
+# Queued or running on the engine, driven by another process (`eval`, a tab of another app):
+# Stop cancels its cells there.
 elsewhere = not active and queue is not None and queue.active
 stop_slot = stop_col.empty()
 if elsewhere:
@@ -311,8 +306,7 @@ if not active and experiment.status != "finished":
                               experiment=experiment)
     kept = (f" · budget kept with it: {sup.format_dollars(experiment.budget['max_usd'])}"
             if experiment.budget else "")
-    st.caption(f"Resume · {sup.ENGINE_LABELS[state['exp_engine']]}: "
-               f"{resumed.estimate.removeprefix('Estimate: ')}{kept}")
+    st.caption(f"Resume: {resumed.estimate.removeprefix('Estimate: ')}{kept}")
     if resume_refusal:
         st.caption(f"Resume is off: {resume_refusal}")
 else:

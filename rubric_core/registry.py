@@ -28,7 +28,7 @@ V = TypeVar("V")
 
 
 def new_owner() -> str:
-    """A name for one hold on a row (a run, an experiment cell's lease): ``host:pid:random``.
+    """A name for one hold on a row (a run, a queue engine's executor): ``host:pid:random``.
 
     The host and process say who holds it (a reader can tell processes apart); the random
     part tells two holds of one process apart.

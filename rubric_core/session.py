@@ -88,7 +88,7 @@ def _stale_after_s() -> float:
 
 
 STALE_AFTER_S = _stale_after_s()
-"""A ``running`` run (or an experiment cell's lease) untouched this long, and not recorded by
+"""A ``running`` run untouched this long, and not recorded by
 this process, lost its owner: 30 s, or `STALE_AFTER_ENV`. Every process sharing a database
 should use the same value."""
 
@@ -193,7 +193,7 @@ def wait_until_inactive(run_id: str, timeout_s: float) -> bool:
 # -- lifecycle ------------------------------------------------------------------------------------
 
 
-def _stale_before(now: str | None = None) -> str:
+def stale_before(now: str | None = None) -> str:
     """The heartbeat time before which a ``running`` run lost its owner.
 
     That is ``now`` (ISO 8601, by the database's clock: `Store.now`) less `STALE_AFTER_S`.
@@ -211,7 +211,7 @@ def is_stale(record: RunRecord) -> bool:
     (`RunRecord.observed_at`), so machines whose clocks disagree agree on it.
     """
     return (record.status == "running" and not is_active(record.run_id)
-            and (record.updated_at < _stale_before(record.observed_at)
+            and (record.updated_at < stale_before(record.observed_at)
                  or owner_is_gone(record.owner)))
 
 
@@ -230,7 +230,7 @@ def is_resumable(record: RunRecord) -> bool:
 def reconcile(store: Store) -> int:
     """Mark ``interrupted`` the running runs whose owner died; returns how many."""
     keep = ACTIVE_RUNS.keys()
-    count = store.interrupt_stale_runs(updated_before=_stale_before(store.now()), keep=keep)
+    count = store.interrupt_stale_runs(updated_before=stale_before(store.now()), keep=keep)
     for record in store.list_runs(status="running", limit=None):
         if record.run_id not in keep and owner_is_gone(record.owner):
             with contextlib.suppress(StoreError, KeyError):  # RunTakenOver: resumed meanwhile
@@ -586,7 +586,7 @@ class _Recording:
         self.registered = True
         try:
             if self.resume and not self.store.claim_run(
-                    run_id, stale_before=_stale_before(self.store.now()), owner=self.owner,
+                    run_id, stale_before=stale_before(self.store.now()), owner=self.owner,
                     settings=self.new_settings, gone_owner=self.gone_owner):
                 # Another server or process resumed it between our check and now.
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "

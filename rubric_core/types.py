@@ -121,10 +121,6 @@ MAX_CONCURRENCY = 64
 """Most experiment cells at once: each running cell holds an HTTP connection and a database
 row."""
 
-ENGINES: tuple[str, ...] = ("lease", "dbos")
-"""What schedules an experiment's cells: the lease queue (the default for now) or the queue
-engine (`rubric_core.engine`, a preview)."""
-
 MAX_REPEATS = 20
 """Most runs of one dataset row under one experiment configuration."""
 

@@ -9,6 +9,7 @@ once per session, on first use; each test gets its own database (CREATE DATABASE
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,20 @@ def pg_url(pg_server: str) -> Iterator[str]:
     """The URL of a new, empty database on the session's server, dropped afterwards."""
     url = create_database(pg_server)
     yield url
+    _stop_engine_on(url)
     drop_database(url)
+
+
+def _stop_engine_on(url: str) -> None:
+    """Stop the queue engine a test launched on ``url`` before the database is dropped.
+
+    Every experiment launches it (in the test's process) and leaves it running for the next;
+    DBOS on a dropped database would retry it, and log so, until another launch moved it.
+    """
+    launch = sys.modules.get("rubric_core.engine.launch")
+    engine = launch.current_engine() if launch is not None else None
+    if engine is not None and engine.location == url:
+        launch.shutdown_engine(settle_s=1.0)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1092,17 +1092,17 @@ def test_delete_experiment_refuses_while_a_worker_holds_a_cell_then_deletes(
         runs = len(store.list_runs(limit=None))
         cell = store.experiment_cells(exp_id)[0]
         store.finish_run(cell.run.run_id, "interrupted")  # as if Stopped, then taken elsewhere
-        assert store.claim_cell(exp_id, "other-machine:1:abc", lease_s=600,
-                                done={"satisfied"}) is not None
+        assert store.claim_run(cell.run.run_id, stale_before=store.now(),
+                               owner="other-machine:1:abc")
     app.run()
     assert app.button(key="exp_delete").label == "Delete experiment"
     app.button(key="exp_delete").click().run()
     assert not app.exception, app.exception
     errors = _texts(app.error)
-    assert "Not deleted: experiment" in errors and "1 cell(s) are leased" in errors
+    assert "Not deleted: experiment" in errors and "1 cell(s) are being run" in errors
     with Store(db_path) as store:
         assert store.get_experiment(exp_id) is not None
-        store.release_cell(exp_id, cell.key, "other-machine:1:abc")
+        store.finish_run(cell.run.run_id, "interrupted", owner="other-machine:1:abc")
     app.button(key="exp_delete").click().run()
     assert not app.exception, app.exception
     assert "its runs stay in Review" in _texts(app.success), _messages(app)

@@ -84,7 +84,6 @@ def _app(db: Path, server: DelayedServer, monkeypatch: pytest.MonkeyPatch) -> Ap
     at.switch_page("pages/experiments.py").run()
     assert not at.exception, at.exception
     at.number_input(key="exp_concurrency").set_value(2).run()
-    at.selectbox(key="exp_engine").set_value("dbos").run()
     at.number_input(key="exp_rate_cells").set_value(1000).run()
     at.selectbox(key="exp_rate_per").set_value("second").run()
     assert not at.exception, at.exception
@@ -162,7 +161,7 @@ def test_stop_cancels_the_queued_cells_and_resume_queues_them_again(
             exp_id = store.list_experiments()[0].experiment_id
             assert store.get_experiment(exp_id).status == "stopped"
         at.run()  # a later click: Resume is offered on the engine
-        assert "Resume · DBOS queues (preview): " in _texts(at.caption)
+        assert "Resume: " in _texts(at.caption)
         resume = at.button(key="exp_resume")
         assert not resume.disabled
         resume.click().run()
@@ -188,9 +187,6 @@ def test_a_budget_is_kept_with_an_experiment_on_the_engine(
         assert not at.exception, at.exception
         assert "Experiment finished" in _texts(at.success)
         assert at.number_input(key="exp_rate_cells").value == 1000
-        at.selectbox(key="exp_engine").set_value("lease").run()
-        # The lease queue has no rate limit field.
-        assert not [n for n in at.number_input if n.key == "exp_rate_cells"]
     assert not at.exception
     with Store(db) as store:
         (experiment,) = store.list_experiments()
@@ -226,11 +222,11 @@ def test_stop_reaches_an_experiment_another_driver_runs_on_the_engine(
             dataset, _ = store.load_dataset("q")
             exp_id = create_experiment(store, dataset, [config]).experiment_id
 
-        def drive() -> None:  # as `eval --engine dbos` would, outside the page's registry
+        def drive() -> None:  # as `eval` would, outside the page's registry
             backoff = SharedBackoff()
             with Store(db) as own:
                 events.extend(run_experiment(
-                    own, exp_id, engine="dbos", concurrency=2, backoff=backoff,
+                    own, exp_id, concurrency=2, backoff=backoff,
                     models=experiment_models(backoff, api_key="test-key")))
 
         driver = threading.Thread(target=drive)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from holding_server import CRITERION, HoldingServer
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
-from test_workers import CRITERION, HoldingServer
 
 from rubric_core import app_support as sup
 from rubric_core.lab import BUNDLED_NAME, GraderConfig, create_regrade, criterion_health

@@ -9,11 +9,10 @@ go to ``artifacts/browser/`` (``26-*.png``).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from browser_support import app_in_browser, shot, wait_idle
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from rubric_core.engine import engine_database
 from rubric_core.store import Store
@@ -22,23 +21,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 pytestmark = pytest.mark.browser
-
-
-def _choose_engine(page: Any) -> None:
-    """Pick the DBOS queues; a click sent while the page re-draws can be lost: repeated."""
-    box = page.locator(".st-key-exp_engine [role='combobox']")
-    for _ in range(5):
-        wait_idle(page)
-        box.click()
-        option = page.get_by_role("option", name="DBOS queues (preview)")
-        try:
-            option.click(timeout=5_000)
-        except PlaywrightTimeout:  # the list closed under the click
-            page.keyboard.press("Escape")
-            continue
-        if box.input_value() == "DBOS queues (preview)":
-            return
-    pytest.fail("the Engine choice could not be set")
 
 
 def test_an_experiment_on_the_engine_shows_its_queue(tmp_path: Path) -> None:
@@ -51,9 +33,7 @@ def test_an_experiment_on_the_engine_shows_its_queue(tmp_path: Path) -> None:
         wait_idle(page)
         page.locator(".st-key-load_demo_dataset button").click()
         page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
-        _choose_engine(page)
-        wait_idle(page)
-        page.locator(".st-key-exp_rate_cells input").wait_for()  # the engine's own field
+        page.locator(".st-key-exp_rate_cells input").wait_for()  # the engine's rate limit
         # Record every worker row the Queue panel shows while the experiment runs.
         page.evaluate("""() => {
             window.__workers = [];

@@ -68,7 +68,6 @@ def _fill(location: str | Path) -> None:
                                       row_ids=[r.id for r in ds.rows[:2]])
         cell = store.experiment_cells(exp.experiment_id)[0]
         store.create_run(ExperimentConfig().settings_for(ds.rows[0]), thread_id=cell.thread_id)
-        store.claim_cell(exp.experiment_id, "worker", lease_s=600, done=())
 
 
 def _view(location: str | Path) -> dict[str, Any]:

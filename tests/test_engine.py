@@ -1,4 +1,4 @@
-"""The queue engine (DBOS) on SQLite, in this process: the same cells as the lease queue, Stop
+"""The queue engine (DBOS) on SQLite, in this process: every cell ended once with its events, Stop
 and Resume with every cell run once, and an enqueue repeated that queues nothing twice.
 
 Real parts only: DBOS 3.4.0 on a SQLite file beside the store's, the loopback
@@ -66,33 +66,29 @@ def _http_experiment(store: Store, server: DelayedServer, rows: int) -> str:
 
 def _run(store: Store, experiment_id: str, **kwargs: Any) -> Iterator[Any]:
     backoff = SharedBackoff()
-    return run_experiment(store, experiment_id, backoff=backoff, engine="dbos",
+    return run_experiment(store, experiment_id, backoff=backoff,
                           models=experiment_models(backoff, api_key="test-key"), **kwargs)
 
 
-def test_engine_ends_every_cell_as_the_lease_queue_does(tmp_path: Path) -> None:
-    outcomes = {}
-    for engine in ("lease", "dbos"):
-        with Store(tmp_path / f"{engine}.sqlite3") as store:
-            exp = create_experiment(store, demo_dataset(), [ExperimentConfig()], repeats=2)
-            events = list(run_experiment(store, exp.experiment_id, engine=engine,
-                                         concurrency=4))
-            cells = store.experiment_cells(exp.experiment_id)
-            outcomes[engine] = {c.key: c.status for c in cells}
-            assert runs_per_thread(store, exp.experiment_id) == [1] * len(cells)
-            assert store.get_experiment(exp.experiment_id).status == "finished"  # type: ignore[union-attr]
-            finished = [e for e in events if e["type"] == "cell_finished"]
-            assert sorted((e["row_id"], e["config_index"], e["repeat_index"]) for e in finished
-                          ) == sorted(outcomes[engine])
-            assert events[-1]["type"] == "experiment_finished"
-            assert events[-1]["status"] == "finished"
-            last = [e for e in events if e["type"] == "experiment_progress"][-1]
-            assert last["done"] == last["total"] == len(cells)
-    assert outcomes["dbos"] == outcomes["lease"]
-    assert set(outcomes["dbos"].values()) == {"satisfied"}
+def test_engine_ends_every_cell_once_with_its_events(tmp_path: Path) -> None:
+    with Store(tmp_path / "runs.sqlite3") as store:
+        exp = create_experiment(store, demo_dataset(), [ExperimentConfig()], repeats=2)
+        events = list(run_experiment(store, exp.experiment_id, concurrency=4))
+        cells = store.experiment_cells(exp.experiment_id)
+        assert len(cells) == 2 * len(demo_dataset().rows)
+        assert runs_per_thread(store, exp.experiment_id) == [1] * len(cells)
+        assert store.get_experiment(exp.experiment_id).status == "finished"  # type: ignore[union-attr]
+        finished = [e for e in events if e["type"] == "cell_finished"]
+        assert sorted((e["row_id"], e["config_index"], e["repeat_index"]) for e in finished
+                      ) == sorted(c.key for c in cells)
+        assert {e["status"] for e in finished} == {c.status for c in cells} - {"pending"}
+        assert events[-1]["type"] == "experiment_finished"
+        assert events[-1]["status"] == "finished"
+        last = [e for e in events if e["type"] == "experiment_progress"][-1]
+        assert last["done"] == last["total"] == len(cells)
+        assert {c.status for c in cells} == {"satisfied"}
     # DBOS keeps its tables in a file of its own beside the store's.
-    assert (tmp_path / "dbos.engine.sqlite3").exists()
-    assert not (tmp_path / "lease.engine.sqlite3").exists()
+    assert (tmp_path / "runs.engine.sqlite3").exists()
 
 
 def test_engine_database_is_a_sibling_file_or_the_same_database() -> None:
@@ -161,15 +157,11 @@ def test_enqueuing_twice_queues_and_runs_nothing_twice(tmp_path: Path, server: D
     assert server.peak <= 2
 
 
-def test_what_the_engine_cannot_do_yet_is_refused(tmp_path: Path) -> None:
+def test_a_bad_rate_limit_is_refused(tmp_path: Path) -> None:
     with Store(tmp_path / "runs.sqlite3") as store:
         exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
-        with pytest.raises(ValueError, match="engine must be one of lease, dbos"):
-            list(run_experiment(store, exp.experiment_id, engine="celery"))
-        with pytest.raises(ValueError, match="a rate limit needs the queue engine"):
-            list(run_experiment(store, exp.experiment_id, rate_limit=(10, 60.0)))
         with pytest.raises(ValueError, match="a rate limit is a whole number"):
-            list(run_experiment(store, exp.experiment_id, engine="dbos", rate_limit=(0, 60.0)))
+            list(run_experiment(store, exp.experiment_id, rate_limit=(0, 60.0)))
 
 
 def test_a_rate_limit_holds(tmp_path: Path) -> None:
@@ -180,7 +172,7 @@ def test_a_rate_limit_holds(tmp_path: Path) -> None:
         f'"Write the word spring {i}.","- Mentions spring"\n' for i in range(rows))
     with Store(tmp_path / "runs.sqlite3") as store:
         exp = create_experiment(store, parse_dataset(data, name="r"), [ExperimentConfig()])
-        events = list(run_experiment(store, exp.experiment_id, engine="dbos", concurrency=rows,
+        events = list(run_experiment(store, exp.experiment_id, concurrency=rows,
                                      rate_limit=(limit, period)))
         assert events[-1]["status"] == "finished"
         assert runs_per_thread(store, exp.experiment_id) == [1] * rows
@@ -197,11 +189,11 @@ def test_the_process_runs_experiments_after_the_engine_stopped(tmp_path: Path,
                                                                server: DelayedServer) -> None:
     # DBOS makes its thread pool the work loop's default executor; stopping the engine must
     # leave the loop one that works (the models' HTTP clients resolve addresses on it).
-    for engine in ("dbos", "lease"):
-        with Store(tmp_path / f"{engine}.sqlite3") as store:
+    for name in ("first", "second"):
+        with Store(tmp_path / f"{name}.sqlite3") as store:
             exp_id = _http_experiment(store, server, 2)
             backoff = SharedBackoff()
-            events = list(run_experiment(store, exp_id, engine=engine, backoff=backoff,
+            events = list(run_experiment(store, exp_id, backoff=backoff,
                                          models=experiment_models(backoff, api_key="test-key")))
             assert [e["status"] for e in events if e["type"] == "cell_finished"] == [
                 "satisfied"] * 2
@@ -216,16 +208,17 @@ def test_eval_runs_on_the_engine_and_refuses_what_it_cannot_do(tmp_path: Path) -
 
     db = str(tmp_path / "runs.sqlite3")
     out = io.StringIO()
-    code = main(["eval", "--dataset", "bundled", "--db", db, "--engine", "dbos",
+    code = main(["eval", "--dataset", "bundled", "--db", db,
                  "--concurrency", "8", "--rate-limit", "1000/s"], out=out)
     assert code == 0, out.getvalue()
     assert "24/24 done, 100% satisfied" in out.getvalue()
     for argv, message in (
-            (["--rate-limit", "10/min"], "--rate-limit needs --engine dbos"),
-            (["--engine", "dbos", "--rate-limit", "10/fortnight"], "expected N/PERIOD"),
-            (["--engine", "dbos", "--rate-limit", "1/1000000000s"], "period of at most 24 h"),
-            (["--engine", "dbos", "--rate-limit", "99999999999/s"], "at most 1,000,000 cells"),
-            (["--engine", "dbos", "--workers", "2"], "--workers N needs a PostgreSQL --db")):
+            (["--workers", "0"], "--workers must be from 1 to the concurrency (4)"),
+            (["--workers", "5"], "--workers must be from 1 to the concurrency (4)"),
+            (["--rate-limit", "10/fortnight"], "expected N/PERIOD"),
+            (["--rate-limit", "1/1000000000s"], "period of at most 24 h"),
+            (["--rate-limit", "99999999999/s"], "at most 1,000,000 cells"),
+            (["--workers", "2"], "--workers N needs a PostgreSQL --db")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             assert main(["eval", "--dataset", "bundled", "--db", db, *argv],
@@ -237,7 +230,7 @@ def test_a_driving_process_takes_no_other_experiments_cells(tmp_path: Path) -> N
     with Store(tmp_path / "runs.sqlite3") as store:
         other = create_experiment(store, demo_dataset(), [ExperimentConfig()], name="other")
         mine = create_experiment(store, demo_dataset(), [ExperimentConfig()], name="mine")
-        launch_engine(store, every_queue=False)  # as run_experiment(engine="dbos") does
+        launch_engine(store, every_queue=False)  # as run_experiment does
         cells = [(c.key, c.thread_id) for c in store.experiment_cells(other.experiment_id)]
 
         async def queue_other() -> None:
@@ -245,7 +238,7 @@ def test_a_driving_process_takes_no_other_experiments_cells(tmp_path: Path) -> N
             await engine_queues.enqueue_cells(other.experiment_id, cells, retry_errors=False)
 
         _on_loop(queue_other())
-        events = list(run_experiment(store, mine.experiment_id, engine="dbos", concurrency=4))
+        events = list(run_experiment(store, mine.experiment_id, concurrency=4))
         assert events[-1]["status"] == "finished"
         # The other experiment's cells wait for a worker: this process ran none of them.
         assert len(_on_loop(engine_queues.active_workflows(other.experiment_id))) == len(cells)
@@ -267,7 +260,7 @@ def test_ctrl_c_of_eval_on_the_engine_stops_it_resumably(tmp_path: Path,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "rubric_core", "eval", "--resume", exp_id, "--db", str(db),
-         "--engine", "dbos", "--concurrency", "2"], cwd=ROOT, env=env,
+         "--concurrency", "2"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         with Store(db) as store:

@@ -139,7 +139,7 @@ def _spent(store: Store) -> Decimal:
 
 def _run(store: Store, experiment_id: str, **kwargs: Any) -> list[Any]:
     backoff = SharedBackoff()
-    return list(run_experiment(store, experiment_id, backoff=backoff, engine="dbos",
+    return list(run_experiment(store, experiment_id, backoff=backoff, 
                                models=experiment_models(backoff, api_key="test-key"), **kwargs))
 
 
@@ -192,7 +192,7 @@ def test_a_budget_holds_on_the_engine_and_resume_with_a_larger_one_finishes(
     assert _spent(store) == rows * cell == Decimal(done[-1]["spent_usd"])
 
 
-def test_an_unknown_price_is_refused_on_the_engine_as_on_the_lease_queue(
+def test_an_unknown_price_is_refused_before_anything_is_queued(
         engine_store: Store, server: MeteredServer) -> None:
     store = engine_store
     exp_id = _experiment(store, server, 2)
@@ -213,7 +213,7 @@ def test_eval_max_cost_on_the_engine_stops_and_resumes(tmp_path: Path, server: M
     db = str(tmp_path / "runs.sqlite3")
     config = f"worker={W},grader={G},cap=1,base_url={server.base_url}"
     base = ["eval", "--dataset", str(data), "--rubric", RUBRIC, "--db", db, "--config", config,
-            "--engine", "dbos", "--concurrency", "2"]
+            "--concurrency", "2"]
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     try:
         err = io.StringIO()
@@ -230,7 +230,7 @@ def test_eval_max_cost_on_the_engine_stops_and_resumes(tmp_path: Path, server: M
             assert _spent(store) == 2 * cell
         shutdown_engine()
         out = io.StringIO()
-        code = main(["eval", "--resume", experiment.experiment_id, "--db", db, "--engine", "dbos",
+        code = main(["eval", "--resume", experiment.experiment_id, "--db", db, 
                      "--price", W_PRICE, "--price", G_PRICE, "--max-cost", "1000"], out=out)
         assert code == 0, out.getvalue()
         with Store(db) as store:
@@ -244,7 +244,7 @@ def test_eval_max_cost_on_the_engine_stops_and_resumes(tmp_path: Path, server: M
 def test_two_workers_hold_back_each_others_cells_in_flight(pg_url: str,
                                                            server: MeteredServer) -> None:
     """Worker A holds the one cell the budget affords, in flight at the server; worker B then
-    dequeues another. Counting only its own cells in flight (the lease queue's way), B would
+    dequeues another. Counting only its own cells in flight (the old lease queue's way), B would
     start it and the experiment would spend two cells on a budget of one."""
     rows, cell = 4, _cell_cost()
     limit = cell + Decimal("0.01")

@@ -1,4 +1,4 @@
-"""Drills of ``rubric-studio eval --engine dbos --workers N`` on PostgreSQL, with real processes.
+"""Drills of ``rubric-studio eval --workers N`` on PostgreSQL, with real processes.
 
 - Ctrl-C (SIGINT to the process group, as a terminal sends it) at different moments, 20 times
   on one experiment: exit 130 every time, no process left, every cell stopped cleanly and
@@ -151,9 +151,9 @@ def _experiment_files(tmp_path: Path, rows: int, server: GatedServer) -> list[st
 
 
 def _argv(*flags: str) -> list[str]:
-    """``eval --engine dbos`` and ``flags``; the database comes in the environment (`_env`),
+    """``eval`` and ``flags``; the database comes in the environment (`_env`),
     as the workers get it: a URL is never on a command line."""
-    return [sys.executable, "-m", "rubric_core", "eval", "--engine", "dbos", *flags]
+    return [sys.executable, "-m", "rubric_core", "eval", *flags]
 
 
 def _env(db: str, **extra: str) -> dict[str, str]:
@@ -429,7 +429,7 @@ def test_workers_on_the_engine_refuse_sqlite(
     from rubric_core.cli import main
 
     db = tmp_path / "runs.sqlite3"
-    assert main(["eval", "--dataset", "bundled", "--engine", "dbos", "--workers", "2",
+    assert main(["eval", "--dataset", "bundled", "--workers", "2",
                  "--db", str(db)]) == 2
     assert "needs a PostgreSQL --db" in capsys.readouterr().err
     assert not db.exists()  # refused before anything was stored

@@ -2,7 +2,7 @@
 finished by another worker, then continued (SIGCONT): it writes nothing after losing the run.
 
 DBOS fences only its own tables, so this is our runs' ownership and fenced checkpoints at work
-on the engine, as `test_fenced_takeover` checks them for the lease queue: the database is
+on the engine with several workers (`test_fenced_takeover`: one CLI run on SQLite): the database is
 compared before and after the paused worker wakes, and the cell's thread keeps one checkpoint
 lineage. The paused worker's process is alive, so recovery has to find it by its runs' stale
 heartbeats (``RUBRIC_STUDIO_STALE_AFTER_S=3``), not by its exit. On PostgreSQL.

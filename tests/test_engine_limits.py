@@ -114,7 +114,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def _events(store: Store, experiment_id: str, **kwargs: Any) -> Iterator[Any]:
     backoff = SharedBackoff()
-    return run_experiment(store, experiment_id, engine="dbos", backoff=backoff,
+    return run_experiment(store, experiment_id, backoff=backoff,
                           models=experiment_models(backoff, api_key="test-key"), **kwargs)
 
 
@@ -370,7 +370,7 @@ def test_bad_rate_limits_are_refused(pg_url: str) -> None:
              "a second rate limit for the experiment")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            code = main(["eval", "--dataset", "bundled", "--db", db, "--engine", "dbos", *argv],
+            code = main(["eval", "--dataset", "bundled", "--db", db, *argv],
                         out=io.StringIO())
         assert code == 2, (argv, err.getvalue())
         assert message in err.getvalue(), err.getvalue()
@@ -379,12 +379,10 @@ def test_bad_rate_limits_are_refused(pg_url: str) -> None:
         exp = create_experiment(store, parse_dataset("prompt\nq\n", name="q"),
                                 [ExperimentConfig(rubric=f"- {CRITERION}")])
         with pytest.raises(ValueError, match="'nope', which no configuration"):
-            list(run_experiment(store, exp.experiment_id, engine="dbos",
+            list(run_experiment(store, exp.experiment_id,
                                 model_rates={"nope": (1, 1.0)}))
-        with pytest.raises(ValueError, match="a rate limit needs the queue engine"):
-            list(run_experiment(store, exp.experiment_id, model_rates={"demo": (1, 1.0)}))
         with pytest.raises(ValueError, match="the rate limit of demo is a whole number"):
-            list(run_experiment(store, exp.experiment_id, engine="dbos",
+            list(run_experiment(store, exp.experiment_id,
                                 model_rates={"demo": (0, 1.0)}))
 
 
@@ -394,7 +392,7 @@ def test_eval_takes_model_rate_and_concurrency_limits(tmp_path: Path) -> None:
 
     db = str(tmp_path / "runs.sqlite3")
     out = io.StringIO()
-    code = main(["eval", "--dataset", "bundled", "--db", db, "--engine", "dbos",
+    code = main(["eval", "--dataset", "bundled", "--db", db,
                  "--concurrency", "8", "--model-limit", "demo=2", "--rate-limit", "demo=1000/s",
                  "--rate-limit", "1000/s"], out=out)
     assert code == 0, out.getvalue()

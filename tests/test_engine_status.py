@@ -150,7 +150,7 @@ def test_queue_command_exit_statuses(db_location: str | Path,
     db = str(db_location)
     with Store(db) as store:
         on_engine = _demo_experiment(store)
-        on_lease = _demo_experiment(store)
+        never_run = _demo_experiment(store)
         # No engine tables yet: nothing ran on the engine, and reading creates none.
         status, out, _ = _cli(["queue", on_engine, "--db", db], capsys)
         assert status == 1
@@ -159,19 +159,17 @@ def test_queue_command_exit_statuses(db_location: str | Path,
             queue_state(store, on_engine)
         if not db.startswith("postgresql://"):
             assert not Path(engine_database(db).removeprefix("sqlite:///")).exists()
-        events = list(run_experiment(store, on_engine, engine="dbos", concurrency=4))
+        events = list(run_experiment(store, on_engine, concurrency=4))
         assert events[-1]["status"] == "finished"
-        for _ in run_experiment(store, on_lease):
-            pass
         rows = len(store.experiment_cells(on_engine))
     shutdown_engine()  # read by a process whose engine is not launched
     status, out, err = _cli(["queue", on_engine, "--db", db], capsys)
     assert (status, err) == (0, "")
     assert out.splitlines() == [f"experiment {on_engine} (finished):",
                                 f"0 queued · 0 running · {rows} done · 0 cancelled"]
-    status, out, _ = _cli(["queue", on_lease, "--db", db], capsys)
+    status, out, _ = _cli(["queue", never_run, "--db", db], capsys)
     assert status == 1
-    assert "never queued on the engine" in out and "--engine dbos" in out
+    assert "never queued on the engine" in out and "eval --resume ID" in out
     status, out, err = _cli(["queue", "no-such-experiment", "--db", db], capsys)
     assert (status, out) == (2, "")
     assert "error: no experiment 'no-such-experiment'" in err
@@ -198,7 +196,7 @@ def test_a_hostile_executor_id_shows_no_text(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite3"
     with Store(db) as store:
         exp_id = _demo_experiment(store)
-        for _ in run_experiment(store, exp_id, engine="dbos"):
+        for _ in run_experiment(store, exp_id):
             pass
         shutdown_engine()
         hostile = "[click me](https://evil.example/x):<b>12</b>:sk-abcdefghijklmnop0123456789"
@@ -219,7 +217,7 @@ def test_a_cancelled_cell_whose_run_ended_counts_done(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite3"
     with Store(db) as store:
         exp_id = _demo_experiment(store)
-        for _ in run_experiment(store, exp_id, engine="dbos"):
+        for _ in run_experiment(store, exp_id):
             pass
         shutdown_engine()
         engine_file = engine_database(str(db)).removeprefix("sqlite:///")

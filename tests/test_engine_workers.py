@@ -60,7 +60,7 @@ def _drive(store: Store, experiment_id: str, events: list[Any],
            failure: list[BaseException]) -> None:
     backoff = SharedBackoff()
     try:
-        events.extend(run_experiment(store, experiment_id, engine="dbos", backoff=backoff,
+        events.extend(run_experiment(store, experiment_id, backoff=backoff,
                                      concurrency=CONCURRENCY,
                                      models=experiment_models(backoff, api_key="test-key")))
     except BaseException as exc:  # raised again on the test's thread

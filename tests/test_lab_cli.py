@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from conftest import ROOT
+from holding_server import HoldingServer, sigint
 from pg_support import scalar
-from test_workers import HoldingServer, sigint
 
 from rubric_core.cli import main
 from rubric_core.store import Store

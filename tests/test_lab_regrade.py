@@ -7,8 +7,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from holding_server import HoldingServer
 from openai_server import DelayedServer, FakeOpenAI, error, verdict
-from test_workers import HoldingServer
 
 from rubric_core.lab import (
     GraderConfig,

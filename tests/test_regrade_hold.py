@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import ROOT
+from holding_server import HoldingServer
 from openai_server import DelayedServer, verdict
 from pg_support import scalar
 from test_lab_cli import _env, _held_after, _loopback, _run
-from test_workers import HoldingServer
 
 from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
 from rubric_core.lab import regrade as regrade_module

@@ -163,7 +163,7 @@ def test_claim_run_lets_one_of_two_resumers_win(db_location: Path | str) -> None
 def _claims(store: Store) -> None:
     run = session.start(store, _haiku())
     list(run)
-    fresh = session._stale_before()
+    fresh = session.stale_before()
     # An ended run is claimed once; a second claimant then sees a live 'running' row.
     assert store.claim_run(run.run_id, stale_before=fresh)
     assert store.get_run(run.run_id).status == "running"

@@ -709,3 +709,31 @@ def test_schema_6_evaluations_are_upgraded_in_place(db_location: str | Path) -> 
         assert store.evaluations(run.run_id)[1]["unstable"] == ["criterion 0"]  # type: ignore[typeddict-item]
     assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
         SCHEMA_VERSION)
+
+
+def test_schema_12_cells_lose_their_lease_columns_and_keep_everything_else(
+        db_location: str | Path) -> None:
+    from rubric_core.experiments import create_experiment
+    from rubric_core.offline.demo_dataset import demo_dataset
+    from rubric_core.settings import ExperimentConfig
+
+    with Store(db_location) as store:
+        exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
+        before = [(c.key, c.thread_id) for c in store.experiment_cells(exp.experiment_id)]
+    real = "DOUBLE PRECISION" if str(db_location).startswith("postgresql://") else "REAL"
+    # A schema 12 database: the cells' lease columns, one of them holding a lease.
+    _execute(db_location, "ALTER TABLE experiment_cells ADD COLUMN lease_owner TEXT",
+             f"ALTER TABLE experiment_cells ADD COLUMN lease_expires_at {real}",
+             "UPDATE experiment_cells SET lease_owner = 'w', lease_expires_at = 1.0",
+             "UPDATE meta SET value = '12' WHERE key = 'schema_version'")
+    with Store(db_location) as store:
+        assert [(c.key, c.thread_id) for c in store.experiment_cells(exp.experiment_id)
+                ] == before
+    column = ("SELECT COUNT(*) FROM information_schema.columns WHERE table_name = "
+              "'experiment_cells' AND column_name LIKE 'lease%'"
+              if str(db_location).startswith("postgresql://") else
+              "SELECT COUNT(*) FROM pragma_table_info('experiment_cells') "
+              "WHERE name LIKE 'lease%'")
+    assert scalar(db_location, column) == 0
+    assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
+        SCHEMA_VERSION)

@@ -1,4 +1,4 @@
-"""Datasets and experiments in the store: versions, cells, one transaction each, leases.
+"""Datasets and experiments in the store: versions, cells, one transaction each.
 
 Tests taking ``db_location`` or ``store`` (tests/conftest.py) run on SQLite and PostgreSQL.
 """
@@ -6,7 +6,6 @@ Tests taking ``db_location`` or ``store`` (tests/conftest.py) run on SQLite and 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -132,10 +131,7 @@ def test_stored_dataset_rows_hold_no_secret(
     assert database_holds(db_location, "Bearer [redacted]") != []
 
 
-# -- leases: several workers share an experiment's cells ------------------------------------------
-
-ENDED = frozenset({"satisfied", "failed", "grader_error", "max_iterations_reached", "error"})
-
+# -- cells and their runs ------------------------------------------------------------------------
 
 def _experiment(store: Store, rows: int = 3, configs: int = 2) -> str:
     ds = demo_dataset()
@@ -194,122 +190,26 @@ def test_experiment_cells_are_read_a_page_at_a_time(store: Store) -> None:
     assert [c for p in pages for c in p] == every
 
 
-def test_claims_hand_out_each_unfinished_cell_once_in_run_order(store: Store) -> None:
-    exp_id = _experiment(store)
-    cells = store.experiment_cells(exp_id)
-    # A cell whose run ended is done; a running or interrupted one still needs its worker.
-    ended = store.create_run(prompt="p", rubric="- a", thread_id=cells[1].thread_id)
-    store.finish_run(ended.run_id, "satisfied")
-    stopped = store.create_run(prompt="p", rubric="- a", thread_id=cells[2].thread_id)
-    store.finish_run(stopped.run_id, "interrupted")
-    claimed = []
-    while (cell := store.claim_cell(exp_id, "w1", lease_s=600, done=ENDED)) is not None:
-        assert cell.lease_owner == "w1" and cell.lease_expires_at is not None
-        claimed.append(cell.key)
-    assert claimed == [c.key for c in cells if c.key != cells[1].key]
-    assert store.claim_cell(exp_id, "w2", lease_s=600, done=ENDED) is None
-    assert {c.lease_owner for c in store.experiment_cells(exp_id)} == {"w1", None}
-    # With errors retried, an errored cell is claimable; `done` is the caller's vocabulary.
-    store.finish_run(ended.run_id, "error")
-    again = store.claim_cell(exp_id, "w2", lease_s=600, done=ENDED - {"error"})
-    assert again is not None and again.key == cells[1].key and again.status == "error"
-
-
-def test_a_live_lease_is_kept_an_expired_one_is_reclaimable(store: Store) -> None:
-    exp_id = _experiment(store, rows=1, configs=2)
-    first = store.claim_cell(exp_id, "alive", lease_s=600, done=ENDED)
-    short = store.claim_cell(exp_id, "dies", lease_s=0.001, done=ENDED)
-    assert first is not None and short is not None and first.key != short.key
-    time.sleep(0.05)  # the dying worker's lease runs out (by the database's clock)
-    taken = store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED)
-    assert taken is not None and taken.key == short.key  # never the live one
-    assert store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED) is None
-    assert not store.renew_lease(exp_id, short.key, "dies", lease_s=600)  # it lost the cell
-    assert not store.release_cell(exp_id, short.key, "dies")
-    assert store.renew_lease(exp_id, first.key, "alive", lease_s=600)
-    assert store.release_cell(exp_id, first.key, "alive")
-    released = store.claim_cell(exp_id, "heir", lease_s=600, done=ENDED)
-    assert released is not None and released.key == first.key
-
-
-def test_an_experiment_with_a_live_lease_is_not_deleted(store: Store) -> None:
-    exp_id = _experiment(store, rows=1, configs=2)
-    held = store.claim_cell(exp_id, "worker", lease_s=600, done=ENDED)
-    dying = store.claim_cell(exp_id, "dies", lease_s=0.001, done=ENDED)
-    assert held is not None and dying is not None
-    time.sleep(0.05)  # the dying worker's lease has run out; the other one's has not
-    with pytest.raises(ValueError, match=r"is running: 1 cell\(s\) are leased .* 600 s more"):
-        store.delete_experiment(exp_id)
-    assert len(store.experiment_cells(exp_id)) == 2  # nothing was deleted
-    assert store.release_cell(exp_id, held.key, "worker")
-    assert store.delete_experiment(exp_id)
-    assert store.get_experiment(exp_id) is None and store.experiment_cells(exp_id) == []
-    assert not store.delete_experiment(exp_id)
-
-
-def test_a_claim_can_be_kept_to_some_cells(store: Store) -> None:
-    exp_id = _experiment(store)
-    keys = [c.key for c in store.experiment_cells(exp_id)]
-    got = store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[4], keys[2]])
-    assert got is not None and got.key == keys[2]  # in run order among those allowed
-    got = store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[4], keys[2]])
-    assert got is not None and got.key == keys[4]
-    assert store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[keys[2]]) is None
-    assert store.claim_cell(exp_id, "w", lease_s=60, done=ENDED, keys=[]) is None
-
-
-@pytest.mark.parametrize(
-    ("owner", "lease_s"),
-    [pytest.param("", 5, id="empty_owner"), pytest.param("w", 0, id="zero_lease"),
-     pytest.param("w", True, id="bool_lease")],
-)
-def test_claim_rejects_bad_arguments(store: Store, owner: str, lease_s: float) -> None:
-    exp_id = _experiment(store, rows=1, configs=1)
-    with pytest.raises(ValueError):
-        store.claim_cell(exp_id, owner, lease_s=lease_s, done=ENDED)
-
-
-def test_workers_claiming_at_once_never_share_a_cell(db_location: str | Path) -> None:
-    with Store(db_location) as store:
-        exp_id = _experiment(store, rows=10, configs=3)
-    workers = 4
-    barrier = threading.Barrier(workers)
-    claims: dict[str, list[tuple[str, int, int]]] = {}
-    errors: list[BaseException] = []
-
-    def work(owner: str) -> None:
-        mine = claims.setdefault(owner, [])
-        try:
-            with Store(db_location) as own:  # its own connections, as another process has
-                barrier.wait(timeout=10)
-                while (cell := own.claim_cell(exp_id, owner, lease_s=600,
-                                              done=ENDED)) is not None:
-                    mine.append(cell.key)
-        except BaseException as exc:  # collected: pytest does not see thread exceptions
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
-    every = [key for mine in claims.values() for key in mine]
-    assert len(every) == len(set(every)) == 30  # each cell once, none lost
-    with Store(db_location) as store:
-        owners = {c.key: c.lease_owner for c in store.experiment_cells(exp_id)}
-    assert all(owners[key] == owner for owner, mine in claims.items() for key in mine)
-
-
-def test_leased_elsewhere_counts_other_workers_live_leases(store: Store) -> None:
+def test_an_experiment_whose_cell_is_being_run_is_not_deleted(store: Store) -> None:
     exp_id = _experiment(store, rows=2, configs=1)
-    mine = store.claim_cell(exp_id, "me", lease_s=600, done=ENDED)
-    theirs = store.claim_cell(exp_id, "them", lease_s=600, done=ENDED)
-    assert mine is not None and theirs is not None
-    assert store.leased_elsewhere(exp_id, "me") == 1
-    assert store.release_cell(exp_id, theirs.key, "them")
-    assert store.leased_elsewhere(exp_id, "me") == 0
-    assert store.leased_elsewhere(exp_id, "them") == 1
+    live, dead = store.experiment_cells(exp_id)
+    config = ExperimentConfig(max_iterations=1)
+    ds = demo_dataset()
+    live_run = store.create_run(config.settings_for(ds.rows[0]), thread_id=live.thread_id)
+    dead_run = store.create_run(config.settings_for(ds.rows[1]), thread_id=dead.thread_id)
+    time.sleep(0.05)
+    cutoff = store.now()  # heartbeats before it are a dead process's
+    assert store.touch_run(live_run.run_id, owner=live_run.owner)
+    with pytest.raises(ValueError, match=r"is running: 2 cell\(s\) are being run"):
+        store.delete_experiment(exp_id)  # without a cut-off every running run holds it
+    with pytest.raises(ValueError, match=r"is running: 1 cell\(s\) are being run"):
+        store.delete_experiment(exp_id, stale_before=cutoff)
+    assert len(store.experiment_cells(exp_id)) == 2  # nothing was deleted
+    store.finish_run(live_run.run_id, "interrupted", owner=live_run.owner)
+    assert store.delete_experiment(exp_id, stale_before=cutoff)
+    assert store.get_experiment(exp_id) is None and store.experiment_cells(exp_id) == []
+    assert {r.run_id for r in store.list_runs(limit=None)} >= {live_run.run_id, dead_run.run_id}
+    assert not store.delete_experiment(exp_id)
 
 
 def test_a_retried_cells_earlier_run_is_kept_with_its_experiment(store: Store) -> None:

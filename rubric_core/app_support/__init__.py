@@ -98,7 +98,6 @@ from rubric_core.app_support.drafts import (
     sync_draft,
 )
 from rubric_core.app_support.experimenting import (
-    ENGINE_LABELS,
     MAX_CONCURRENCY,
     MAX_CONFIGS,
     MAX_RATE_CELLS,
@@ -301,7 +300,6 @@ __all__ = [
     "CORRECT_CHOICES",
     "DEFAULT_TOKEN_DELAY_S",
     "DRAFT_KEYS",
-    "ENGINE_LABELS",
     "FORM_DEFAULTS",
     "HEATMAP_COLORS",
     "HISTORY_PAGE_SIZE",

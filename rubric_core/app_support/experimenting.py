@@ -42,6 +42,7 @@ from rubric_core.models import ModelConfigError
 from rubric_core.offline.demo_dataset import demo_dataset
 from rubric_core.prices import Prices
 from rubric_core.registry import ActiveRegistry
+from rubric_core.session import stale_before
 from rubric_core.settings import ExperimentConfig
 from rubric_core.types import DEFAULT_CONCURRENCY, ERROR_STATUSES, MAX_CONCURRENCY, MAX_REPEATS
 from rubric_core.usage import token_sum
@@ -195,7 +196,7 @@ def form_defaults(state: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "exp_config_count": 1, "exp_repeats": 1, "exp_concurrency": DEFAULT_CONCURRENCY,
         "exp_name": "", "exp_rubric": state.get("rubric_text") or "",
-        "exp_engine": "lease", "exp_rate_cells": 0, "exp_rate_per": "minute",
+        "exp_rate_cells": 0, "exp_rate_per": "minute",
     }
     sidebar = {"cap": state.get("max_iterations", FORM_DEFAULTS["max_iterations"]),
                **{field: state.get(key, FORM_DEFAULTS[key]) for field, key in (
@@ -324,14 +325,13 @@ def wait_experiment_inactive(experiment_id: str, timeout_s: float) -> bool:
 def live_experiment(
     store: Store, experiment_id: str, *, models: ModelResolver, backoff: SharedBackoff,
     concurrency: int = DEFAULT_CONCURRENCY, retry_errors: bool = False,
-    budget: Budget | None = None, engine: str = "lease",
-    rate_limit: tuple[int, float] | None = None,
+    budget: Budget | None = None, rate_limit: tuple[int, float] | None = None,
 ) -> Iterator[ExperimentEvent]:
     """`run_experiment`, registered so that `stop_experiment` from another rerun stops it.
 
-    Closing the iterator is Stop too (on the queue engine: the experiment's queued and running
-    cells are cancelled). ``budget`` (None: the one kept with the experiment, if any) stops it
-    before a cell would spend past it; ``engine`` and ``rate_limit`` are `run_experiment`'s.
+    Closing the iterator is Stop too (the experiment's queued and running cells are
+    cancelled). ``budget`` (None: the one kept with the experiment, if any) stops it before a
+    cell would spend past it; ``rate_limit`` is `run_experiment`'s.
 
     Raises:
         RuntimeError: This process is already running (or stopping) the experiment.
@@ -341,13 +341,10 @@ def live_experiment(
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
         yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
                                   backoff=backoff, retry_errors=retry_errors, stop=stop,
-                                  budget=budget, engine=engine, rate_limit=rate_limit)
+                                  budget=budget, rate_limit=rate_limit)
 
 
-# -- the queue engine (preview) -------------------------------------------------------------------
-
-ENGINE_LABELS = {"lease": "Lease queue", "dbos": "DBOS queues (preview)"}
-"""The Engine choice's labels, by `rubric_core.types.ENGINES` value."""
+# -- the queue engine ------------------------------------------------------------------------------
 
 RATE_PERIODS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 """The rate limit's periods, in seconds."""
@@ -357,12 +354,9 @@ MAX_RATE_CELLS = 1_000_000
 
 
 def rate_limit_from_state(state: Mapping[str, Any]) -> tuple[int, float] | None:
-    """The rate limit fields as `run_experiment`'s ``(cells, seconds)``; None for none (0).
-
-    Only the queue engine has a rate limit: None on the lease queue.
-    """
+    """The rate limit fields as `run_experiment`'s ``(cells, seconds)``; None for none (0)."""
     cells = int(state.get("exp_rate_cells") or 0)
-    if state.get("exp_engine") != "dbos" or cells < 1:
+    if cells < 1:
         return None
     return min(cells, MAX_RATE_CELLS), RATE_PERIODS.get(str(state.get("exp_rate_per")), 60.0)
 
@@ -465,7 +459,8 @@ def delete_experiment(store: Store, record: ExperimentRecord) -> UiMessage:
         return UiMessage("error", "Not deleted: this experiment is running in this app. Stop it "
                                   "first.")
     try:
-        deleted = store.delete_experiment(record.experiment_id)
+        deleted = store.delete_experiment(record.experiment_id,
+                                          stale_before=stale_before(store.now()))
     except ValueError as exc:
         return UiMessage("error", f"Not deleted: {exc}.")
     if not deleted:
@@ -621,7 +616,7 @@ def summary_csv(store: Store, experiment_id: str,
 
 
 __all__ = [
-    "ENGINE_LABELS", "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_RATE_CELLS", "MAX_REPEATS",
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_RATE_CELLS", "MAX_REPEATS",
     "RATE_PERIODS", "ComparisonView", "QueueView", "ResultsGrid", "StoredDataset", "can_resume",
     "cell_label", "check_configs", "comparison_view", "config_column", "config_key",
     "configs_from_state", "dataset_name_for", "dataset_preview", "datasets_frame",

@@ -1,6 +1,6 @@
 """Command line: ``rubric-studio run|eval|regrade|answers|datasets|db|examples|analytics|app``.
 
-Also the queue engine's ``worker``, ``recover`` and ``queue`` (a preview).
+Also the queue engine's ``worker``, ``recover`` and ``queue``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_copy_arguments(copy)
     copy.set_defaults(func=db.copy)
 
-    wk = sub.add_parser("worker", help="run queued experiment cells (queue engine, preview)",
+    wk = sub.add_parser("worker", help="run queued experiment cells (queue engine)",
                         description=engine_command.WORKER_DESCRIPTION)
     engine_command.add_worker_arguments(wk)
     wk.set_defaults(func=engine_command.worker)
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine_command.add_db_argument(rc)
     rc.set_defaults(func=engine_command.recover)
 
-    qu = sub.add_parser("queue", help="an experiment's cells in the queue engine (preview)",
+    qu = sub.add_parser("queue", help="an experiment's cells in the queue engine",
                         description=queue_command.DESCRIPTION)
     queue_command.add_queue_arguments(qu)
     qu.set_defaults(func=queue_command.queue)

@@ -1,4 +1,4 @@
-"""``rubric-studio worker`` and ``rubric-studio recover``: the queue engine's commands (preview).
+"""``rubric-studio worker`` and ``rubric-studio recover``: the queue engine's commands.
 
 ``worker`` joins this process to the pool that runs the queued cells of every experiment on a
 database, or of one (`rubric_core.engine.worker`; ``eval --workers`` starts its workers with
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from types import FrameType
 
 WORKER_DESCRIPTION = (
-    "Run the queued cells of every experiment in --db that runs on the queue engine (eval "
-    "--engine dbos), or of --experiment's only, until Ctrl-C or SIGTERM; its running cells "
+    "Run the queued cells of every experiment in --db (queued by eval or the app), or of "
+    "--experiment's only, until Ctrl-C or SIGTERM; its running cells "
     "then stop after their step and are handed to another worker. Exit 130 when stopped."
 )
 RECOVER_DESCRIPTION = (

@@ -1,9 +1,10 @@
 """``rubric-studio eval``: run a dataset through one or more configurations (an experiment).
 
-The arguments become a dataset, `ExperimentConfig` s and a `WorkerPlan`; the library checks
-them (`rubric_core.experiments.create_experiment`, `rubric_core.workers.WorkerPlan.split`) and
-runs the experiment (`rubric_core.workers.run_with_workers`). This module prints progress and
-the summary and turns the summary into the exit status.
+The arguments become a dataset and `ExperimentConfig` s; the library checks them
+(`rubric_core.experiments.create_experiment`) and runs the experiment on the queue engine
+(`rubric_core.experiments.run_experiment`, with ``--workers N`` supervised worker processes:
+`rubric_core.engine.supervisor`). This module prints progress and the summary and turns the
+summary into the exit status.
 """
 
 from __future__ import annotations
@@ -71,22 +72,19 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="run every row × configuration this many times (default 1), to see "
         "how stable the verdicts are")
     add("--concurrency", type=int, default=None,
-        help="cells at once, over all workers (default 4)")
+        help="cells at once, over every process running the experiment (default 4)")
     add("--workers", type=int, default=1,
-        help="processes sharing the experiment's cells (default 1): a process is "
-        "bound to one CPU core by Python's GIL, so more workers use more cores; "
-        "--concurrency and --model-limit are shared out between them (with --engine dbos, "
-        "they hold over all of them, and a worker that dies is restarted)")
-    add("--engine", choices=("lease", "dbos"), default="lease",
-        help="what schedules the cells: the lease queue (default) or the queue engine (dbos, "
-        "a preview: --concurrency and --rate-limit hold over every process running the "
-        "experiment, and so does --max-cost; start more with 'rubric-studio worker')")
+        help="worker processes running the cells (default 1: this one; needs a PostgreSQL "
+        "--db above 1): a process is bound to one CPU core by Python's GIL, so more workers "
+        "use more cores; the limits hold over all of them, and a worker that dies is "
+        "restarted. More join from any machine with 'rubric-studio worker'")
     add("--rate-limit", action="append", default=None, metavar="[MODEL=]N/PERIOD",
-        help="with --engine dbos: at most N cells start per PERIOD (s, min or h; e.g. 60/min), "
-        "over every process; MODEL=N/PERIOD: at most N cells using model MODEL (worker or "
-        "grader) start per PERIOD. Repeatable, once per model")
+        help="at most N cells start per PERIOD (s, min or h; e.g. 60/min), over every "
+        "process; MODEL=N/PERIOD: at most N cells using model MODEL (worker or grader) start "
+        "per PERIOD. Repeatable, once per model")
     add("--model-limit", action="append", default=[], metavar="M=N",
-        help="at most N cells at once use model M (worker or grader); repeatable")
+        help="at most N cells at once use model M (worker or grader), over every process; "
+        "repeatable")
     add("--min-pass-rate", type=float, default=None,
         help="satisfied share (0-1) each configuration needs for exit 0; without "
         "it, exit 0 needs every cell ended without an error")
@@ -152,7 +150,7 @@ class ProgressPrinter:
 
 
 def model_limits(values: list[str]) -> dict[str, int]:
-    """``--model-limit MODEL=N`` values by model (their range is `WorkerPlan.split`'s check).
+    """``--model-limit MODEL=N`` values by model (their range is `check_limits`'s).
 
     Raises:
         UsageError: A value that is not ``MODEL=N`` with N a whole number.
@@ -219,7 +217,7 @@ def rate_limits(values: list[str] | None
     """``--rate-limit`` values: the whole experiment's (or None) and each model's.
 
     Whether each model is one the experiment uses is the library's check
-    (`rubric_core.experiments.scheduler.check_engine`).
+    (`rubric_core.experiments.scheduler.check_rates`).
 
     Raises:
         UsageError: A value that is not ``N/PERIOD`` or ``MODEL=N/PERIOD``, or two for the
@@ -306,13 +304,17 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         msg = f"--min-pass-rate must be a share between 0 and 1, got {args.min_pass_rate}"
         raise UsageError(msg)
-    if (args.engine == "dbos" and args.workers > 1
-            and not is_url(args.db or default_db_path())):
-        msg = ("--engine dbos --workers N needs a PostgreSQL --db: on SQLite the queue engine "
-               "does not hold --concurrency over several processes")
+    from rubric_core.types import DEFAULT_CONCURRENCY
+
+    concurrency = DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency
+    if not 1 <= args.workers <= max(concurrency, 1):
+        msg = (f"--workers must be from 1 to the concurrency ({concurrency}), got "
+               f"{args.workers}: a worker beyond it would never run a cell")
         raise UsageError(msg)
-    if args.rate_limit is not None and args.engine != "dbos":
-        msg = "--rate-limit needs --engine dbos"
+    if args.workers > 1 and not is_url(args.db or default_db_path()):
+        msg = ("--workers N needs a PostgreSQL --db (postgresql://…): on SQLite the queue "
+               "engine does not hold --concurrency over several processes, so one process "
+               "runs the cells there")
         raise UsageError(msg)
     if args.resume is None and not args.dataset:
         msg = "give --dataset FILE|bundled (or --resume EXP_ID)"
@@ -399,21 +401,23 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
 
     """
     from rubric_core.costs import experiment_cost
+    from rubric_core.engine.supervisor import supervised
     from rubric_core.experiments import (
         DEFAULT_CONCURRENCY,
         SUMMARY_COLUMNS,
+        check_limits,
         create_experiment,
         experiment_results,
         export_columns,
         export_experiment_rows,
+        run_experiment,
         summary_rows,
     )
     from rubric_core.experiments.budget import Budget, estimate_experiment
-    from rubric_core.experiments.scheduler import check_engine
+    from rubric_core.experiments.scheduler import check_rates
     from rubric_core.export import write_csv
     from rubric_core.prices import format_dollars
     from rubric_core.store import Store
-    from rubric_core.workers import WorkerPlan, run_with_workers
 
     for path in (args.csv, args.summary_csv):
         if path:
@@ -423,9 +427,9 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     printer = ProgressPrinter(out)
     prices = prices_from(args)
     budget = _budget(args, prices)
-    plan = WorkerPlan.split(
-        workers=args.workers, per_model=model_limits(args.model_limit),
-        concurrency=DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency)
+    concurrency = DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency
+    per_model = model_limits(args.model_limit)
+    check_limits(concurrency, per_model)
     db = args.db or default_db_path()
     store = Store(db)
     try:
@@ -436,9 +440,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                 raise UsageError(msg)
         else:
             configs = configurations(args)
-            if args.engine == "dbos":  # a model rate limit none uses: before anything is stored
-                check_engine(args.engine, whole_rate, model_rates=model_rates,
-                             configs=configs)
+            # a model rate limit none uses: refused before anything is stored
+            check_rates(whole_rate, model_rates=model_rates, configs=configs)
             if budget is not None:  # refused before anything is stored
                 _check(configs, budget)
             experiment = create_experiment(store, load_dataset(args), configs,
@@ -459,31 +462,22 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
                   f"resume with: rubric-studio eval --resume {exp_id} "
                   f"--db {shown_location(db)}\n")
-        if args.engine == "dbos":
-            from rubric_core.engine.supervisor import supervised
-            from rubric_core.experiments import run_experiment
+        def say(line: str) -> None:
+            out.write(line + "\n")
+            out.flush()
 
-            def say(line: str) -> None:
-                out.write(line + "\n")
-                out.flush()
-
-            # --workers N > 1: N supervised worker processes run the cells, under the
-            # queue's one --concurrency and --model-limit (limits over every process, never
-            # shared out), and this one only queues and watches them
-            # (rubric_core.engine.supervisor); --workers 1: this process runs them.
-            helpers = args.workers if args.workers > 1 else 0
-            with supervised(db, exp_id, helpers, on_message=say) as workers:
-                for event in run_experiment(store, exp_id, engine="dbos",
-                                            concurrency=sum(plan.concurrency),
-                                            per_model=model_limits(args.model_limit),
-                                            retry_errors=args.retry_errors,
-                                            rate_limit=whole_rate, model_rates=model_rates,
-                                            run_here=not helpers):
-                    printer(event)
-            failed = workers.failures
-        else:
-            failed = run_with_workers(store, exp_id, plan, db=db, on_event=printer,
-                                      retry_errors=args.retry_errors)
+        # --workers N > 1: N supervised worker processes run the cells, under the queue's one
+        # --concurrency and --model-limit (limits over every process, never shared out), and
+        # this one only queues and watches them (rubric_core.engine.supervisor); --workers 1:
+        # this process runs them.
+        helpers = args.workers if args.workers > 1 else 0
+        with supervised(db, exp_id, helpers, on_message=say) as workers:
+            for event in run_experiment(store, exp_id, concurrency=concurrency,
+                                        per_model=per_model, retry_errors=args.retry_errors,
+                                        rate_limit=whole_rate, model_rates=model_rates,
+                                        run_here=not helpers):
+                printer(event)
+        failed = workers.failures
         for message in failed:
             out.write(message + "\n")
         results = experiment_results(store, exp_id)

@@ -1,4 +1,4 @@
-"""``rubric-studio queue EXPERIMENT_ID``: an experiment's cells in the queue engine (preview).
+"""``rubric-studio queue EXPERIMENT_ID``: an experiment's cells in the queue engine.
 
 Shows what the engine's tables say now (`rubric_core.engine.status`): cells queued, running
 per worker, done and cancelled, whichever processes run them. It launches nothing and joins no
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from rubric_core.engine.status import QueueState
 
 DESCRIPTION = (
-    "Show an experiment's cells in the queue engine (eval --engine dbos, the app's DBOS "
-    "queues): queued, running per worker (pid and host), done and cancelled. Exit 0 when "
+    "Show an experiment's cells in the queue engine (queued by eval or the app): queued, "
+    "running per worker (pid and host), done and cancelled. Exit 0 when "
     "shown, 1 when the engine holds nothing for the experiment (no engine tables in --db, or "
     "the experiment never ran on the engine), 2 for an unknown experiment or database."
 )
@@ -65,12 +65,11 @@ def queue(args: argparse.Namespace, out: TextIO) -> int:
             state = queue_state(store, experiment.experiment_id)
         except NoEngineTables:
             out.write(f"{head}: {shown_location(db)} has no queue-engine tables; no experiment "
-                      "ran on the engine there (eval --engine dbos, or the app's DBOS "
-                      "queues)\n")
+                      "ran on the engine there yet (eval, or the app's Experiments page)\n")
             return 1
     if not state.total:
-        out.write(f"{head}: never queued on the engine (it ran on the lease queue, or not "
-                  "at all); run it with eval --resume ID --engine dbos\n")
+        out.write(f"{head}: never queued on the engine (it ran before the engine scheduled "
+                  "experiments, or not at all); run it with eval --resume ID\n")
         return 1
     out.write(f"{head}:\n{format_state(state)}")
     return 0

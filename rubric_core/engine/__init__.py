@@ -1,18 +1,17 @@
-"""The queue engine (a preview): experiment cells as DBOS Transact workflows on durable queues.
+"""The queue engine: experiment cells as DBOS Transact workflows on durable queues.
 
-Selected per run (`rubric_core.experiments.run_experiment`'s ``engine="dbos"``, ``eval
---engine dbos``) while the lease queue stays the default. One concept per module:
+Every experiment runs here (`rubric_core.experiments.run_experiment`). One concept per module:
 `launch` (DBOS on the store's own database, once per process), `cell` (the cell workflow and
 what a process needs to run an experiment's cells), `queues` (an experiment's queue and its
-cells' workflow IDs), `driver` (an experiment run with `run_experiment`'s events),
-`recovery` (re-queue the cells of processes that stopped) and `worker` (a process that runs
-queued cells until stopped).
+cells' workflow IDs), `budget` (admission under a budget, over every process), `driver` (an
+experiment run with `run_experiment`'s events), `recovery` (re-queue the cells of processes
+that stopped), `worker` (a process that runs queued cells until stopped), `supervisor`
+(``eval --workers N``) and `status` (the queue's state, read without launching anything).
 
-Importing this package imports DBOS; the rest of `rubric_core` imports it only when the engine
-is asked for.
+Importing this package imports DBOS; the rest of `rubric_core` imports it only when a run asks
+for it.
 """
 
-from rubric_core.engine.driver import EngineDriver
 from rubric_core.engine.launch import (
     APPLICATION_VERSION,
     current_engine,
@@ -22,5 +21,5 @@ from rubric_core.engine.launch import (
 )
 from rubric_core.engine.recovery import recover_stopped_executors
 
-__all__ = ["APPLICATION_VERSION", "EngineDriver", "current_engine", "engine_database",
-           "launch_engine", "recover_stopped_executors", "shutdown_engine"]
+__all__ = ["APPLICATION_VERSION", "current_engine", "engine_database", "launch_engine",
+           "recover_stopped_executors", "shutdown_engine"]

@@ -1,8 +1,8 @@
 """An experiment's budget on the queue engine: one admission at a time, over every process.
 
-On the lease queue each process held back the estimates of its own cells in flight only
-(`rubric_core.experiments.budget`), so with several workers the cells in flight elsewhere could
-carry the experiment past its budget. Here a cell, on whichever process dequeued it, starts
+Each process holding back the estimates of its own cells in flight only (the earlier lease
+queue's way) would let the cells in flight elsewhere carry the experiment past its budget.
+Here a cell, on whichever process dequeued it, starts
 only when what the experiment has spent (its recorded calls, priced as `BudgetGuard` prices
 them) plus the estimates held by the experiment's cells in flight on ANY process plus its own
 estimate stays within the budget kept with the experiment.
@@ -34,7 +34,7 @@ estimate stays within the budget kept with the experiment.
   the rest again.
 - Conservative, never over: a running cell's calls so far count both in what was spent and
   under its hold until it ends. What is spent can pass the budget only by what cells in flight
-  spend beyond their estimates (as on the lease queue), or by the calls a paused worker makes
+  spend beyond their estimates, or by the calls a paused worker makes
   after its cell was recovered elsewhere (before the run's fence stops it).
 - Cost: an experiment without a budget pays one read of its row per cell; with one, each
   admission reads the experiment's recorded calls (three reads, as `BudgetGuard` does once)

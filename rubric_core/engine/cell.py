@@ -5,7 +5,7 @@ errors are retried); its body is the one both schedulers share
 (`rubric_core.experiments.cell.run_cell`), and its result the cell's ``status``, ``run_id`` and
 ``error`` as it ended there. The body writes only our own tables, through our run ownership and
 fenced checkpoints: DBOS fences its own rows, not ours, so a paused worker whose workflow was
-recovered elsewhere is stopped by the run's owner check, exactly as on the lease queue.
+recovered elsewhere is stopped by the run's owner check (`rubric_core.store._fence`).
 
 What a cell needs beyond its ids comes from this process's `ExperimentContext` for its
 experiment: the experiment and its dataset's rows, the chat models and the listener that

@@ -1,12 +1,11 @@
 """An experiment run on the queue engine, with the events of `run_experiment`.
 
-`EngineDriver` is the lease scheduler's `ExperimentDriver` with its middle replaced: instead of
-slots claiming cells, it puts the cells that need a run on the experiment's DBOS queue
+`ExperimentDriver` puts the cells that need a run on the experiment's DBOS queue
 (`rubric_core.engine.queues`) and watches them end, here or on any other process with the engine
-launched on the same database (``rubric-studio worker``). The events are the same
-(``experiment_progress`` per configuration at the start and as cells end, ``cell_finished`` for
-the cells that end in this process, one ``experiment_finished``), and so is the experiment's
-status at the end (``finished`` when every cell ended, else ``stopped``).
+launched on the same database (``rubric-studio worker``). Its events: ``experiment_progress``
+per configuration at the start and as cells end (here or elsewhere), ``cell_finished`` for the
+cells that end in this process, one ``experiment_finished``; the experiment's status at the end
+is ``finished`` when every cell ended, else ``stopped``.
 
 - Limits: the experiment's concurrency is the queue's global limit, over every process; an
   optional rate limit (cells started per period) too. Per-model limits (``per_model``: cells
@@ -29,7 +28,7 @@ status at the end (``finished`` when every cell ended, else ``stopped``).
   `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`).
 - The driver ends when no cell is left to end, or when every one of its cells' workflows has
   completed (a cell whose run was interrupted, e.g. by a lost database, is then left for a
-  Resume, as on the lease queue).
+  Resume).
 """
 
 from __future__ import annotations
@@ -43,18 +42,25 @@ from rubric_core.engine import budget, queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
 from rubric_core.engine.launch import listen
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
-from rubric_core.experiments.scheduler import ExperimentDriver
-from rubric_core.types import ENDED_STATUSES
+from rubric_core.experiments.results import Tally, needs_run
+from rubric_core.experiments.scheduler import CellKey, progress_event
+from rubric_core.types import ENDED_STATUSES, ERROR_STATUSES
 
 if TYPE_CHECKING:
     import queue
     import threading
     from collections.abc import Mapping
 
+    from rubric_core.datasets import DatasetRow
     from rubric_core.engine.launch import Engine
     from rubric_core.experiments.budget import BudgetGuard
     from rubric_core.store import ExperimentRecord, Store
-    from rubric_core.types import ExperimentEvent, ModelResolver
+    from rubric_core.types import (
+        ExperimentEvent,
+        ExperimentFinished,
+        ExperimentProgress,
+        ModelResolver,
+    )
 
 WATCH_S = 0.5
 """How often the driver reads which cells ended (on any process)."""
@@ -63,8 +69,13 @@ _SETTLE_S = 2.0  # longest the driver waits for its cells' workflows to record t
 _SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still queued or running
 
 
-class EngineDriver(ExperimentDriver):
-    """Runs one session of an experiment on the queue engine (see the module docstring)."""
+class ExperimentDriver:
+    """Runs one session of an experiment (see the module docstring).
+
+    Built on the caller's thread with its whole state; `run` fills in what the database says
+    (the dataset's rows, the cells left) on the background loop, where every later change
+    happens.
+    """
 
     def __init__(self, store: Store, experiment: ExperimentRecord, models: ModelResolver,
                  stop: threading.Event, events: queue.Queue[ExperimentEvent | None],
@@ -73,14 +84,16 @@ class EngineDriver(ExperimentDriver):
                  rate_limit: tuple[int, float] | None = None,
                  model_rates: Mapping[str, tuple[int, float]] | None = None,
                  run_here: bool = True) -> None:
-        """`ExperimentDriver`'s arguments, the engine, and the rate limits.
+        """`run_experiment`'s arguments, checked, with the engine launched in this process.
 
-        The per-model limits become limits of the engine's queues (``per_model`` is not kept
-        as the lease scheduler's semaphores). ``run_here``: this process runs cells too
-        (False: the workers of ``eval --workers`` run them, `rubric_core.engine.supervisor`).
+        ``run_here``: this process runs cells too (False: the workers of ``eval --workers``
+        run them, `rubric_core.engine.supervisor`).
         """
-        super().__init__(store, experiment, models, stop, events, concurrency, {},
-                         retry_errors, guard)
+        self.store, self.experiment, self.models, self.stop = store, experiment, models, stop
+        self.events, self.concurrency = events, concurrency
+        self.retry_errors = retry_errors
+        self.guard = guard
+        """What was spent and whether the budget was reached (None: no budget)."""
         self.engine = engine
         """This process's engine."""
         self.run_here = run_here
@@ -91,10 +104,60 @@ class EngineDriver(ExperimentDriver):
             m: queues.ModelLimit(concurrency=per_model.get(m), rate=(model_rates or {}).get(m))
             for m in {*per_model, *(model_rates or {})}}
         """Each limited model's limits over every process (its own queue)."""
+        self.failure: BaseException | None = None
+        """What ended the session with an exception, raised again on the consumer's thread."""
+        self.started = time.monotonic()
+        self.rows: dict[str, DatasetRow] = {}
+        """The dataset's rows by id (read when the session starts)."""
+        self.tallies = [Tally() for _ in experiment.configurations]
+        """Per configuration: its cells by how they ended, here or on another process."""
+        self.left: dict[CellKey, str | None] = {}
+        """The cells not ended yet, with the run each had when the session started (a cell
+        that ended since, anywhere, is counted once, then dropped)."""
+        self.remaining = 0
+        """Cells not ended yet (for the ETA)."""
+        self.finished_here = 0
+        """Cells that ended in this process this session (for the ETA)."""
         self.ended_here = asyncio.Event()
         """Set (on the loop) when a cell of this experiment ended in this process."""
         self.workflow_ids: dict[str, tuple[str, int, int]] = {}
         """This session's cells' workflow IDs, with their keys."""
+
+    async def run(self) -> None:
+        """The whole session; it never raises (a failure is kept for the consumer's thread)."""
+        status = "stopped"
+        try:
+            status = await self._main()
+        except BaseException as exc:  # handed to the consumer's thread
+            self.failure = exc
+        finally:
+            with contextlib.suppress(Exception):
+                await self.store.acall(self.store.set_experiment_status,
+                                       self.experiment.experiment_id, status)
+            finished: ExperimentFinished = {
+                "type": "experiment_finished", "experiment_id": self.experiment.experiment_id,
+                "status": "finished" if status == "finished" else "stopped",
+                "duration_s": round(time.monotonic() - self.started, 3)}
+            if self.guard is not None:
+                finished["budget_reached"] = self.guard.reached
+                finished["spent_usd"] = str(self.guard.spent)
+            self.events.put(finished)
+            self.events.put(None)
+
+    async def _load(self) -> None:
+        """Read the dataset's rows and the cells' statuses: what is left, what is counted."""
+        exp, store = self.experiment, self.store
+        dataset, _ = await store.acall(store.load_dataset, exp.dataset_name, exp.dataset_version)
+        self.rows = {r.id: r for r in dataset.rows}
+        await store.acall(store.set_experiment_status, exp.experiment_id, "running")
+        # lean: no settings decoded
+        for cell in await store.acall(store.cell_outcomes, exp.experiment_id):
+            self.tallies[cell.config_index].total += 1
+            if needs_run(cell, self.retry_errors):
+                self.left[cell.key] = cell.run_id
+            else:
+                self.tallies[cell.config_index].add(cell.status)
+        self.remaining = len(self.left)
 
     async def _main(self) -> str:
         exp = self.experiment
@@ -184,4 +247,25 @@ class EngineDriver(ExperimentDriver):
         self.ended_here.set()
 
 
-__all__ = ["WATCH_S", "EngineDriver"]
+    async def _count_ended_elsewhere(self) -> None:
+        """Drop from `left` the cells that ended on another process since this one started.
+
+        The cells are read on a thread; `left` and the tallies change on the event loop only.
+        """
+        cells = await self.store.acall(self.store.cell_outcomes, self.experiment.experiment_id)
+        for cell in cells:
+            if cell.key not in self.left or cell.status not in ENDED_STATUSES:
+                continue
+            if cell.status in ERROR_STATUSES and cell.run_id == self.left[cell.key]:
+                continue  # the error this session was asked to retry, not a new ending
+            del self.left[cell.key]
+            self.tallies[cell.config_index].add(cell.status)
+            self.remaining -= 1
+            self.events.put(self._progress(cell.config_index))
+
+    def _progress(self, index: int) -> ExperimentProgress:
+        return progress_event(self.experiment, index, self.tallies[index], started=self.started,
+                              remaining=self.remaining, finished_here=self.finished_here)
+
+
+__all__ = ["WATCH_S", "ExperimentDriver"]

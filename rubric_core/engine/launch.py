@@ -13,7 +13,7 @@ database, so they are written once, here:
 - `APPLICATION_VERSION`, pinned: DBOS recovers and dequeues only the workflows of its own
   application version, and would otherwise derive it from a hash of the source, so any code
   change (an upgrade of Rubric Studio or of DBOS) would strand the cells queued or running
-  under the old one. Change it only with a migration note (README, Engine (preview)).
+  under the old one. Change it only with a migration note (README, the queue engine).
 - The portable JSON serializer, not pickle: a cell's inputs and result are ids and statuses,
   readable by any process and never code.
 - Each process gets its own executor ID (`rubric_core.registry.new_owner`: host, pid, random),
@@ -26,7 +26,7 @@ database, so they are written once, here:
   `rubric_core.background.work_loop`, where the experiments' chat models and HTTP clients
   live.
 - Which queues a process takes cells from: a worker (``rubric-studio worker``) every
-  experiment's; a process that drives experiments (``eval --engine dbos``) only theirs
+  experiment's; a process that drives experiments (``eval``, the app) only theirs
   (`listen`), so it never starts another experiment's cell that it would abandon when it exits.
   DBOS 3.4.0's queue thread rereads its list of queues to listen to every second, so a queue is
   added to it after launch (`listen`, the one use of a private attribute here).
@@ -49,6 +49,8 @@ from rubric_core.background import work_loop
 from rubric_core.registry import new_owner
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rubric_core.store import Store
 
 APP_NAME = "rubric-studio"
@@ -82,8 +84,9 @@ class Engine:
     """The queues this process takes cells from; None: every queue (a worker)."""
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # `engine_for` launches with it held
 _launched: list[Engine] = []
+_users = [0]  # how many `engine_for` holds are open (experiments this process drives now)
 
 
 def engine_database(store_location: str) -> str:
@@ -127,19 +130,27 @@ def launch_engine(store: Store, *, every_queue: bool = True,
             ID's previous process left running. None: a new one (`new_owner`). Ignored
             when the engine already runs in this process.
 
+    An engine launched on another database is stopped first and launched again on this one
+    when nothing holds it (`engine_for`): DBOS is one per process, and one process (the app, a
+    test run) may use several databases one after the other.
+
     Raises:
-        ValueError: The engine already runs on another database in this process (one per
-            process: DBOS is a singleton), or it was launched to take cells from some
-            queues only and is now asked to take them from every queue.
+        ValueError: The engine runs on another database in this process for an experiment
+            it drives now, or as a worker (one database at a time per process), or it was
+            launched to take cells from some queues only and is now asked to take them from
+            every queue.
 
     """
     location = store.connect_location()
     with _lock:
-        if _launched:
-            if _launched[0].location != location:
-                msg = (f"the queue engine of this process runs on {_launched[0].store.location}, "
-                       f"not {store.location}: one database per process")
+        if _launched and _launched[0].location != location:
+            if _users[0] or _launched[0].listening is None:
+                msg = (f"the queue engine of this process runs on {_launched[0].store.location} "
+                       f"for an experiment it runs now, not {store.location}: one database at "
+                       "a time per process (let it end, or stop it)")
                 raise ValueError(msg)
+            _shutdown(settle_s=1.0)
+        if _launched:
             if every_queue and _launched[0].listening is not None:
                 msg = ("the queue engine of this process runs the cells of the experiments it "
                        "drives only; start a worker in a process of its own")
@@ -184,6 +195,22 @@ def launch_engine(store: Store, *, every_queue: bool = True,
         return engine
 
 
+@contextlib.contextmanager
+def engine_for(store: Store) -> Iterator[Engine]:
+    """`launch_engine` for a process driving experiments, held until the block ends.
+
+    While held, the engine is not moved to another database (`launch_engine`).
+    """
+    with _lock:
+        engine = launch_engine(store, every_queue=False)
+        _users[0] += 1
+    try:
+        yield engine
+    finally:
+        with _lock:
+            _users[0] -= 1
+
+
 def listen(engine: Engine, queue: str) -> None:
     """Take cells from ``queue`` too (a process launched with ``every_queue=False``)."""
     with _lock:
@@ -204,32 +231,37 @@ def shutdown_engine(settle_s: float = 5.0) -> None:
     DBOS; cells still running are left to recovery (`rubric_core.engine.recovery`).
     """
     with _lock:
-        if not _launched:
-            return
-        engine = _launched.pop()
-        from dbos import DBOS
+        _shutdown(settle_s)
 
-        deadline = time.monotonic() + settle_s
 
-        def settle() -> None:
-            with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
-                while time.monotonic() < deadline and DBOS.list_workflows(
-                        status="PENDING", executor_id=engine.executor_id, load_input=False,
-                        load_output=False):
-                    time.sleep(0.05)
+def _shutdown(settle_s: float) -> None:
+    """`shutdown_engine` with `_lock` held."""
+    if not _launched:
+        return
+    engine = _launched.pop()
+    from dbos import DBOS
 
-        # In a thread of its own, waited for at most settle_s: DBOS retries a lost database
-        # without end, and a process stopping its engine must not wait for it to come back.
-        waiting = threading.Thread(target=settle, name="rubric-engine-settle", daemon=True)
-        waiting.start()
-        waiting.join(settle_s + 1.0)
-        DBOS.destroy(workflow_completion_timeout_sec=0)
+    deadline = time.monotonic() + settle_s
 
-        async def own_threads() -> None:
-            # DBOS made its thread pool the loop's default executor and has shut it down.
-            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+    def settle() -> None:
+        with contextlib.suppress(Exception):  # a database gone already: nothing to wait for
+            while time.monotonic() < deadline and DBOS.list_workflows(
+                    status="PENDING", executor_id=engine.executor_id, load_input=False,
+                    load_output=False):
+                time.sleep(0.05)
 
-        asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
+    # In a thread of its own, waited for at most settle_s: DBOS retries a lost database
+    # without end, and a process stopping its engine must not wait for it to come back.
+    waiting = threading.Thread(target=settle, name="rubric-engine-settle", daemon=True)
+    waiting.start()
+    waiting.join(settle_s + 1.0)
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+    async def own_threads() -> None:
+        # DBOS made its thread pool the loop's default executor and has shut it down.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+
+    asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
 
 
 def _quiet_dbos_logs() -> None:
@@ -238,4 +270,4 @@ def _quiet_dbos_logs() -> None:
 
 
 __all__ = ["APPLICATION_VERSION", "APP_NAME", "SYSTEM_SCHEMA", "Engine", "current_engine",
-           "engine_database", "launch_engine", "listen", "shutdown_engine"]
+           "engine_database", "engine_for", "launch_engine", "listen", "shutdown_engine"]

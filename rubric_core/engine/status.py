@@ -7,7 +7,7 @@ it is read (and a Stop written) there, through DBOS's client (`dbos.DBOSClient`)
 the system database without launching DBOS:
 
 - Readable from any process, one that never launched the engine included (the CLI, an app
-  whose experiments run on the lease queue): reading launches nothing, takes no executor ID and
+  that has not run an experiment yet): reading launches nothing, takes no executor ID and
   polls no queue. A process that did launch it (the app driving an experiment with
   ``every_queue=False``) reads the same way, so there is one code path.
 - `stop_cells` is `rubric_core.engine.queues.cancel_cells` without a launched engine: the

@@ -1,4 +1,4 @@
-"""Local workers of one experiment, started and kept alive by ``eval --engine dbos --workers N``.
+"""Local workers of one experiment, started and kept alive by ``eval --workers N``.
 
 A process is bound to one CPU core by Python's GIL, so more processes use more cores. With
 ``--workers N`` (N > 1) a `Supervisor` starts N ``rubric-studio worker`` processes that take
@@ -92,7 +92,7 @@ class Slot:
 
 
 class Supervisor:
-    """The N worker processes of ``eval --engine dbos --workers N`` (see the module docstring).
+    """The N worker processes of ``eval --workers N`` (see the module docstring).
 
     Use as a context manager: entering starts the workers and the thread that restarts them;
     leaving stops them (also on KeyboardInterrupt, which then goes on).

@@ -4,8 +4,8 @@ The package's modules, one concept each; their public names are re-exported here
 
 - `rubric_core.experiments.create`: check and store an experiment with its cells
   (`create_experiment`), make one ended cell run again (`retry_cell`);
-- `rubric_core.experiments.scheduler`: run the cells as coroutines on one event loop, under
-  leases that let several workers share an experiment (`run_experiment`), with the models
+- `rubric_core.experiments.scheduler`: run the cells on the queue engine (`run_experiment`,
+  `rubric_core.engine`: several processes and machines share an experiment), with the models
   every experiment gets (`experiment_models`: a shared 429/5xx backoff, no streaming, one
   model per model string);
 - `rubric_core.experiments.results`: the cells' outcomes read once, and the grid, summary,

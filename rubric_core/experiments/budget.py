@@ -1,10 +1,10 @@
 """An experiment's budget: stop before starting a cell that would spend past it.
 
-`Budget` is a dollar limit with the price overrides it is checked with. `run_experiment`
-(`rubric_core.experiments.scheduler`) asks a `BudgetGuard` before it starts each cell: the
-cell starts only when what the experiment has spent (the recorded calls of its cells' runs and
-of the runs their retries replaced, priced now: `rubric_core.costs`), plus the estimates of
-the cells in flight in this process, plus this cell's estimate, stays within the limit.
+`Budget` is a dollar limit with the price overrides it is checked with. Before a cell starts,
+on whichever process dequeued it, the queue engine (`rubric_core.engine.budget`) admits it only
+when what the experiment has spent (the recorded calls of its cells' runs and of the runs their
+retries replaced, priced now: `rubric_core.costs`, read by `BudgetGuard`), plus the estimates
+of the cells in flight on every process, plus this cell's estimate, stays within the limit.
 Otherwise no further cell starts, the cells in flight finish, and the experiment ends
 ``stopped`` (as Stop leaves it: resumable, its cells not failed); a Resume continues under the
 same budget (kept with the experiment) or a new one.
@@ -14,9 +14,7 @@ any ended, a conservative guess: the configuration's cap of passes, each one wor
 ``grader_repeats`` grader calls of a typical size (`TYPICAL_WORKER_CALL`,
 `TYPICAL_GRADER_CALL`, nothing cached), at its models' prices. So what an experiment spends
 stays within the budget plus the amount by which the cells in flight overrun their estimates
-(with one worker at concurrency 1: one cell's overrun). On the lease queue, several processes
-sharing one experiment each hold back their own cells in flight only; the queue engine holds
-back the cells in flight on every process (`rubric_core.engine.budget`).
+(at concurrency 1: one cell's overrun).
 
 A budget needs prices: a configuration whose worker or grader has no known price (a local
 server, a model the price table does not list) is refused with what to do (give its price,
@@ -31,14 +29,14 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.costs import cell_cost, experiment_cost
+from rubric_core.costs import experiment_cost
 from rubric_core.prices import PriceOverride, Prices, Usage, format_dollars
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
     from rubric_core.settings import ExperimentConfig
-    from rubric_core.store import CallUsage, ExperimentRecord, Store
+    from rubric_core.store import ExperimentRecord, Store
 
 TYPICAL_WORKER_CALL = Usage(input_tokens=2_000, cached_input_tokens=0, cache_creation_tokens=0,
                             output_tokens=1_000)
@@ -186,35 +184,30 @@ class Estimate:
 
 
 class BudgetGuard:
-    """The budget check `run_experiment` makes before starting each cell.
+    """What an experiment spent, read once, and each configuration's estimate per cell.
 
-    Reads what was spent once (one query over the experiment's calls), then one query per cell
-    that ends here (its run's calls), so an experiment of N cells costs O(N) small reads.
+    One query over the experiment's calls. Built per admission by the queue engine
+    (`rubric_core.engine.budget`), and by `run_experiment` first, so that a budget with
+    models of unknown price is refused before anything is queued.
     """
 
     def __init__(self, store: Store, experiment: ExperimentRecord, budget: Budget) -> None:
         check_budget(experiment.configurations, budget)
-        self.store, self.experiment, self.budget = store, experiment, budget
+        self.experiment, self.budget = experiment, budget
         self.prices = budget.prices
-        self.runs: dict[str, Decimal] = {}
-        """Run id → its cost, as last read."""
-        self.spent = Decimal(0)
-        """The sum of `runs`."""
         n = len(experiment.configurations)
         self.ended_cost = [Decimal(0)] * n
         self.ended = [0] * n
-        self.in_flight: dict[tuple[str, int, int], Decimal] = {}
-        """Cells started here and not ended, with the estimate held back for each."""
         self.reached = False
-        """Whether a cell was refused: no further cell starts."""
+        """Whether a cell was refused (set by the driver from the engine's outcome)."""
         costs = experiment_cost(store, self.prices, experiment)
         for config in costs.configs:
             self.ended[config.config_index] = config.ended
             self.ended_cost[config.config_index] = config.ended_total or Decimal(0)
         # Every run the experiment paid for: its cells' runs and the runs retries replaced.
-        for run_id, cost in (*costs.runs.items(), *costs.earlier.items()):
-            self.runs[run_id] = cost or Decimal(0)
-        self.spent = sum(self.runs.values(), Decimal(0))
+        self.spent = sum((cost or Decimal(0) for cost in (*costs.runs.values(),
+                                                         *costs.earlier.values())), Decimal(0))
+        """What the experiment's calls cost, priced now."""
 
     def estimate(self, config_index: int) -> Decimal:
         """The expected cost of one more cell of this configuration (see the module doc)."""
@@ -222,45 +215,6 @@ class BudgetGuard:
             return self.ended_cost[config_index] / self.ended[config_index]
         config = self.experiment.configurations[config_index]
         return first_estimate(config, self.prices) or Decimal(0)
-
-    def admit(self, key: tuple[str, int, int]) -> bool:
-        """Whether cell ``key`` may start; it is held in flight when it may."""
-        if self.reached:
-            return False
-        estimate = self.estimate(key[1])
-        held = sum(self.in_flight.values(), Decimal(0))
-        if self.spent + held + estimate > self.budget.max_usd:
-            self.reached = True
-            return False
-        self.in_flight[key] = estimate
-        return True
-
-    def release(self, key: tuple[str, int, int]) -> None:
-        """A cell admitted here did not run (Stop before it started)."""
-        self.in_flight.pop(key, None)
-
-    def ended_cell(self, key: tuple[str, int, int], run_id: str | None,
-                   calls: Sequence[CallUsage], ended: bool) -> None:
-        """A cell admitted here stopped running: add what its run spent.
-
-        Args:
-            key: The cell.
-            run_id: Its run (None when it never started).
-            calls: The run's calls as recorded now (`Store.call_usage_for_runs`).
-            ended: Whether the cell ended (its cost then counts toward its estimate).
-
-        """
-        self.in_flight.pop(key, None)
-        if run_id is None:
-            return
-        config = self.experiment.configurations[key[1]]
-        cost = cell_cost(self.prices, config.worker_model, config.grader_model, calls, 0).total
-        now = cost or Decimal(0)
-        self.spent += now - self.runs.get(run_id, Decimal(0))
-        self.runs[run_id] = now
-        if ended and cost is not None:
-            self.ended[key[1]] += 1
-            self.ended_cost[key[1]] += now
 
 
 def estimate_experiment(store: Store, experiment: ExperimentRecord, prices: Prices, *,

@@ -1,9 +1,8 @@
 """One experiment cell, run to its end: start its run, continue it, or report the one that ended.
 
-Written once and run by both schedulers: the lease queue's slots
-(`rubric_core.experiments.scheduler`) and the queue engine's cell workflow
-(`rubric_core.engine.cell`). Whoever calls it has already decided that the cell should run; the
-body decides how, from what the cell's thread holds now:
+The body of the queue engine's cell workflow (`rubric_core.engine.cell`), kept apart from DBOS:
+it knows runs and threads, not queues. Whoever calls it has already decided that the cell
+should run; the body decides how, from what the cell's thread holds now:
 
 - no run on the thread: start one (`rubric_core.session.astart`);
 - a run that ended (a terminal verdict, or ``error`` unless errors are retried): report it,

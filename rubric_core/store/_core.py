@@ -8,7 +8,7 @@ one connection per operation (:meth:`StoreCore._connect`: with ``write``, one tr
 
 The areas are mixins over it, composed into `rubric_core.store.Store`: runs
 (`rubric_core.store._runs`), the library of rubrics and datasets (`._library`), labels
-(`._labels`), experiments (`._experiments`) and their cells' leases (`._leases`).
+(`._labels`), experiments and their cells (`._experiments`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def shown_location(location: str | Path) -> str:
 
 
 def check_seconds(value: float, name: str) -> None:
-    """Refuse a hold or lease time that is not a positive number of seconds (naming it)."""
+    """Refuse a hold time that is not a positive number of seconds (naming it)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         msg = f"{name} must be a positive number of seconds, got {value!r}"
         raise ValueError(msg)

@@ -4,8 +4,8 @@
 row × configuration × repeat, each naming the LangGraph thread its run uses. A cell's status and
 results are its run's (the latest run on its thread), read from ``runs``: one shape, no second
 copy. Results are read whole (`ExperimentStore.experiment_cells`, with each run's settings) or
-lean (`ExperimentStore.cell_outcomes`, for the result tables). Which worker runs a cell is
-`rubric_core.store._leases`'s business.
+lean (`ExperimentStore.cell_outcomes`, for the result tables). Which process runs a cell is the
+queue engine's business (`rubric_core.engine`), not the store's.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ LATEST_RUN = ("SELECT rowid FROM runs WHERE thread_id = c.thread_id "
 """The rowid of the latest run on a cell's thread (``c``): the cell's run."""
 
 _SELECT_CELL = ("c.row_id, c.config_index, c.repeat_index, c.thread_id AS cell_thread_id, "
-                "c.lease_owner, c.lease_expires_at, " + ", ".join(f"r.{c}" for c in RUN_COLUMNS))
+                + ", ".join(f"r.{c}" for c in RUN_COLUMNS))
 """A cell and its run's columns (`rubric_core.store._records.cell_from_row`)."""
 
 
@@ -145,29 +145,41 @@ class ExperimentStore(StoreCore):
             conn.execute("UPDATE experiments SET status = ?, updated_at = ? "
                          "WHERE experiment_id = ?", (status, self.now(), experiment_id))
 
-    def delete_experiment(self, experiment_id: str) -> bool:
+    def delete_experiment(self, experiment_id: str, *, stale_before: str | None = None) -> bool:
         """Delete an experiment and its cells; its runs stay in the run index (and Review).
 
-        Refused while a worker (in this process or any other sharing the database) holds a
-        live lease on one of its cells: Stop it first, or wait for a dead worker's leases to
-        expire. A worker that claims a cell as the experiment is deleted loses it at its next
-        lease renewal.
+        Refused while one of its cells' runs is being recorded (``running`` with a heartbeat
+        since ``stale_before``), in this process or any other sharing the database: Stop it
+        first. A cell the engine starts after the deletion finds no cell and records nothing.
+
+        Args:
+            experiment_id: The experiment.
+            stale_before: A heartbeat older than this (ISO 8601 by the database's clock:
+                `rubric_core.session.stale_before`) is a dead process's: its run does not
+                hold the experiment. None: any ``running`` run does.
 
         Returns:
             False when there is no such experiment.
 
         Raises:
-            ValueError: The experiment is running (the message says how many cells are leased
-                and when the last lease expires).
+            ValueError: The experiment is running (the message says how many cells).
 
         """
         with self._connect(write=True) as conn:
-            self._check_deletable(conn, experiment_id)
+            fresh, params = "", [experiment_id]
+            if stale_before is not None:
+                fresh, params = " AND r.updated_at >= ?", [experiment_id, stale_before]
+            row = conn.execute(
+                "SELECT COUNT(*) AS running FROM experiment_cells c JOIN runs r "
+                "ON r.thread_id = c.thread_id WHERE c.experiment_id = ? "
+                f"AND r.status = 'running'{fresh}", params).fetchone()
+            if row["running"]:
+                msg = (f"experiment {experiment_id} is running: {row['running']} cell(s) are "
+                       "being run by a worker; stop it first (a killed worker's cells stop "
+                       "counting once their heartbeat is stale)")
+                raise ValueError(msg)
             return bool(conn.execute("DELETE FROM experiments WHERE experiment_id = ?",
                                      (experiment_id,)).rowcount)
-
-    def _check_deletable(self, conn: Tx, experiment_id: str) -> None:
-        """Raise ValueError when the experiment is running (`LeaseStore` knows when it is)."""
 
     def experiment_cells(self, experiment_id: str, *, offset: int = 0,
                          limit: int | None = None) -> list[CellRecord]:

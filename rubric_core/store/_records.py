@@ -246,10 +246,6 @@ class CellRecord:
     """The LangGraph thread the cell's run uses (fixed when the experiment is created)."""
     run: RunRecord | None
     """The cell's run (the latest on its thread), or None before it started."""
-    lease_owner: str | None = None
-    """The worker holding the cell's lease (`Store.claim_cell`), or None; may have expired."""
-    lease_expires_at: float | None = None
-    """When that lease expires, in Unix seconds by the database's clock, or None."""
 
     @property
     def status(self) -> str:
@@ -477,8 +473,7 @@ def cell_from_row(row: Any, experiment_id: str, observed_at: str | None = None) 
     run = run_from_row(row, observed_at) if row["run_id"] is not None else None
     return CellRecord(experiment_id=experiment_id, row_id=row["row_id"],
                       config_index=row["config_index"], repeat_index=row["repeat_index"],
-                      thread_id=row["cell_thread_id"], run=run, lease_owner=row["lease_owner"],
-                      lease_expires_at=row["lease_expires_at"])
+                      thread_id=row["cell_thread_id"], run=run)
 
 
 def outcome_from_row(row: Any, passes: tuple[PassVerdicts, ...] = ()) -> CellOutcome:

@@ -4,7 +4,7 @@ The SQL of `rubric_core.store` is SQLite's and PostgreSQL's common ground (``ON 
 upserts, ``trim(x, chars)``, row-value ``IN``), with ``?`` placeholders; the few differences
 live in a `Dialect`: PostgreSQL's placeholder, its ``REAL`` (single precision there, so
 ``DOUBLE PRECISION``), an explicit ``rowid`` (SQLite's implicit one orders rows created in the
-same microsecond), the clock leases are judged by, and ``FOR UPDATE`` row locks (SQLite has
+same microsecond), the clock holds are judged by, and ``FOR UPDATE`` row locks (SQLite has
 one writer at a time, so it needs none).
 """
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -56,6 +56,8 @@ which are priced as uncached), ``retired_cell_threads`` (the threads a cell's re
 so the runs on them still count in the experiment's cost; a new table only: a retry made before
 it is not linked) and the re-grades' ``owner`` and ``hold_expires_at`` (the process grading one
 holds it, `Store.hold_regrade`, so two resumers never both pay for its gradings).
+Version 13 dropped the cells' ``lease_owner`` and ``lease_expires_at`` (`DROPPED_COLUMNS`):
+which process runs a cell is the queue engine's (`rubric_core.engine`), kept in its own tables.
 """
 
 APP_ID = "rubric-studio"
@@ -95,7 +97,7 @@ class Dialect:
     types: Mapping[str, str]
     """Substitutions in the DDL: ``{real}`` (a double) and ``{rowid}`` (a leading column)."""
     epoch_now: str
-    """An expression for the database's clock, in Unix seconds (leases are judged by it)."""
+    """An expression for the database's clock, in Unix seconds (holds are judged by it)."""
     lock_rows: str
     """Appended to a ``SELECT`` that must lock the rows it reads until the transaction ends."""
     skip_locked: str
@@ -167,7 +169,6 @@ SCHEMA = (
         experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
         seq INTEGER NOT NULL, row_id TEXT NOT NULL, config_index INTEGER NOT NULL,
         repeat_index INTEGER NOT NULL, thread_id TEXT NOT NULL UNIQUE,
-        lease_owner TEXT, lease_expires_at {real},
         PRIMARY KEY (experiment_id, config_index, row_id, repeat_index))""",
     "CREATE INDEX IF NOT EXISTS rs_cells_seq ON experiment_cells (experiment_id, seq)",
     # Schema 8: the rubric lab (`rubric_core.store._lab`).
@@ -231,13 +232,18 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
              "grader_tools": "TEXT", "settings_json": "TEXT", "search_text": "TEXT",
              "owner": "TEXT", "cached_input_tokens": "INTEGER"},
     "rubric_versions": {"settings_json": "TEXT"},
-    "experiment_cells": {"lease_owner": "TEXT", "lease_expires_at": "{real}"},
     "experiments": {"budget_json": "TEXT"},
     "regrade_jobs": {"owner": "TEXT", "hold_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},
     "regrade_results": {"cached_input_tokens": "INTEGER"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
+
+DROPPED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "experiment_cells": ("lease_owner", "lease_expires_at"),  # schema 13: the engine's now
+}
+"""Columns a later version no longer has, dropped from an upgraded database (with what they
+held: nothing reads them)."""
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
           "experiments", "experiment_cells", "retired_cell_threads", "answer_sets",
@@ -335,6 +341,11 @@ def apply_schema(tx: Tx, columns: Callable[[str], set[str]]) -> None:
         for column, sql_type in added.items():
             if column not in have:
                 tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {dialect.ddl(sql_type)}")
+    for table, dropped in DROPPED_COLUMNS.items():
+        have = columns(table)
+        for column in dropped:
+            if column in have:  # SQLite 3.35+ and PostgreSQL drop a plain column in place
+                tx.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     if not had_settings:
         # Before schema 3 a run whose process died between passes was left in
         # needs_revision, where nothing offered to resume it.

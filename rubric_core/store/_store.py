@@ -8,8 +8,7 @@ One database holds them all (`rubric_core.store._core.StoreCore`: SQLite or Post
   model calls, ``model_calls`` (`rubric_core.store._calls`);
 - the library, ``rubrics``, ``rubric_versions`` and ``datasets`` (`rubric_core.store._library`);
 - people's ``labels`` of criterion verdicts (`rubric_core.store._labels`);
-- ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`), whose cells are
-  leased to workers (`rubric_core.store._leases`);
+- ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`);
 - the lab's answer sets and re-grades (`rubric_core.store._lab`);
 - the app's ``drafts`` (`rubric_core.store._drafts`);
 - ``meta``: which application owns the database and its schema version
@@ -24,16 +23,16 @@ from __future__ import annotations
 
 from rubric_core.store._calls import CallStore
 from rubric_core.store._drafts import DraftStore
+from rubric_core.store._experiments import ExperimentStore
 from rubric_core.store._lab import LabStore
 from rubric_core.store._labels import LabelStore
-from rubric_core.store._leases import LeaseStore
 from rubric_core.store._library import LibraryStore
 from rubric_core.store._runs import RunStore
 
 __all__ = ["Store"]
 
 
-class Store(CallStore, RunStore, LibraryStore, LabelStore, LeaseStore, LabStore, DraftStore):
+class Store(CallStore, RunStore, LibraryStore, LabelStore, ExperimentStore, LabStore, DraftStore):
     """The Rubric Studio database: runs and their calls, library, labels, experiments, the lab.
 
     Nothing touches the database until :meth:`open` (or the first operation, which opens
