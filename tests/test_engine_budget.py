@@ -139,7 +139,7 @@ def _spent(store: Store) -> Decimal:
 
 def _run(store: Store, experiment_id: str, **kwargs: Any) -> list[Any]:
     backoff = SharedBackoff()
-    return list(run_experiment(store, experiment_id, backoff=backoff, 
+    return list(run_experiment(store, experiment_id, backoff=backoff,
                                models=experiment_models(backoff, api_key="test-key"), **kwargs))
 
 
@@ -230,7 +230,7 @@ def test_eval_max_cost_on_the_engine_stops_and_resumes(tmp_path: Path, server: M
             assert _spent(store) == 2 * cell
         shutdown_engine()
         out = io.StringIO()
-        code = main(["eval", "--resume", experiment.experiment_id, "--db", db, 
+        code = main(["eval", "--resume", experiment.experiment_id, "--db", db,
                      "--price", W_PRICE, "--price", G_PRICE, "--max-cost", "1000"], out=out)
         assert code == 0, out.getvalue()
         with Store(db) as store:
