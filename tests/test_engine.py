@@ -308,3 +308,24 @@ def test_stopping_the_engine_does_not_wait_for_a_database_that_is_gone(pg_server
         assert launch_engine(other, every_queue=False).location == other.connect_location()
         shutdown_engine()
     drop_database(other_url)
+
+
+def test_the_engine_moves_to_another_database_only_when_nothing_holds_it(
+        tmp_path: Path) -> None:
+    from rubric_core.engine.launch import current_engine, engine_for
+
+    with Store(tmp_path / "a.sqlite3") as first, Store(tmp_path / "b.sqlite3") as second:
+        ids = {}
+        for store in (first, second):  # one process, one database after the other
+            ids[store] = create_experiment(store, demo_dataset(), [ExperimentConfig()]
+                                           ).experiment_id
+            events = list(run_experiment(store, ids[store]))
+            assert events[-1]["status"] == "finished"
+            engine = current_engine()
+            assert engine is not None and engine.location == store.connect_location()
+        with engine_for(second):  # an experiment of this process runs on b
+            with pytest.raises(ValueError, match=r"for an experiment it runs now, not .*a\.sqlite3"):
+                list(run_experiment(first, ids[first]))
+            with pytest.raises(ValueError, match="one database at a time per process"):
+                launch_engine(first, every_queue=False)
+        shutdown_engine()
