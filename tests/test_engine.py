@@ -324,7 +324,8 @@ def test_the_engine_moves_to_another_database_only_when_nothing_holds_it(
             engine = current_engine()
             assert engine is not None and engine.location == store.connect_location()
         with engine_for(second):  # an experiment of this process runs on b
-            with pytest.raises(ValueError, match=r"for an experiment it runs now, not .*a\.sqlite3"):
+            with pytest.raises(ValueError,
+                               match=r"for an experiment it runs now, not .*a\.sqlite3"):
                 list(run_experiment(first, ids[first]))
             with pytest.raises(ValueError, match="one database at a time per process"):
                 launch_engine(first, every_queue=False)
