@@ -122,6 +122,10 @@ class ExperimentDriver:
         """Set (on the loop) when a cell of this experiment ended in this process."""
         self.workflow_ids: dict[str, tuple[str, int, int]] = {}
         """This session's cells' workflow IDs, with their keys."""
+        self.others = not run_here
+        """Whether another process has been seen running cells of the experiment: from then
+        on every watch round rereads what ended (a process alone never rereads a large
+        experiment's cells twice a second)."""
 
     async def run(self) -> None:
         """The whole session; it never raises (a failure is kept for the consumer's thread)."""
@@ -220,7 +224,12 @@ class ExperimentDriver:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.ended_here.wait(), WATCH_S)
             self.ended_here.clear()
-            await self._count_ended_elsewhere()
+            if not self.others:
+                with contextlib.suppress(Exception):  # a busy database: the next round
+                    self.others = await queues.running_elsewhere(exp_id,
+                                                                 self.engine.executor_id)
+            if self.others:
+                await self._count_ended_elsewhere()
             rounds += 1
             if rounds % _SETTLED_EVERY == 0 and not await queues.active_workflows(exp_id):
                 await self._count_ended_elsewhere()  # what ended since the last count

@@ -292,6 +292,19 @@ async def active_workflows(experiment_id: str) -> list[str]:
     return [w.workflow_id for w in found]
 
 
+async def running_elsewhere(experiment_id: str, executor_id: str) -> bool:
+    """Whether a cell of the experiment (or its level on a model queue) runs on another process.
+
+    One read of the experiment's running workflows (at most its concurrency, with levels).
+    """
+    for prefix in (id_prefix(experiment_id), gate_prefix(experiment_id)):
+        found = await DBOS.list_workflows_async(
+            workflow_id_prefix=prefix, status="PENDING", load_input=False, load_output=False)
+        if any(w.executor_id != executor_id for w in found):
+            return True
+    return False
+
+
 async def cancel_cells(experiment_id: str) -> int:
     """Stop: cancel every queued or running cell workflow of the experiment; how many.
 
@@ -312,7 +325,25 @@ async def cancel_cells(experiment_id: str) -> int:
     return len(ids)
 
 
-__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "ModelLimit", "Routes", "active_workflows",
-           "attempt_of", "cancel_cells", "delete_queue", "enqueue_cells", "gate_prefix", "gates",
-           "id_prefix", "model_queue_name", "model_queue_prefix", "queue_name", "register_queue",
-           "routes", "workflow_id"]
+__all__ = [
+    "ACTIVE",
+    "POLL_S",
+    "QUEUE_PREFIX",
+    "ModelLimit",
+    "Routes",
+    "active_workflows",
+    "attempt_of",
+    "cancel_cells",
+    "delete_queue",
+    "enqueue_cells",
+    "gate_prefix",
+    "gates",
+    "id_prefix",
+    "model_queue_name",
+    "model_queue_prefix",
+    "queue_name",
+    "register_queue",
+    "routes",
+    "running_elsewhere",
+    "workflow_id",
+]
