@@ -140,9 +140,10 @@ def _differences(taken: dict[str, dict[str, Any]], after: dict[str, dict[str, An
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "a worker paused inside a fenced checkpoint write keeps its transaction, and the "
-    "FOR SHARE lock on the run's row, open: the taker's claim (UPDATE runs) waits until it "
-    "wakes (rubric_core/store/_pg_saver.py; see the helper's report)"))
+    "a worker paused inside a store transaction that holds its run's row (a fenced checkpoint "
+    "write's FOR SHARE, pipelined; a pass's evaluation insert) keeps it open: the taker's "
+    "claim (UPDATE runs) waits until it wakes, and the sweeps re-queue the waiting cell again "
+    "and again. Fix: rubric_core/store (see the helper's report), then drop this mark"))
 def test_a_paused_supervised_worker_writes_nothing_after_its_cells_were_taken_over(
         pg_url: str, tmp_path: Path) -> None:
     server = HoldOneServer()
