@@ -122,6 +122,24 @@ def _sessions(db: str) -> list[str]:
             "AND pid <> pg_backend_pid() ORDER BY pid").fetchall()]
 
 
+BLOCKED_S = 30
+"""A claim of a run waiting this long on another session's lock is stuck (a healthy writer's
+transaction lasts milliseconds; only a paused one's lasts)."""
+
+
+def _claims_blocked(db: str) -> list[str]:
+    """The claims of a run (`RunStore.claim_run`'s UPDATE) waiting on a lock for `BLOCKED_S`."""
+    with psycopg.connect(db) as conn:
+        return [f"claim by backend {pid} blocked by {blockers} for {waited:.0f} s"
+                for pid, blockers, waited in conn.execute(
+                    "SELECT pid, pg_blocking_pids(pid), "
+                    "extract(epoch FROM now() - query_start) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                    "AND query LIKE 'UPDATE runs SET status = ''running''%%' "
+                    "AND now() - query_start > make_interval(secs => %s)",
+                    (BLOCKED_S,)).fetchall()]
+
+
 def _differences(taken: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> str:
     """Per thread and table, what the paused worker changed after it woke."""
     lines = []
@@ -191,6 +209,9 @@ def test_a_paused_supervised_worker_writes_nothing_after_its_cells_were_taken_ov
             _wait(server.answered_held.is_set, "the held call's answer")
 
             def taken_over_and_finished() -> bool:
+                blocked = _claims_blocked(pg_url)
+                assert not blocked, ("the takeover waits on a lock the paused worker holds:\n"
+                                     + "\n".join([*blocked, *_sessions(pg_url)]))
                 runs = {r.thread_id: r for r in store.list_runs(limit=None)}
                 flows = _cell_workflows(pg_url, experiment_id)
                 return all(t in runs and runs[t].status == "satisfied"
