@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -183,7 +184,7 @@ def launch_engine(store: Store, *, every_queue: bool = True,
                 DBOS.destroy()  # a half-launched singleton could not be launched again
                 raise
 
-        _quiet_dbos_logs()
+        _dbos_logs_to_current_stderr()
         asyncio.run_coroutine_threadsafe(on_loop(), work_loop()).result()
         # The caller's store, not a second one on the same file: opening a SQLite store reads
         # the file's header with a plain open() and close(), and closing any descriptor of the
@@ -264,9 +265,53 @@ def _shutdown(settle_s: float) -> None:
     asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
 
 
-def _quiet_dbos_logs() -> None:
-    # DBOS logs every queue it registers at INFO; our commands print their own progress.
-    logging.getLogger("dbos").setLevel(logging.WARNING)
+DBOS_CONSOLE_HANDLER = "__dbos_console_log_handler__"
+"""The name DBOS 3.4.0 gives its console log handler, which it adds only to a ``dbos`` logger
+that has no handler yet (and whose level its ``consoleLogLevel`` setting changes)."""
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Writes each record to the ``sys.stderr`` of the moment.
+
+    DBOS's own console handler keeps the ``sys.stderr`` of the first launch in the process,
+    and DBOS flushes it on every later launch: once that stream is closed (a test's captured
+    stderr, an app that redirected its output), the next launch fails with "I/O operation on
+    closed file", and its warnings go nowhere. A CLI user still sees them on the terminal.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = DBOS_CONSOLE_HANDLER
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
+def _dbos_logs_to_current_stderr() -> None:
+    """Put `_CurrentStderr` in place of DBOS's console handler, before DBOS is constructed.
+
+    Before: DBOS's constructor flushes its handlers (the stale stream's flush is what fails),
+    and adds its own only when the ``dbos`` logger has none. Its records do not propagate to
+    the root logger, as DBOS sets up itself: an app's own logging configuration does not show
+    them twice. DBOS logs every queue it registers at INFO, and our commands print their own
+    progress: WARNING and above only.
+    """
+    dbos_logger = logging.getLogger("dbos")
+    dbos_logger.setLevel(logging.WARNING)
+    for handler in list(dbos_logger.handlers):
+        if handler.name == DBOS_CONSOLE_HANDLER and not isinstance(handler, _CurrentStderr):
+            dbos_logger.removeHandler(handler)
+    if not any(isinstance(h, _CurrentStderr) for h in dbos_logger.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s (%(name)s) %(message)s",
+                                               datefmt="%H:%M:%S"))
+        dbos_logger.addHandler(handler)
+    dbos_logger.propagate = False
 
 
 __all__ = ["APPLICATION_VERSION", "APP_NAME", "SYSTEM_SCHEMA", "Engine", "current_engine",
