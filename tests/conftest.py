@@ -49,6 +49,7 @@ def pg_server() -> Iterator[str]:
     """One PostgreSQL server for the session (its ``postgres`` database's URL)."""
     with postgres_server() as url:
         yield url
+        _stop_engine_on(None)  # launched on one of its databases by a test: before it stops
 
 
 @pytest.fixture
@@ -60,15 +61,16 @@ def pg_url(pg_server: str) -> Iterator[str]:
     drop_database(url)
 
 
-def _stop_engine_on(url: str) -> None:
-    """Stop the queue engine a test launched on ``url`` before the database is dropped.
+def _stop_engine_on(url: str | None) -> None:
+    """Stop the queue engine a test launched on ``url`` (None: anywhere) before the database
+    is dropped.
 
     Every experiment launches it (in the test's process) and leaves it running for the next;
     DBOS on a dropped database would retry it, and log so, until another launch moved it.
     """
     launch = sys.modules.get("rubric_core.engine.launch")
     engine = launch.current_engine() if launch is not None else None
-    if engine is not None and engine.location == url:
+    if engine is not None and (url is None or engine.location == url):
         launch.shutdown_engine(settle_s=1.0)
 
 
