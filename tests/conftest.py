@@ -9,6 +9,7 @@ once per session, on first use; each test gets its own database (CREATE DATABASE
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,23 @@ def own_data_home(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
 
 
+def _stop_engine() -> None:
+    """Stop the queue engine if a test launched it (DBOS: one database per process)."""
+    if "rubric_core.engine.launch" in sys.modules:  # never imports DBOS for a test without it
+        from rubric_core.engine.launch import current_engine, shutdown_engine
+
+        if current_engine() is not None:
+            shutdown_engine()
+
+
+@pytest.fixture(autouse=True)
+def engine_stopped_after_test() -> Iterator[None]:
+    """A test that ran a re-grade or an experiment on the engine leaves no engine running:
+    the next test's database is another one."""
+    yield
+    _stop_engine()
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """One PostgreSQL server for the session (its ``postgres`` database's URL)."""
@@ -55,6 +73,7 @@ def pg_url(pg_server: str) -> Iterator[str]:
     """The URL of a new, empty database on the session's server, dropped afterwards."""
     url = create_database(pg_server)
     yield url
+    _stop_engine()  # before its database goes
     drop_database(url)
 
 

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core.background import work_loop
-from rubric_core.engine import cell
+from rubric_core.engine import cell, item
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
@@ -80,6 +80,8 @@ def serve(store: Store, stop: threading.Event, *,
     finally:
         stop.set()
         leaving = asyncio.run_coroutine_threadsafe(cell.leave(LEAVE_TIMEOUT_S), work_loop())
+        leaving.result(LEAVE_TIMEOUT_S + 5)
+        leaving = asyncio.run_coroutine_threadsafe(item.leave(LEAVE_TIMEOUT_S), work_loop())
         leaving.result(LEAVE_TIMEOUT_S + 5)
         with contextlib.suppress(Exception):
             sweeping.result(timeout=5)
