@@ -6,7 +6,9 @@ Selected per run (`rubric_core.experiments.run_experiment`'s ``engine="dbos"``, 
 what a process needs to run an experiment's cells), `queues` (an experiment's queue and its
 cells' workflow IDs), `driver` (an experiment run with `run_experiment`'s events),
 `recovery` (re-queue the cells of processes that stopped) and `worker` (a process that runs
-queued cells until stopped).
+queued cells until stopped). Re-grades (`rubric_core.lab.run_regrade`) run on the same engine:
+`item` (the re-grade item workflow) and `regrade_queue` (a re-grade's queue, its items' IDs,
+Stop and recovery).
 
 Importing this package imports DBOS; the rest of `rubric_core` imports it only when the engine
 is asked for.

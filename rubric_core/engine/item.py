@@ -76,6 +76,8 @@ class RegradeContext:
     key was recorded already)."""
     on_failure: Callable[[BaseException], None] | None = None
     """Called (on the loop) when an item here failed for want of the database."""
+    stopping: bool = False
+    """Set by the driver's Stop: items dequeued here from now on grade nothing."""
     running: int = 0
     """Items of this re-grade running here now."""
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -109,7 +111,13 @@ def detach(context: RegradeContext) -> None:
 
 
 def stop_here(job_id: str) -> int:
-    """Cancel the gradings in flight of the re-grade's items running here; how many."""
+    """Cancel the gradings in flight of the re-grade's items running here; how many.
+
+    Items of it dequeued here afterwards (before their cancellation reaches the queue) grade
+    nothing while the driver's context is attached.
+    """
+    if (context := _contexts.get(job_id)) is not None:
+        context.stopping = True
     count = 0
     for running in _running.values():
         if running.job_id == job_id and not running.task.done():
@@ -236,6 +244,8 @@ async def item_workflow(job_id: str, config_index: int, item_id: str) -> dict[st
         await asyncio.Event().wait()  # left PENDING here: recovery hands it on
     store = engine.store
     context = await _context(store, job_id)
+    if context.stopping:
+        return {"graded": 0, "stopped": True}
     loop = asyncio.get_running_loop()
     # An empty context: the grading is not a step of this workflow (it makes no DBOS call).
     task = contextvars.Context().run(

@@ -1,5 +1,9 @@
 """A worker: this process runs queued cells of every experiment on a database until stopped.
 
+It runs the queued items of every re-grade too (`rubric_core.engine.item`): on stopping, their
+gradings in flight are cancelled (nothing recorded) and their workflows left for recovery,
+as its cells' are.
+
 ``rubric-studio worker --db URL`` on any machine that reaches the database joins the pool: it
 launches the engine taking cells from every experiment's queue (within each queue's global
 limit), or from one experiment's only (``--experiment``, as the workers of ``eval --workers``

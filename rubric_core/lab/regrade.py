@@ -197,6 +197,9 @@ class _Driver:
             producer = asyncio.create_task(self._produce())
             try:
                 await self._watch(producer)
+            except BaseException:  # a lost database: this process's gradings stop with it
+                item.stop_here(job_id)
+                raise
             finally:
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
