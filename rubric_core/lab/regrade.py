@@ -246,8 +246,10 @@ class _Driver:
         while True:
             if self.stop.is_set():
                 item.stop_here(job_id)
-                with contextlib.suppress(Exception):  # a lost database: Stop here at least
-                    await asyncio.wait_for(regrade_queue.cancel_items(job_id), _STOP_TIMEOUT_S)
+                if self.failure is None:  # a lost database: nothing to cancel there
+                    with contextlib.suppress(Exception):  # a busy database: Stop here at least
+                        await asyncio.wait_for(regrade_queue.cancel_items(job_id),
+                                               _STOP_TIMEOUT_S)
                 return
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.graded_here.wait(), WATCH_S)
