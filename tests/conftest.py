@@ -44,12 +44,29 @@ def own_data_home(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
 
 
+def _stop_engine() -> None:
+    """Stop the queue engine if a test launched it (DBOS: one database per process)."""
+    if "rubric_core.engine.launch" in sys.modules:  # never imports DBOS for a test without it
+        from rubric_core.engine.launch import current_engine, shutdown_engine
+
+        if current_engine() is not None:
+            shutdown_engine(settle_s=1.0)
+
+
+@pytest.fixture(autouse=True)
+def engine_stopped_after_test() -> Iterator[None]:
+    """A test that ran a re-grade or an experiment on the engine leaves no engine running:
+    the next test's database is another one."""
+    yield
+    _stop_engine()
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """One PostgreSQL server for the session (its ``postgres`` database's URL)."""
     with postgres_server() as url:
         yield url
-        _stop_engine_on(None)  # launched on one of its databases by a test: before it stops
+        _stop_engine()  # launched on one of its databases by a test: before the server stops
 
 
 @pytest.fixture
@@ -57,21 +74,8 @@ def pg_url(pg_server: str) -> Iterator[str]:
     """The URL of a new, empty database on the session's server, dropped afterwards."""
     url = create_database(pg_server)
     yield url
-    _stop_engine_on(url)
+    _stop_engine()  # before its database goes
     drop_database(url)
-
-
-def _stop_engine_on(url: str | None) -> None:
-    """Stop the queue engine a test launched on ``url`` (None: anywhere) before the database
-    is dropped.
-
-    Every experiment launches it (in the test's process) and leaves it running for the next;
-    DBOS on a dropped database would retry it, and log so, until another launch moved it.
-    """
-    launch = sys.modules.get("rubric_core.engine.launch")
-    engine = launch.current_engine() if launch is not None else None
-    if engine is not None and (url is None or engine.location == url):
-        launch.shutdown_engine(settle_s=1.0)
 
 
 @pytest.fixture(params=BACKENDS)

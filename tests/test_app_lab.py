@@ -259,20 +259,55 @@ def test_stop_and_resume_through_the_page_grade_each_answer_once(db_path: Path) 
 
 
 def test_a_regrade_another_process_grades_is_followed_not_resumed(db_path: Path) -> None:
+    """A real ``rubric-studio worker`` grades the re-grade's items (queued by another driver):
+    the page follows it; once the worker has stopped, the page offers Resume."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rubric_core.background import work_loop
+    from rubric_core.engine import launch_engine
+    from rubric_core.engine import regrade_queue as rq
+
+    server = HoldingServer(free=0, delay_s=0.01)
     at = _session(db_path)
     at.button(key="lab_load_bundled").click()
     _run(_tab(at, "Re-grade"))
-    with Store(db_path) as store:
-        job = create_regrade(store, BUNDLED_NAME, [GraderConfig(rubric="- c")], set_version=1)
-        # The CLI on another machine holds it (a live hold: its pid cannot be checked here).
-        assert store.hold_regrade(job.job_id, "worker-7.example:4242:0badc0de", hold_s=600) is None
-    at.session_state["lab_job"] = job.job_id
-    _run(at)
-    assert "Another process is grading this re-grade now (pid 4242 on worker-7.example)" in (
-        _texts(at.info))
-    assert at.button(key="lab_resume").disabled and at.button(key="lab_stop").disabled
-    with Store(db_path) as store:  # it ends there
-        assert store.release_regrade(job.job_id, "worker-7.example:4242:0badc0de")
+    with server.fake:
+        with Store(db_path) as store:
+            job = create_regrade(store, BUNDLED_NAME, [GraderConfig(
+                rubric=f"- {CRITERION}", grader_model="openai-compatible:g",
+                base_url=server.fake.base_url)], set_version=1)
+            launch_engine(store, every_queue=False)  # queues; grades nothing here
+
+            async def enqueue() -> None:
+                await rq.register_queue(job.job_id, concurrency=2)
+                latest = await rq.latest_attempts(job.job_id)
+                await rq.enqueue_items(job.job_id, [(0, f"a{i:02d}") for i in range(1, 33)],
+                                       latest)
+
+            asyncio.run_coroutine_threadsafe(enqueue(), work_loop()).result(timeout=30)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "rubric_core", "worker", "--db", str(db_path)], cwd=ROOT,
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            server.wait_held(2)  # the worker grades two answers now
+            at.session_state["lab_job"] = job.job_id
+            _run(at)
+            assert (f"Another process is grading this re-grade now (pid {worker.pid} on "
+                    in _texts(at.info))
+            assert at.button(key="lab_resume").disabled and at.button(key="lab_stop").disabled
+            worker.send_signal(signal.SIGTERM)  # it ends there: its items wait for recovery
+            server.release()
+            worker.wait(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            server.release()
     _run(at)
     assert "it was interrupted" in _texts(at.info)
     assert not at.button(key="lab_resume").disabled

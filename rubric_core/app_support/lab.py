@@ -31,7 +31,6 @@ from rubric_core.lab import (
     AnswerSetError,
     GraderConfig,
     RefineError,
-    RegradeBusy,
     accept_rewrite,
     answers_from_experiment,
     answers_from_runs,
@@ -49,7 +48,7 @@ from rubric_core.lab import (
 )
 from rubric_core.models import ModelConfigError
 from rubric_core.redact import error_text
-from rubric_core.registry import ActiveRegistry, describe_owner, owned_here
+from rubric_core.registry import ActiveRegistry, describe_owner, owned_here, owner_is_gone
 from rubric_core.rubric import normalize_name, parse_criteria
 from rubric_core.store import StoreError
 
@@ -410,8 +409,6 @@ def _run(store: Store, job_id: str, live: LiveRegrade, options: dict[str, Any]) 
                                               f"{event['wait_s']:.1f} s (shared backoff).")
             elif event["type"] == "regrade_finished":
                 ended = _finished(event)
-    except RegradeBusy as exc:
-        ended = UiMessage("warning", f"Not started: {exc}.")
     except Exception as exc:  # shown on the page; the recorded gradings stay
         ended = UiMessage("error", f"The re-grade stopped: {error_text(exc)}. Fix it, then "
                                    "Resume (what was recorded is kept).")
@@ -466,8 +463,8 @@ def regrade_view(store: Store, job_id: str) -> RegradeView:
     if live is not None:
         progress = [live.progress.get(p["config_index"], p) for p in stored]
         return RegradeView(job, True, progress, live.note)
-    holder = store.regrade_holder(job_id)
-    if holder is not None and not owned_here(holder):
+    holder = _grading_elsewhere(store, job_id)
+    if holder is not None:
         return RegradeView(job, False, stored, UiMessage(
             "info", f"Another process is grading this re-grade now ({describe_owner(holder)}): "
                     "its progress is followed here. Stop it there; Resume is for when it has "
@@ -477,6 +474,17 @@ def regrade_view(store: Store, job_id: str) -> RegradeView:
         message = UiMessage("info", "This re-grade is not running: it was interrupted (its "
                                     "process stopped or was killed). Resume continues it.")
     return RegradeView(job, False, stored, message)
+
+
+def _grading_elsewhere(store: Store, job_id: str) -> str | None:
+    """A live process of another session grading items of the re-grade now, if any."""
+    from rubric_core.engine.status import NoEngineTables, regrade_executors
+
+    try:
+        executors = regrade_executors(store, job_id)
+    except NoEngineTables:
+        return None
+    return next((e for e in executors if not owned_here(e) and not owner_is_gone(e)), None)
 
 
 def regrade_progress_text(event: RegradeProgress) -> tuple[float, str]:

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from types import FrameType
 
 WORKER_DESCRIPTION = (
-    "Run the queued cells of every experiment in --db (queued by eval or the app), or of "
-    "--experiment's only, until Ctrl-C or SIGTERM; its running cells "
-    "then stop after their step and are handed to another worker. Exit 130 when stopped."
+    "Run the queued cells of every experiment in --db (queued by eval or the app) and the "
+    "queued items of every re-grade, or --experiment's cells only, until Ctrl-C or SIGTERM; "
+    "its running cells then stop after their step and its gradings in flight are dropped, "
+    "handed to another worker. Exit 130 when stopped."
 )
 RECOVER_DESCRIPTION = (
     "Re-queue now the cells held by queue-engine processes that stopped (exited on this "

@@ -283,7 +283,6 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
     from rubric_core.lab import (
         DEFAULT_MIN_KAPPA,
         REGRADE_COLUMNS,
-        RegradeBusy,
         create_regrade,
         criterion_health,
         regrade_models,
@@ -340,8 +339,6 @@ def regrade(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"stopped: resume with rubric-studio regrade --resume {job.job_id}\n")
             out.flush()
             raise
-        except RegradeBusy as exc:
-            raise UsageError(str(exc)) from exc
         health = criterion_health(store, job.job_id,
                                   min_kappa=(DEFAULT_MIN_KAPPA if args.min_kappa is None
                                              else args.min_kappa))

@@ -161,9 +161,13 @@ def launch_engine(store: Store, *, every_queue: bool = True,
             # DBOS Cloud mode replaces the pinned version and may connect to Conductor.
             msg = "DBOS__CLOUD is set: Rubric Studio's queue engine runs only self-hosted"
             raise ValueError(msg)
-        from rubric_core.engine import cell  # registers the cell workflow
+        from rubric_core.engine import (
+            cell,  # registers the cell workflow
+            item,  # registers the re-grade item workflow
+        )
 
         cell.rejoin()
+        item.rejoin()
 
         executor_id = executor_id or new_owner()
         config = _config(location, executor_id)

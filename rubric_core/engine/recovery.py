@@ -82,11 +82,19 @@ def thread_of(workflow_id: str) -> str:
 
 
 async def recover_stopped_executors(store: Store, *, me: str | None = None) -> dict[str, int]:
-    """Re-queue the running cells of every stopped executor; how many, per executor."""
+    """Re-queue the running cells and re-grade items of stopped executors; how many, each.
+
+    Re-grade items have a rule of their own (`rubric_core.engine.regrade_queue`): they have no
+    runs whose heartbeats would tell.
+    """
+    from rubric_core.engine.regrade_queue import recover_stopped_items
+
     counts: dict[str, int] = {}
     for executor in await stopped_executors(store, me=me):
         handles = await asyncio.to_thread(DBOS._recover_pending_workflows, [executor])
         counts[executor] = len(handles)
+    for executor, items in (await recover_stopped_items(store, me=me)).items():
+        counts[executor] = counts.get(executor, 0) + items
     return counts
 
 

@@ -233,5 +233,22 @@ def stop_cells(store: Store, experiment_id: str) -> int:
     return len(ids)
 
 
+def regrade_executors(store: Store, job_id: str) -> list[str]:
+    """The executor IDs running items of a re-grade now (`rubric_core.engine.item`).
+
+    Read as `queue_state` reads: nothing launched. Raw IDs: show them with `describe_owner`.
+
+    Raises:
+        NoEngineTables: The database has no engine tables.
+
+    """
+    from rubric_core.engine.regrade_queue import id_prefix
+
+    with _client(store) as client:
+        found = client.list_workflows(workflow_id_prefix=id_prefix(job_id), status=RUNNING,
+                                      load_input=False, load_output=False)
+    return sorted({w.executor_id for w in found if w.executor_id})
+
+
 __all__ = ["CANCELLED", "DONE", "QUEUED", "RUNNING", "NoEngineTables", "QueueState",
-           "WorkerCells", "queue_state", "stop_cells"]
+           "WorkerCells", "queue_state", "regrade_executors", "stop_cells"]

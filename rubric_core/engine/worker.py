@@ -1,5 +1,9 @@
 """A worker: this process runs queued cells of every experiment on a database until stopped.
 
+It runs the queued items of every re-grade too (`rubric_core.engine.item`): on stopping, their
+gradings in flight are cancelled (nothing recorded) and their workflows left for recovery,
+as its cells' are.
+
 ``rubric-studio worker --db URL`` on any machine that reaches the database joins the pool: it
 launches the engine taking cells from every experiment's queue (within each queue's global
 limit), or from one experiment's only (``--experiment``, as the workers of ``eval --workers``
@@ -23,7 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core.background import work_loop
-from rubric_core.engine import cell
+from rubric_core.engine import cell, item
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
@@ -80,6 +84,8 @@ def serve(store: Store, stop: threading.Event, *,
     finally:
         stop.set()
         leaving = asyncio.run_coroutine_threadsafe(cell.leave(LEAVE_TIMEOUT_S), work_loop())
+        leaving.result(LEAVE_TIMEOUT_S + 5)
+        leaving = asyncio.run_coroutine_threadsafe(item.leave(LEAVE_TIMEOUT_S), work_loop())
         leaving.result(LEAVE_TIMEOUT_S + 5)
         with contextlib.suppress(Exception):
             sweeping.result(timeout=5)

@@ -55,6 +55,7 @@ from rubric_core.lab.compare import (
 from rubric_core.lab.config import GraderConfig
 from rubric_core.lab.demo_refiner import DemoRefiner
 from rubric_core.lab.export import REGRADE_COLUMNS, regrade_rows
+from rubric_core.lab.grading import regrade_models
 from rubric_core.lab.health import (
     DEFAULT_MIN_KAPPA,
     DEFAULT_MIN_STABILITY,
@@ -83,7 +84,7 @@ from rubric_core.lab.refine import (
     rewrite_rubric,
     suggest_rewrites,
 )
-from rubric_core.lab.regrade import RegradeBusy, regrade_models, run_regrade
+from rubric_core.lab.regrade import run_regrade
 from rubric_core.lab.results import ItemVerdict, JobView, read_job
 from rubric_core.lab.types import (
     ItemGraded,
@@ -124,7 +125,6 @@ __all__ = [
     "JobView",
     "RefineError",
     "RegradeBackoff",
-    "RegradeBusy",
     "RegradeEvent",
     "RegradeFinished",
     "RegradeJob",

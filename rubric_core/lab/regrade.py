@@ -1,85 +1,76 @@
 """Re-grading: every answer of a set graded under every configuration, the worker never run.
 
 `run_regrade` grades what a re-grade has not recorded yet and yields progress
-(`rubric_core.lab.types.RegradeEvent`):
+(`rubric_core.lab.types.RegradeEvent`). One grading is one grader pass over one answer
+(`rubric_core.lab.grading`). The scheduling is the queue engine's, the one experiment cells run
+on (`rubric_core.engine`, DBOS on the store's own database):
 
-- One grading is one grader pass over one answer, exactly the middleware's: the grader
-  messages (`rubric_core.grader.build_grader_messages`: the request and the answer, the answer
-  delimited and escaped as untrusted text) and `grade_steps` driven by `drive_async` on the
-  grader model (`rubric_core.models.model_resolver`, shared per model string), with the
-  configuration's evidence tools and custom prompt, and Align's few-shot examples from the
-  set's labels when asked (`rubric_core.align.aligned_prompt`; never an answer's own). Each
-  repeat of ``grader_repeats`` is its own grading; `rubric_core.lab.results` combines them as
-  the middleware does (`rubric_core.consensus.combine`).
-- Scheduling is the experiments' idea on a smaller unit: ``concurrency`` slots on the one
-  background loop the experiments use too (`rubric_core.background.work_loop`), each taking the
-  next grading from a bounded queue that a producer fills a page of answers at a time, so memory
-  does not grow with the set. A grading is a grader pass (one request at a time), so never more
-  than ``concurrency`` requests are in flight. A 429 or 5xx slows every grading down through the
+- The re-grade's answers × configurations are queued as items, one DBOS workflow per
+  (configuration, answer) with its repeats (`rubric_core.engine.item` says why that unit), with
+  deterministic IDs on a queue of the re-grade's own, whose global concurrency is
+  ``concurrency`` over every process (`rubric_core.engine.regrade_queue`). An item is one
+  request in flight, so never more than ``concurrency`` requests are. Items are queued a page
+  of answers at a time (`PAGE_ITEMS`), while the first ones are graded.
+- Whoever dequeues an item grades it: this process, another process running the same re-grade
+  (a second `run_regrade` joins it: it queues nothing twice and grades and watches too), or any
+  ``rubric-studio worker``. A 429 or 5xx slows every grading of this process down through the
   shared backoff (`rubric_core.http_retry.SharedBackoff`) instead of failing one.
 - Each grading is recorded once, in one transaction, under its key (configuration, item,
-  repeat) with a unique constraint (`Store.record_regrade_result`): a resume skips what is
-  recorded (a graded answer is never graded again). One process grades a re-grade at a time:
-  it holds the re-grade in the database (`Store.hold_regrade`, renewed every
-  `rubric_core.session.HEARTBEAT_S`), and another process asked to run it meanwhile is refused
-  (`RegradeBusy`) rather than paying for the same gradings again; a killed holder's hold is
-  taken over at once on its machine, after `rubric_core.session.STALE_AFTER_S` from another
-  one. A holder that finds its hold lost (paused past it) stops. A grading that fails is recorded
-  ``grader_error`` with its error; ``retry_errors`` (or `rubric_core.lab.retry_errors`) grades
-  those again. A lost database stops the re-grade (what is recorded stays).
-- Stop (closing the iterator, or setting ``stop``) cancels the gradings in flight (nothing of
-  them is recorded) and leaves the re-grade ``stopped``; so does Ctrl-C or ``kill -9`` (the
-  status then still says ``running``). Calling `run_regrade` again continues it.
+  repeat) with a unique constraint (`Store.record_regrade_result`): an item skips what is
+  recorded, so a graded answer is never graded again (Resume, recovery, two processes). A
+  grading that fails is recorded ``grader_error`` with its error; ``retry_errors`` (or
+  `rubric_core.lab.retry_errors`) grades those again.
+- Progress: this process's gradings as they end (``item_graded``), and every `WATCH_S` the
+  counts recorded by any process.
+- Stop (closing the iterator, or setting ``stop``) cancels the re-grade's items on every process:
+  the gradings in flight here at once, elsewhere within
+  `rubric_core.engine.item.CANCEL_POLL_S` (nothing of them is recorded), queued ones never
+  start; the re-grade is left ``stopped``. Calling `run_regrade` again continues it: an item
+  stopped gets its next attempt, one still queued is left queued.
+- Ctrl-C or ``kill -9`` of this process (the status then still says ``running``): its items in
+  flight are handed back to the queue by the next process's recovery sweep
+  (`rubric_core.engine.regrade_queue.recover_stopped_items`; at once on this machine), which
+  every driver runs at its start and every `rubric_core.engine.recovery.SWEEP_S`.
+- A lost database stops the re-grade with the error (what is recorded stays).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from langchain_core.messages import AIMessage, HumanMessage
-
-from rubric_core.align import MAX_EXAMPLES, Example, aligned_prompt
 from rubric_core.background import drive
 from rubric_core.experiments import check_limits
-from rubric_core.grader import bind_grader, build_grader_messages, drive_async, grade_steps
 from rubric_core.http_retry import SharedBackoff
-from rubric_core.models import model_resolver
-from rubric_core.redact import error_text
-from rubric_core.registry import describe_owner, new_owner
-from rubric_core.rubric import normalize_name
-from rubric_core.session import HEARTBEAT_S, STALE_AFTER_S, build_grader_tools
-from rubric_core.store import RegradeResult, StoreError, is_unavailable
+from rubric_core.lab.grading import (
+    few_shot_examples,
+    load_examples,
+    prepare,
+    regrade_models,
+)
 from rubric_core.types import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from langchain_core.tools import BaseTool
-
-    from rubric_core.lab.config import GraderConfig
+    from rubric_core.engine.launch import Engine
+    from rubric_core.lab.grading import PreparedConfig
     from rubric_core.lab.types import RegradeEvent, RegradeFinished, RegradeProgress
-    from rubric_core.store import AnswerItem, ItemLabel, RegradeJob, Store
+    from rubric_core.store import RegradeJob, RegradeResult, Store
     from rubric_core.types import ModelResolver
 
 PAGE_ITEMS = 200
-"""Answers read from the database at a time while the queue is filled."""
+"""Answers read from the database, and their items queued, at a time."""
 
-_STOP_POLL_S = 0.05
+WATCH_S = 0.5
+"""How often the driver reads what every process recorded."""
 
-
-class RegradeBusy(RuntimeError):
-    """Another live process is grading this re-grade now (see the module docstring)."""
-
-
-def regrade_models(backoff: SharedBackoff, *, api_key: str | None = None) -> ModelResolver:
-    """Grader models for a re-grade: the shared backoff, one model per string, no streaming."""
-    return model_resolver(api_key=api_key, backoff=backoff, share=True, streaming=False)
+_STOP_TIMEOUT_S = 10.0  # longest a Stop waits for the engine (a lost database: it retries)
+_SETTLED_EVERY = 4  # watch rounds between checks that some item is still queued or running
 
 
 def run_regrade(
@@ -95,13 +86,15 @@ def run_regrade(
     """Grade (or continue grading) a re-grade's answers, yielding progress as gradings end.
 
     Closing the iterator early is Stop (see the module docstring); calling this again
-    continues.
+    continues. Another process running the same re-grade is joined, not refused.
 
     Args:
         store: The database.
         job_id: The re-grade (`rubric_core.lab.create_regrade`).
-        concurrency: Gradings (requests) at once, 1 to `rubric_core.types.MAX_CONCURRENCY`.
-        models: Builds the grader models (`regrade_models(backoff)` when omitted).
+        concurrency: Gradings (requests) at once over every process grading this re-grade, 1
+            to `rubric_core.types.MAX_CONCURRENCY`.
+        models: Builds the grader models of the gradings made in this process
+            (`regrade_models(backoff)` when omitted).
         backoff: The shared backoff (a new `SharedBackoff` when omitted).
         retry_errors: First forget the gradings that ended ``grader_error``, to grade them
             again.
@@ -109,15 +102,17 @@ def run_regrade(
 
     Yields:
         ``regrade_progress`` for every configuration at the start and after each grading,
-        ``item_graded``, ``regrade_backoff``, and one ``regrade_finished`` at the end.
+        ``item_graded`` for the gradings made in this process, ``regrade_backoff``, and one
+        ``regrade_finished`` at the end.
 
     Raises:
         KeyError: No such re-grade.
         ValueError: A bad concurrency, or a grader tool that does not exist.
         ModelConfigError: A grader model cannot be built.
-        RegradeBusy: Another live process is grading it now.
 
     """
+    from rubric_core.engine.launch import engine_for
+
     job = store.get_regrade_job(job_id)
     if job is None:
         msg = f"no re-grade {job_id!r} in {store.location}"
@@ -125,101 +120,33 @@ def run_regrade(
     check_limits(concurrency)
     backoff = backoff or SharedBackoff()
     models = models or regrade_models(backoff)
-    owner = new_owner()
-    holder = store.hold_regrade(job_id, owner, hold_s=STALE_AFTER_S)
-    if holder is not None:
-        msg = (f"re-grade {job_id[:8]} is being graded by another process "
-               f"({describe_owner(holder)}); wait for it to end, stop it, or try again "
-               f"in {STALE_AFTER_S:.0f} s if it died")
-        raise RegradeBusy(msg)
-    try:
-        if retry_errors:
-            store.delete_regrade_errors(job_id)
-        configs = [_prepare(config, models) for config in job.configurations]
-        stop = stop or threading.Event()
-        events: queue.Queue[RegradeEvent | None] = queue.Queue()
-        driver = _Driver(store, job, configs, stop, events, concurrency, owner)
+    configs = [prepare(config, models) for config in job.configurations]
+    if retry_errors:
+        store.delete_regrade_errors(job_id)
+    stop = stop or threading.Event()
+    events: queue.Queue[RegradeEvent | None] = queue.Queue()
+    with engine_for(store) as engine:  # not moved to another database while this runs
+        driver = _Driver(store, job, configs, stop, events, concurrency, engine)
         yield from drive(driver, events, stop, backoff, "regrade_backoff")
-    finally:
-        with contextlib.suppress(Exception):  # a lost database: the hold runs out by itself
-            store.release_regrade(job_id, owner)
-
-
-@dataclasses.dataclass
-class _Prepared:
-    """A configuration ready to grade with: its criteria, bound grader, tools and prompt."""
-
-    config: GraderConfig
-    criteria: list[str]
-    bound: Any
-    tools: list[BaseTool]
-    examples: list[Example] = dataclasses.field(default_factory=list)
-    shared_prompt: str | None = None
-
-    def system_prompt(self, item_id: str) -> str | None:
-        """The grader prompt for one answer: never with that answer's own labels."""
-        if not self.config.few_shot:
-            return self.config.grader_system_prompt or None
-        if all(e.key[0] != item_id for e in self.examples):
-            return self.shared_prompt
-        others = [e for e in self.examples if e.key[0] != item_id]
-        return aligned_prompt(others, self.config.grader_system_prompt or None)
-
-
-def _prepare(config: GraderConfig, models: ModelResolver) -> _Prepared:
-    tools = build_grader_tools(config.grader_tools)
-    model = models(config.grader_model, "grader", config.base_url)
-    return _Prepared(config, config.criteria, bind_grader(model, tools), tools)
-
-
-def few_shot_examples(config: GraderConfig, labels: list[ItemLabel],
-                      answers: dict[str, str]) -> list[Example]:
-    """Up to ``MAX_EXAMPLES + 1`` labelled examples for a configuration's few-shot prompt.
-
-    Only verdicts every labeller of an answer agrees on; each criterion in turn (failing
-    verdicts first, since they teach the most), so leaving one answer out still leaves
-    `rubric_core.align.MAX_EXAMPLES`.
-    """
-    by_key: dict[tuple[str, str], set[bool]] = {}
-    for lb in labels:
-        by_key.setdefault((lb.item_id, lb.criterion), set()).add(lb.passed)
-    per_criterion: list[list[Example]] = []
-    for criterion in config.criteria:
-        wanted = config.labelled_as(criterion)
-        found = [Example((item_id, 0), criterion, answers[item_id], verdicts.pop(), "")
-                 for (item_id, labelled), verdicts in by_key.items()
-                 if len(verdicts) == 1 and item_id in answers
-                 and normalize_name(labelled) == wanted]
-        found.sort(key=lambda e: e.passed)  # stable: failing verdicts first
-        per_criterion.append(found)
-    chosen: list[Example] = []
-    while len(chosen) < MAX_EXAMPLES + 1 and any(per_criterion):
-        for found in per_criterion:
-            if found and len(chosen) < MAX_EXAMPLES + 1:
-                chosen.append(found.pop(0))
-    return chosen
 
 
 class _Driver:
     """One session of a re-grade, as a coroutine on `rubric_core.background.work_loop`."""
 
-    def __init__(self, store: Store, job: RegradeJob, configs: list[_Prepared],
+    def __init__(self, store: Store, job: RegradeJob, configs: list[PreparedConfig],
                  stop: threading.Event, events: queue.Queue[RegradeEvent | None],
-                 concurrency: int, owner: str) -> None:
+                 concurrency: int, engine: Engine) -> None:
         self.store, self.job, self.configs, self.stop = store, job, configs, stop
-        self.events, self.concurrency = events, concurrency
-        self.owner = owner
-        """This process's name on the re-grade's hold (`Store.hold_regrade`)."""
-        self.lost = False
-        """Whether the hold was found lost (another process took the re-grade over)."""
+        self.events, self.concurrency, self.engine = events, concurrency, engine
         self.failure: BaseException | None = None
         """What ended the session with an exception, raised again on the consumer's thread."""
         self.started = time.monotonic()
         self.done = [0] * len(configs)
         self.errors = [0] * len(configs)
         self.totals = [0] * len(configs)
-        self.remaining = 0
-        self.finished_here = 0
+        self.at_start = 0
+        """Gradings recorded when the session started (for the ETA)."""
+        self.graded_here = asyncio.Event()
 
     async def run(self) -> None:
         """The whole session; it never raises (a failure is kept for the consumer's thread)."""
@@ -229,10 +156,8 @@ class _Driver:
         except BaseException as exc:  # handed to the consumer's thread
             self.failure = exc
         finally:
-            if not self.lost:  # else its new holder says where it stands
-                with contextlib.suppress(Exception):
-                    await self.store.acall(self.store.set_regrade_status, self.job.job_id,
-                                           status)
+            with contextlib.suppress(Exception):  # a lost database: nothing more to say
+                await self.store.acall(self.store.set_regrade_status, self.job.job_id, status)
             finished: RegradeFinished = {
                 "type": "regrade_finished", "job_id": self.job.job_id,
                 "status": "finished" if status == "finished" else "stopped",
@@ -248,138 +173,143 @@ class _Driver:
         for index, prepared in enumerate(self.configs):
             self.totals[index] = info.item_count * prepared.config.grader_repeats
             self.done[index], self.errors[index] = counts.get(index, (0, 0))
-        self.remaining = sum(self.totals) - sum(self.done)
-        if any(c.config.few_shot for c in self.configs):
-            labels = await store.acall(store.answer_labels, job.set_name, job.set_version)
-            ids = list(dict.fromkeys(lb.item_id for lb in labels))
-            items = await store.acall(store.answer_items, job.set_name, job.set_version,
-                                      ids=ids)
-            answers = {it.id: it.answer for it in items}
-            for prepared in self.configs:
-                if prepared.config.few_shot:
-                    prepared.examples = few_shot_examples(prepared.config, labels, answers)
-                    prepared.shared_prompt = aligned_prompt(
-                        prepared.examples[:MAX_EXAMPLES],
-                        prepared.config.grader_system_prompt or None)
+        self.at_start = sum(self.done)
+        await load_examples(store, job, self.configs)
 
     async def _main(self) -> str:
+        from rubric_core.engine import item, regrade_queue
+        from rubric_core.engine.launch import listen
+
         await self._load()
         for index in range(len(self.configs)):
             self.events.put(self._progress(index))
-        if self.remaining <= 0:
+        if sum(self.done) >= sum(self.totals):
             return "finished"
-        work: asyncio.Queue[tuple[int, AnswerItem, int] | None] = asyncio.Queue(
-            maxsize=2 * self.concurrency)
-        slots = [asyncio.create_task(self._slot(work)) for _ in range(self.concurrency)]
-        producer = asyncio.create_task(self._produce(work, len(slots)))
-        helpers = [asyncio.create_task(self._watch_stop([*slots, producer])),
-                   asyncio.create_task(self._keep_hold())]
+        job_id = self.job.job_id
+        context = item.RegradeContext(job=self.job, configs=self.configs,
+                                      on_graded=self._graded, on_failure=self._failed)
+        item.attach(context)
         try:
-            await asyncio.gather(*slots, producer, return_exceptions=True)
-        finally:
-            for helper in helpers:
-                helper.cancel()
+            # A process of this machine killed mid re-grade: its items go back at once.
+            await regrade_queue.recover_stopped_items(self.store, me=self.engine.executor_id)
+            listen(self.engine, await regrade_queue.register_queue(
+                job_id, concurrency=self.concurrency))
+            producer = asyncio.create_task(self._produce())
+            try:
+                await self._watch(producer)
+            except BaseException:  # a lost database: this process's gradings stop with it
+                item.stop_here(job_id)
+                raise
+            finally:
+                producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await helper
-        for task in [*slots, producer]:
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+                    await producer
+            await context.idle.wait()  # this process's items end (Stop: after their cancel)
+        finally:
+            item.detach(context)
+        if self.failure is not None:
+            raise self.failure
+        await self._count()
+        with contextlib.suppress(Exception):  # another driver may have deleted it
+            if not await regrade_queue.active_items(job_id):
+                # Nothing queued or running: no process need poll the queue any more.
+                await regrade_queue.delete_queue(job_id)
         if self.stop.is_set():
             return "stopped"
-        counts = await self.store.acall(self.store.regrade_counts, self.job.job_id)
-        recorded = sum(n for n, _ in counts.values())
-        return "finished" if recorded >= sum(self.totals) else "stopped"
+        return "finished" if sum(self.done) >= sum(self.totals) else "stopped"
 
-    async def _keep_hold(self) -> None:
-        """Renew this process's hold on the re-grade; a hold found lost stops the grading."""
-        store, job_id = self.store, self.job.job_id
-        while not self.stop.is_set():
-            await asyncio.sleep(HEARTBEAT_S)
-            with contextlib.suppress(StoreError):  # a busy database: the next round retries
-                if not await store.acall(store.renew_regrade_hold, job_id, self.owner,
-                                         hold_s=STALE_AFTER_S):
-                    self.lost = True
-                    self.stop.set()
+    async def _produce(self) -> None:
+        """Queue every item with a grading not recorded yet, a page of answers at a time."""
+        from rubric_core.engine import regrade_queue
 
-    async def _watch_stop(self, tasks: list[asyncio.Task[None]]) -> None:
-        """On Stop, cancel the gradings in flight (nothing of them is recorded) and the rest."""
-        while not self.stop.is_set():
-            await asyncio.sleep(_STOP_POLL_S)
-        for task in tasks:
-            task.cancel()
-
-    async def _produce(self, work: asyncio.Queue[tuple[int, AnswerItem, int] | None],
-                       slots: int) -> None:
-        """Queue every grading not recorded yet, a page of answers at a time."""
         store, job = self.store, self.job
+        latest = await regrade_queue.latest_attempts(job.job_id)
         offset = 0
-        while True:
+        while not self.stop.is_set():
             page = await store.acall(store.answer_items, job.set_name, job.set_version,
                                      offset=offset, limit=PAGE_ITEMS)
             if not page:
                 break
             graded = await store.acall(store.graded_keys, job.job_id, [i.id for i in page])
-            for item in page:
-                for index, prepared in enumerate(self.configs):
-                    for repeat in range(prepared.config.grader_repeats):
-                        if (index, item.id, repeat) not in graded:
-                            await work.put((index, item, repeat))
+            wanted = [(index, it.id) for it in page for index, prepared in enumerate(self.configs)
+                      if any((index, it.id, r) not in graded
+                             for r in range(prepared.config.grader_repeats))]
+            await regrade_queue.enqueue_items(job.job_id, wanted, latest)
             offset += len(page)
-        for _ in range(slots):
-            await work.put(None)
 
-    async def _slot(self, work: asyncio.Queue[tuple[int, AnswerItem, int] | None]) -> None:
-        """Take the next grading, grade it, record it; until the queue says none is left."""
-        while (unit := await work.get()) is not None:
-            index, item, repeat = unit
-            try:
-                result = await self._grade(index, item, repeat)
-                written = await self.store.acall(self.store.record_regrade_result,
-                                                 self.job.job_id, result)
-            except BaseException:
-                self.stop.set()  # a lost database: the other slots stop too
-                raise
+    async def _watch(self, producer: asyncio.Task[None]) -> None:
+        """Count gradings until every one is recorded, no item is left, or Stop."""
+        from rubric_core.engine import item, regrade_queue
+        from rubric_core.engine.recovery import SWEEP_S
+
+        job_id, rounds, swept = self.job.job_id, 0, time.monotonic()
+        while True:
+            if self.stop.is_set():
+                item.stop_here(job_id)
+                if self.failure is None:  # a lost database: nothing to cancel there
+                    with contextlib.suppress(Exception):  # a busy database: Stop here at least
+                        await asyncio.wait_for(regrade_queue.cancel_items(job_id),
+                                               _STOP_TIMEOUT_S)
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.graded_here.wait(), WATCH_S)
+            self.graded_here.clear()
+            if self.stop.is_set():
+                continue
+            await self._count()
+            if sum(self.done) >= sum(self.totals):
+                return
+            rounds += 1
+            if (producer.done() and rounds % _SETTLED_EVERY == 0
+                    and not await regrade_queue.active_items(job_id)):
+                if producer.exception() is not None:
+                    raise producer.exception()  # type: ignore[misc]
+                await self._count()  # what ended since the last count
+                return
+            if time.monotonic() - swept > SWEEP_S:
+                swept = time.monotonic()
+                with contextlib.suppress(Exception):  # a busy database: the next sweep
+                    await regrade_queue.recover_stopped_items(self.store,
+                                                              me=self.engine.executor_id)
+
+    async def _count(self) -> None:
+        """Read what every process recorded; say where each configuration now stands."""
+        counts = await self.store.acall(self.store.regrade_counts, self.job.job_id)
+        for index in range(len(self.configs)):
+            done, errors = counts.get(index, (0, 0))
+            if (done, errors) != (self.done[index], self.errors[index]):
+                self.done[index], self.errors[index] = done, errors
+                self.events.put(self._progress(index))
+
+    def _graded(self, result: RegradeResult, written: bool) -> None:
+        """A grading ended in this process (on the loop): say so."""
+        index = result.config_index
+        if written:
             self.done[index] += 1
-            self.remaining -= 1
-            if written:
-                self.finished_here += 1
-                self.errors[index] += result.result == "grader_error"
-                self.events.put({"type": "item_graded", "job_id": self.job.job_id,
-                                 "config_index": index, "item_id": item.id,
-                                 "repeat_index": repeat, "result": result.result,
-                                 "error": result.error})
-            self.events.put(self._progress(index))
+            self.errors[index] += result.result == "grader_error"
+            self.events.put({"type": "item_graded", "job_id": self.job.job_id,
+                             "config_index": index, "item_id": result.item_id,
+                             "repeat_index": result.repeat_index, "result": result.result,
+                             "error": result.error})
+        self.events.put(self._progress(index))
+        self.graded_here.set()
 
-    async def _grade(self, index: int, item: AnswerItem, repeat: int) -> RegradeResult:
-        """One grader pass over one answer (see the module docstring); errors are results."""
-        prepared = self.configs[index]
-        started = time.perf_counter()
-        try:
-            messages = build_grader_messages(
-                [HumanMessage(item.request), AIMessage(item.answer)], prepared.criteria,
-                system_prompt=prepared.system_prompt(item.id))
-            outcome = await drive_async(
-                grade_steps(messages, prepared.criteria, prepared.tools), prepared.bound)
-        except Exception as exc:
-            if is_unavailable(exc):
-                raise
-            error = error_text(exc)
-            return RegradeResult(index, item.id, repeat, "grader_error", error, [], [], error,
-                                 None, None, round(time.perf_counter() - started, 6))
-        result = outcome.response.result
-        if outcome.missing and result != "failed":
-            result = "needs_revision"  # unverified, as the middleware records it
-        return RegradeResult(index, item.id, repeat, result, outcome.response.explanation,
-                             list(outcome.criteria), list(outcome.missing), None,
-                             outcome.input_tokens, outcome.output_tokens,
-                             round(time.perf_counter() - started, 6),
-                             outcome.cached_input_tokens)
+    def _failed(self, exc: BaseException) -> None:
+        """An item here lost the database: the re-grade stops with that error."""
+        if self.failure is None:
+            self.failure = exc
+        self.stop.set()
+        self.graded_here.set()
 
     def _progress(self, index: int) -> RegradeProgress:
         elapsed = time.monotonic() - self.started
-        eta = (round(self.remaining * elapsed / self.finished_here, 1)
-               if self.finished_here else None)
+        since = sum(self.done) - self.at_start
+        left = sum(self.totals) - sum(self.done)
+        eta = round(left * elapsed / since, 1) if since > 0 else None
         return {"type": "regrade_progress", "job_id": self.job.job_id, "config_index": index,
                 "label": self.configs[index].config.display_label(), "done": self.done[index],
                 "total": self.totals[index], "errors": self.errors[index],
                 "eta_s": max(0.0, eta) if eta is not None else None}
+
+
+__all__ = ["PAGE_ITEMS", "WATCH_S", "few_shot_examples", "regrade_models", "run_regrade"]

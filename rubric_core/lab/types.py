@@ -28,9 +28,8 @@ class RegradeProgress(TypedDict):
     label: str
     """The configuration's label."""
     done: int
-    """Gradings recorded (items × repeats), errors included: those recorded when the session
-    started and those it recorded since (another process's later ones count at its next
-    start)."""
+    """Gradings recorded (items × repeats), errors included, by any process: this session's at
+    once, other processes' within `rubric_core.lab.regrade.WATCH_S`."""
     total: int
     """Gradings of this configuration (items × repeats)."""
     errors: int

@@ -24,8 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data, secret_values
-from rubric_core.registry import owner_is_gone
-from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name, check_seconds
+from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore, check_name
 from rubric_core.store._records import (
     AnswerItem,
     ItemLabel,
@@ -324,73 +323,28 @@ class LabStore(StoreCore):
             conn.execute("UPDATE regrade_jobs SET status = ?, updated_at = ? WHERE job_id = ?",
                          (status, self.now(), job_id))
 
-    def hold_regrade(self, job_id: str, owner: str, *, hold_s: float) -> str | None:
-        """Take a re-grade for ``owner`` (one process grades it at a time), for ``hold_s`` s.
+    def touch_regrade(self, job_id: str) -> None:
+        """Say that a process grades this re-grade now (``updated_at``, by the database's clock).
 
-        Taken when nobody holds it, ``owner`` already does, the holder's time ran out (by the
-        database's clock) or the holder was a process of this machine that has exited
-        (`rubric_core.registry.owner_is_gone`: a killed CLI's re-grade resumes at once).
-        The check and the write are one statement, so of two processes taking it at once
-        exactly one gets it.
-
-        Returns:
-            None when ``owner`` now holds it; otherwise who does (for the refusal).
-
-        Raises:
-            KeyError: No such re-grade.
-            ValueError: An empty owner or a hold that is not a positive number of seconds.
-
+        Every process grading a re-grade's items touches it every
+        `rubric_core.session.HEARTBEAT_S`; recovery on another machine reads it
+        (`regrade_touched`) to tell a re-grade still being graded from one whose processes died
+        (`rubric_core.engine.regrade_queue`).
         """
-        if not isinstance(owner, str) or not owner.strip():
-            msg = "a re-grade's hold needs an owner: a non-empty string naming the process"
-            raise ValueError(msg)
-        check_seconds(hold_s, "hold_s")
         with self._connect(write=True) as conn:
-            now = conn.dialect.epoch_now
-            take = (f"UPDATE regrade_jobs SET owner = ?, hold_expires_at = {now} + ? "
-                    "WHERE job_id = ? AND ")
-            if conn.execute(take + f"(owner IS NULL OR owner = ? OR hold_expires_at <= {now})",
-                            (owner, float(hold_s), job_id, owner)).rowcount:
-                return None
-            row = conn.execute("SELECT owner FROM regrade_jobs WHERE job_id = ?",
-                               (job_id,)).fetchone()
-            if row is None:
-                msg = f"no re-grade {job_id!r} in {self.location}"
-                raise KeyError(msg)
-            holder = str(row["owner"])
-            if owner_is_gone(holder) and conn.execute(
-                    take + "owner = ?", (owner, float(hold_s), job_id, holder)).rowcount:
-                return None
-            return holder
+            conn.execute("UPDATE regrade_jobs SET updated_at = ? WHERE job_id = ?",
+                         (self.now(), job_id))
 
-    def regrade_holder(self, job_id: str) -> str | None:
-        """Who grades a re-grade now: its holder while the hold is live, else None.
-
-        A hold that ran out, or whose holder was a process of this machine that has exited
-        (`rubric_core.registry.owner_is_gone`), has no holder.
-        """
+    def regrade_touched(self, job_ids: Iterable[str]) -> dict[str, str | None]:
+        """When each of these re-grades was last touched or changed (ISO 8601 UTC)."""
+        out: dict[str, str | None] = {}
         with self._connect() as conn:
-            row = conn.execute(
-                f"SELECT owner, hold_expires_at - {conn.dialect.epoch_now} AS left "
-                "FROM regrade_jobs WHERE job_id = ?", (job_id,)).fetchone()
-        if row is None or row["owner"] is None or float(row["left"]) <= 0:
-            return None
-        return None if owner_is_gone(row["owner"]) else str(row["owner"])
-
-    def renew_regrade_hold(self, job_id: str, owner: str, *, hold_s: float) -> bool:
-        """Extend ``owner``'s hold on a re-grade; False when it lost it (stop grading then)."""
-        check_seconds(hold_s, "hold_s")
-        with self._connect(write=True) as conn:
-            return bool(conn.execute(
-                f"UPDATE regrade_jobs SET hold_expires_at = {conn.dialect.epoch_now} + ? "
-                "WHERE job_id = ? AND owner = ?", (float(hold_s), job_id, owner)).rowcount)
-
-    def release_regrade(self, job_id: str, owner: str) -> bool:
-        """Give up ``owner``'s hold on a re-grade; False when it did not hold it."""
-        with self._connect(write=True) as conn:
-            return bool(conn.execute(
-                "UPDATE regrade_jobs SET owner = NULL, hold_expires_at = NULL "
-                "WHERE job_id = ? AND owner = ?", (job_id, owner)).rowcount)
+            for chunk in _chunks(list(dict.fromkeys(job_ids))):
+                marks = ", ".join("?" * len(chunk))
+                out.update((str(r[0]), r[1]) for r in conn.execute(
+                    f"SELECT job_id, updated_at FROM regrade_jobs WHERE job_id IN ({marks})",
+                    chunk))
+        return out
 
     def add_regrade_config(self, job_id: str, config: GraderConfig) -> int:
         """Append a configuration to a re-grade (its answers graded again under it).
@@ -419,14 +373,8 @@ class LabStore(StoreCore):
     def delete_regrade_job(self, job_id: str) -> bool:
         """Delete a re-grade and its results; False when there is no such re-grade.
 
-        Raises:
-            ValueError: A live process is grading it (`hold_regrade`): stop it first.
-
+        Items of it still queued on the queue engine find it gone and end without grading.
         """
-        if self.regrade_holder(job_id) is not None:
-            msg = (f"re-grade {job_id[:8]} is being graded by a process now; stop it first "
-                   "(a killed process's hold runs out by itself)")
-            raise ValueError(msg)
         with self._connect(write=True) as conn:
             return bool(conn.execute("DELETE FROM regrade_jobs WHERE job_id = ?",
                                      (job_id,)).rowcount)
