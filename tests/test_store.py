@@ -711,7 +711,7 @@ def test_schema_6_evaluations_are_upgraded_in_place(db_location: str | Path) -> 
         SCHEMA_VERSION)
 
 
-def test_schema_12_cells_lose_their_lease_columns_and_keep_everything_else(
+def test_schema_12_cells_and_regrades_lose_their_lease_columns_and_keep_everything_else(
         db_location: str | Path) -> None:
     from rubric_core.experiments import create_experiment
     from rubric_core.offline.demo_dataset import demo_dataset
@@ -725,15 +725,19 @@ def test_schema_12_cells_lose_their_lease_columns_and_keep_everything_else(
     _execute(db_location, "ALTER TABLE experiment_cells ADD COLUMN lease_owner TEXT",
              f"ALTER TABLE experiment_cells ADD COLUMN lease_expires_at {real}",
              "UPDATE experiment_cells SET lease_owner = 'w', lease_expires_at = 1.0",
+             "ALTER TABLE regrade_jobs ADD COLUMN owner TEXT",
+             f"ALTER TABLE regrade_jobs ADD COLUMN hold_expires_at {real}",
              "UPDATE meta SET value = '12' WHERE key = 'schema_version'")
     with Store(db_location) as store:
         assert [(c.key, c.thread_id) for c in store.experiment_cells(exp.experiment_id)
                 ] == before
-    column = ("SELECT COUNT(*) FROM information_schema.columns WHERE table_name = "
-              "'experiment_cells' AND column_name LIKE 'lease%'"
-              if str(db_location).startswith("postgresql://") else
-              "SELECT COUNT(*) FROM pragma_table_info('experiment_cells') "
-              "WHERE name LIKE 'lease%'")
-    assert scalar(db_location, column) == 0
+    pg = str(db_location).startswith("postgresql://")
+    for table in ("experiment_cells", "regrade_jobs"):
+        column = (f"SELECT COUNT(*) FROM information_schema.columns WHERE table_name = "
+                  f"'{table}' AND column_name IN ('lease_owner', 'lease_expires_at', 'owner', "
+                  "'hold_expires_at')" if pg else
+                  f"SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name IN "
+                  "('lease_owner', 'lease_expires_at', 'owner', 'hold_expires_at')")
+        assert scalar(db_location, column) == 0, table
     assert scalar(db_location, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
         SCHEMA_VERSION)

@@ -80,13 +80,6 @@ def shown_location(location: str | Path) -> str:
     return mask_url(str(location).strip()) if is_url(location) else str(location)
 
 
-def check_seconds(value: float, name: str) -> None:
-    """Refuse a hold time that is not a positive number of seconds (naming it)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        msg = f"{name} must be a positive number of seconds, got {value!r}"
-        raise ValueError(msg)
-
-
 def check_name(name: str, what: str) -> str:
     """``name`` for a saved rubric, dataset or answer set, refused when it holds a key.
 

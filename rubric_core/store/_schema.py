@@ -4,7 +4,7 @@ The SQL of `rubric_core.store` is SQLite's and PostgreSQL's common ground (``ON 
 upserts, ``trim(x, chars)``, row-value ``IN``), with ``?`` placeholders; the few differences
 live in a `Dialect`: PostgreSQL's placeholder, its ``REAL`` (single precision there, so
 ``DOUBLE PRECISION``), an explicit ``rowid`` (SQLite's implicit one orders rows created in the
-same microsecond), the clock holds are judged by, and ``FOR UPDATE`` row locks (SQLite has
+same microsecond), and ``FOR UPDATE`` row locks (SQLite has
 one writer at a time, so it needs none).
 """
 
@@ -56,8 +56,9 @@ which are priced as uncached), ``retired_cell_threads`` (the threads a cell's re
 so the runs on them still count in the experiment's cost; a new table only: a retry made before
 it is not linked) and the re-grades' ``owner`` and ``hold_expires_at`` (the process grading one
 holds it, `Store.hold_regrade`, so two resumers never both pay for its gradings).
-Version 13 dropped the cells' ``lease_owner`` and ``lease_expires_at`` (`DROPPED_COLUMNS`):
-which process runs a cell is the queue engine's (`rubric_core.engine`), kept in its own tables.
+Version 13 dropped the cells' ``lease_owner`` and ``lease_expires_at`` and the re-grades'
+``owner`` and ``hold_expires_at`` (`DROPPED_COLUMNS`): which process runs a cell or grades a
+re-grade is the queue engine's (`rubric_core.engine`), kept in its own tables.
 """
 
 APP_ID = "rubric-studio"
@@ -96,12 +97,8 @@ class Dialect:
     """``sqlite`` or ``postgresql``."""
     types: Mapping[str, str]
     """Substitutions in the DDL: ``{real}`` (a double) and ``{rowid}`` (a leading column)."""
-    epoch_now: str
-    """An expression for the database's clock, in Unix seconds (holds are judged by it)."""
     lock_rows: str
     """Appended to a ``SELECT`` that must lock the rows it reads until the transaction ends."""
-    skip_locked: str
-    """Appended to the claim's ``SELECT``: lock the row read, skip rows other claims hold."""
 
     def ddl(self, statement: str) -> str:
         """A DDL statement of `SCHEMA` in this dialect."""
@@ -110,14 +107,13 @@ class Dialect:
 
 SQLITE = Dialect(
     name="sqlite", types={"real": "REAL", "rowid": ""},
-    epoch_now="((julianday('now') - 2440587.5) * 86400.0)", lock_rows="", skip_locked="",
+    lock_rows="",
 )
 POSTGRESQL = Dialect(
     name="postgresql",
     types={"real": "DOUBLE PRECISION",
            "rowid": "rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,"},
-    epoch_now="extract(epoch from clock_timestamp())::double precision",
-    lock_rows=" FOR UPDATE", skip_locked=" FOR UPDATE OF c SKIP LOCKED",
+    lock_rows=" FOR UPDATE",
 )
 
 SCHEMA = (
@@ -233,14 +229,15 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
              "owner": "TEXT", "cached_input_tokens": "INTEGER"},
     "rubric_versions": {"settings_json": "TEXT"},
     "experiments": {"budget_json": "TEXT"},
-    "regrade_jobs": {"owner": "TEXT", "hold_expires_at": "{real}"},
     "evaluations": {"extra_json": "TEXT"},
     "regrade_results": {"cached_input_tokens": "INTEGER"},
 }
 """Columns added to a table after it was first released (NULL in upgraded rows)."""
 
 DROPPED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "experiment_cells": ("lease_owner", "lease_expires_at"),  # schema 13: the engine's now
+    # schema 13: which process runs a cell or a re-grade is the queue engine's now
+    "experiment_cells": ("lease_owner", "lease_expires_at"),
+    "regrade_jobs": ("owner", "hold_expires_at"),
 }
 """Columns a later version no longer has, dropped from an upgraded database (with what they
 held: nothing reads them)."""
