@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import ROOT
+from holding_server import HoldingServer
 from openai_server import DelayedServer, verdict
 from pg_support import scalar
-from test_workers import HoldingServer
 
 from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
 from rubric_core.store import Store
