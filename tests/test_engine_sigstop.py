@@ -1,4 +1,4 @@
-"""SIGSTOP drill of ``eval --engine dbos --workers 3`` on PostgreSQL, with real processes.
+"""SIGSTOP drill of ``eval --workers 3`` on PostgreSQL, with real processes.
 
 A supervised worker is paused (SIGSTOP) with one of its cells' model calls in flight. It is
 alive, so its supervisor does not restart it, and its executor ID names the supervisor (alive

@@ -1,5 +1,5 @@
 """The queue engine on PostgreSQL with two processes: this one driving an experiment
-(``run_experiment(engine="dbos")``) and a ``rubric-studio worker``; the global concurrency limit
+(``run_experiment``) and a ``rubric-studio worker``; the global concurrency limit
 holds over both (counted in flight at the loopback server), and after kill -9 of the worker in
 the middle of its cells, recovery hands them back and every cell ends exactly once.
 """
