@@ -54,7 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def _database(kind: str) -> Iterator[str]:
+def throwaway_database(kind: str) -> Iterator[str]:
+    """A temporary SQLite file (``sqlite``), or a database on a throwaway PostgreSQL cluster."""
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
             yield str(Path(tmp) / "bench.sqlite3")
@@ -157,7 +158,7 @@ def main() -> int:
     results = {}
     failed = False
     try:
-        with _database(args.db) as db, Store(db) as store:
+        with throwaway_database(args.db) as db, Store(db) as store:
             for count in (1, 2):
                 exp_id = _queue(store, args.rows, server.base_url, count, args.concurrency)
                 wall, per_pid = _run(db, store, exp_id, args.rows, count)

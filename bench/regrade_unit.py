@@ -25,35 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
+
+from engine_workers import throwaway_database  # bench/ is the script's directory
 
 from rubric_core.background import work_loop
 from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
 from rubric_core.store import Store
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
-
-
-@contextlib.contextmanager
-def _database(kind: str) -> Iterator[str]:
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
-            yield str(Path(tmp) / "bench.sqlite3")
-        return
-    sys.path.insert(0, str(TESTS))
-    from pg_support import create_database, postgres_server
-
-    with postgres_server() as server:
-        yield create_database(server)
 
 
 def _job(store: Store, answers: int, repeats: int, name: str) -> str:
@@ -108,7 +86,7 @@ def main() -> None:
     kinds = ("sqlite", "postgres") if args.db == "both" else (args.db,)
     n, r, c = args.answers, args.repeats, args.concurrency
     for kind in kinds:
-        with _database(kind) as db, Store(db) as store:
+        with throwaway_database(kind) as db, Store(db) as store:
             enqueue = _enqueue_ms(store, n)
             unit = _run_s(store, n, r, c, "unit")
             per_grading = _run_s(store, n * r, 1, c, "grading")

@@ -8,16 +8,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import ROOT
 from holding_server import HoldingServer
 from openai_server import DelayedServer, verdict
 from pg_support import scalar
+from test_engine_workers import _worker
 
 from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
 from rubric_core.store import Store
@@ -34,17 +33,6 @@ def _job(store: Store, count: int, base_url: str, repeats: int = 1) -> str:
     config = GraderConfig(rubric=f"- {CRITERION}", grader_model="openai-compatible:g",
                           base_url=base_url, grader_repeats=repeats)
     return create_regrade(store, answers, [config]).job_id
-
-
-def _worker(db: str | Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key"}
-    proc = subprocess.Popen([sys.executable, "-m", "rubric_core", "worker", "--db", str(db)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # printed once the worker's engine is launched
-    assert first.startswith("worker on "), first + proc.stdout.read()
-    return proc
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
