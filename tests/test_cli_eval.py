@@ -126,6 +126,12 @@ def test_without_a_pass_rate_an_error_cell_exits_1_and_names_the_retry(
                  id="more_workers_than_cells_at_once"),
     pytest.param(["--workers", "2"], "--workers N needs a PostgreSQL --db",
                  id="workers_on_sqlite"),
+    pytest.param(["--workers", "-3"], "workers must be from 1 to the concurrency (4), got -3",
+                 id="negative_workers"),
+    pytest.param(["--workers", "100000", "--concurrency", "64",
+                  "--db", "postgresql://u:secret@127.0.0.1:1/x"],
+                 "workers must be from 1 to the concurrency (64), got 100000",
+                 id="a_fork_bomb_of_workers"),
 ])
 def test_bad_eval_flags_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
