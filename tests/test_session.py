@@ -267,17 +267,30 @@ def _checkpoint_ids(store: Store, thread_id: str) -> set[str]:
 def test_a_taken_over_owner_stores_no_checkpoint_and_calls_no_model(
     db_location: Path | str, on_loop: bool,
 ) -> None:
-    """The paused owner wakes up after the takeover: its next checkpoint is refused (fenced),
-    which ends its graph before another model call, and it stops with `RunTakenOver`."""
+    """The owner is held inside its second grader call while another process takes the run
+    over; once it goes on, that pass's checkpoint and evaluation are refused (fenced), which
+    ends its graph before another model call, and it stops with `RunTakenOver`.
+
+    Held in a model call, not paused after an event: the graph runs ahead of its events (on a
+    thread of its own, or as a task), so a pause after ``evaluation_finished`` raced the next
+    step's checkpoint, which could be stored before the takeover (and its model call made)."""
     import asyncio
+    import threading
 
     from scripted import ScriptedChatModel, verdict
 
     from rubric_core.store import RunTakenOver
 
     fail = verdict("needs_revision", "c2 missing", ["c1", ("c2", "add c2")])
+    grading, release = threading.Event(), threading.Event()
+
+    def held(_messages: Any) -> Any:
+        grading.set()
+        assert release.wait(60), "the test never released the grader"
+        return fail
+
     worker = ScriptedChatModel(replies=[], default="a draft")
-    grader = ScriptedChatModel(replies=[fail] * 5)
+    grader = ScriptedChatModel(replies=[fail, held, fail, fail, fail])
 
     def models(name: str, role: session.Role, base_url: str | None) -> Any:
         return worker if role == "worker" else grader
@@ -287,36 +300,48 @@ def test_a_taken_over_owner_stores_no_checkpoint_and_calls_no_model(
 
         def take_over(run_id: str, thread_id: str) -> tuple[set[str], int]:
             # Another process finds the owner silent and resumes the run.
+            assert grading.wait(60), "the second grader call never came"
             assert store.claim_run(run_id, owner="elsewhere:1:x", stale_before=ALWAYS_STALE)
-            return _checkpoint_ids(store, thread_id), len(worker.calls) + len(grader.calls)
+            seen = _checkpoint_ids(store, thread_id), len(worker.calls) + len(grader.calls)
+            release.set()  # the owner wakes up and goes on
+            return seen
 
         if on_loop:
-            async def paused_owner() -> tuple[Any, set[str], int]:
+            async def owner() -> tuple[Any, set[str], int]:
                 run = await session.astart(store, settings, models=models)
-                events = aiter(run)
-                async for event in events:
-                    if event["type"] == "evaluation_finished":
-                        break
-                seen = take_over(run.run_id, run.record.thread_id)
-                with pytest.raises(RunTakenOver):
-                    async for _ in events:
+
+                async def drain() -> None:
+                    async for _ in run:
                         pass
+
+                going = asyncio.ensure_future(drain())
+                seen = await asyncio.to_thread(take_over, run.run_id, run.record.thread_id)
+                with pytest.raises(RunTakenOver):
+                    await going
                 return run, *seen
 
-            run, at_claim, calls = asyncio.run(paused_owner())
+            run, at_claim, calls = asyncio.run(owner())
         else:
             run = session.start(store, settings, models=models, watch=False)
-            events = iter(run)
-            for event in events:
-                if event["type"] == "evaluation_finished":
-                    break
+            raised: list[BaseException] = []
+
+            def drain() -> None:
+                try:
+                    for _ in run:
+                        pass
+                except BaseException as exc:  # handed to the test's thread
+                    raised.append(exc)
+
+            going = threading.Thread(target=drain)
+            going.start()
             at_claim, calls = take_over(run.run_id, run.record.thread_id)
-            with pytest.raises(RunTakenOver):
-                for _ in events:
-                    pass
+            going.join(60)
+            assert not going.is_alive()
+            assert len(raised) == 1 and isinstance(raised[0], RunTakenOver), raised
+        assert calls == 4  # two passes' worker and grader calls, the second grader's held
         assert _checkpoint_ids(store, run.record.thread_id) == at_claim
         assert len(worker.calls) + len(grader.calls) == calls
-        assert len(store.evaluations(run.run_id)) == 1
+        assert len(store.evaluations(run.run_id)) == 1  # the held pass was not recorded
         record = store.get_run(run.run_id)
         assert record is not None and (record.status, record.owner) == ("running",
                                                                          "elsewhere:1:x")

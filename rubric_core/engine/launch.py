@@ -260,6 +260,7 @@ def _shutdown(settle_s: float) -> None:
     waiting = threading.Thread(target=settle, name="rubric-engine-settle", daemon=True)
     waiting.start()
     waiting.join(settle_s + 1.0)
+    _stop_retrying_lost_writes()
     DBOS.destroy(workflow_completion_timeout_sec=0)
 
     async def own_threads() -> None:
@@ -267,6 +268,26 @@ def _shutdown(settle_s: float) -> None:
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
 
     asyncio.run_coroutine_threadsafe(own_threads(), work_loop()).result()
+
+
+def _stop_retrying_lost_writes() -> None:
+    """Make the writes DBOS is retrying against a lost database give up at their next try.
+
+    DBOS 3.4.0 retries a system-database write that lost its connection without end, sleeping
+    up to 90 s between tries, on its pool's threads, which the interpreter joins at exit: a
+    process whose database is gone for good never exited once its engine had such a write
+    (seen as a test run hanging at exit for an hour). Once the engine stops nothing waits for
+    those writes (what they would have recorded is redone by recovery,
+    `rubric_core.engine.recovery`), so they stop at their next try instead of retrying on.
+    DBOS reads this per write (its client's ``retry_connection_errors=False``); the runtime
+    has no setting for it, hence the private attribute.
+    """
+    from dbos import _dbos
+
+    instance = _dbos._dbos_global_instance
+    sys_db = getattr(instance, "_sys_db_field", None)
+    if sys_db is not None:
+        sys_db._retry_connection_errors = False
 
 
 DBOS_CONSOLE_HANDLER = "__dbos_console_log_handler__"
