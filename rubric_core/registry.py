@@ -27,6 +27,32 @@ if TYPE_CHECKING:
 V = TypeVar("V")
 
 
+STALE_AFTER_ENV = "RUBRIC_STUDIO_STALE_AFTER_S"
+"""Environment variable that overrides `STALE_AFTER_S` (seconds, 3 to 3600)."""
+
+
+def _stale_after_s() -> float:
+    raw = os.environ.get(STALE_AFTER_ENV, "").strip()
+    if not raw:
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 3.0 <= value <= 3600.0:  # NaN fails too
+        msg = f"{STALE_AFTER_ENV} must be a number of seconds from 3 to 3600, got {raw!r}"
+        raise ValueError(msg)
+    return value
+
+
+STALE_AFTER_S = _stale_after_s()
+"""A ``running`` run untouched this long, and not recorded by this process, lost its owner
+(`rubric_core.session`): 30 s, or `STALE_AFTER_ENV`. Every process sharing a database should
+use the same value. A PostgreSQL transaction left idle this long is ended by the server
+(`rubric_core.store`): its process is as good as gone, and it must not hold the rows of the
+runs others take over."""
+
+
 def new_owner() -> str:
     """A name for one hold on a row (a run, a queue engine's executor): ``host:pid:random``.
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -41,7 +40,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
-from rubric_core.registry import ActiveRegistry, new_owner, owner_is_gone
+from rubric_core.registry import (
+    STALE_AFTER_S,
+    ActiveRegistry,
+    new_owner,
+    owner_is_gone,
+)
 from rubric_core.runner import RunSpec, arun_rubric
 from rubric_core.stopping import VERDICT_CHANNEL, RunPump
 from rubric_core.store import Fence, RunTakenOver, StoreError, is_unavailable
@@ -69,28 +73,6 @@ if TYPE_CHECKING:
     from rubric_core.store import RunRecord, Store
     from rubric_core.types import ModelCallRecord, RubricEvaluation
 
-STALE_AFTER_ENV = "RUBRIC_STUDIO_STALE_AFTER_S"
-"""Environment variable that overrides `STALE_AFTER_S` (seconds, 3 to 3600)."""
-
-
-def _stale_after_s() -> float:
-    raw = os.environ.get(STALE_AFTER_ENV, "").strip()
-    if not raw:
-        return 30.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 3.0 <= value <= 3600.0:  # NaN fails too
-        msg = f"{STALE_AFTER_ENV} must be a number of seconds from 3 to 3600, got {raw!r}"
-        raise ValueError(msg)
-    return value
-
-
-STALE_AFTER_S = _stale_after_s()
-"""A ``running`` run untouched this long, and not recorded by
-this process, lost its owner: 30 s, or `STALE_AFTER_ENV`. Every process sharing a database
-should use the same value."""
 
 HEARTBEAT_S = min(5.0, STALE_AFTER_S / 3)
 """Seconds between the owner's touches of a running run's row."""

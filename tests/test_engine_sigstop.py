@@ -28,7 +28,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pytest
 from openai_server import FakeOpenAI, Reply, text, verdict
 from test_engine_drills import Eval, _argv, _env, _experiment_id
 from test_experiments import runs_per_thread
@@ -157,11 +156,6 @@ def _differences(taken: dict[str, dict[str, Any]], after: dict[str, dict[str, An
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "a worker paused inside a store transaction that holds its run's row (a fenced checkpoint "
-    "write's FOR SHARE, pipelined; a pass's evaluation insert) keeps it open: the taker's "
-    "claim (UPDATE runs) waits until it wakes, and the sweeps re-queue the waiting cell again "
-    "and again. Fix: rubric_core/store (see the helper's report), then drop this mark"))
 def test_a_paused_supervised_worker_writes_nothing_after_its_cells_were_taken_over(
         pg_url: str, tmp_path: Path) -> None:
     server = HoldOneServer()

@@ -112,9 +112,17 @@ def _config(location: str, executor_id: str) -> dict[str, Any]:
     if url.startswith("postgresql://"):
         import sqlalchemy as sa
 
+        from rubric_core.store._postgres import ENDS_IDLE_TRANSACTIONS
+
+        engine_url = sa.make_url(url).set(drivername="postgresql+psycopg")
+        # A paused process's DBOS transaction must not hold a workflow's row either; the
+        # URL's own options are kept (libpq takes ``options`` from the keyword alone).
+        own = engine_url.query.get("options", "")
+        options = " ".join([*([own] if isinstance(own, str) else own),
+                            ENDS_IDLE_TRANSACTIONS]).strip()
         config["system_database_engine"] = sa.create_engine(
-            sa.make_url(url).set(drivername="postgresql+psycopg"), pool_size=_PG_POOL,
-            max_overflow=0, pool_pre_ping=True, pool_timeout=30)
+            engine_url, pool_size=_PG_POOL, max_overflow=0, pool_pre_ping=True,
+            pool_timeout=30, connect_args={"options": options})
     return config
 
 

@@ -14,8 +14,9 @@ psycopg exception or a password. Imported only with the ``postgres`` extra insta
 Fenced writes (`rubric_core.store._fence`): a ``put`` or ``put_writes`` whose config carries a
 `Fence` runs in one transaction that first reads the run's owner ``FOR SHARE`` (writes of one
 owner do not wait for each other; a claim's ``UPDATE`` of the row waits for them, and a write
-after the claim reads the new owner and is refused). Unfenced, ``PostgresSaver`` runs a write's
-statements on an autocommit connection.
+after the claim reads the new owner and is refused), statement by statement, never pipelined
+(the server ends it if its process pauses inside it: `_postgres.ENDS_IDLE_TRANSACTIONS`).
+Unfenced, ``PostgresSaver`` runs a write's statements on an autocommit connection.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
     @contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
         # Every operation of PostgresSaver (get, list, put, writes, delete, setup) runs here.
+        fence = _fence.current()
         try:
-            with super()._cursor(pipeline=pipeline) as cur:
-                fence = _fence.current()
+            # Not pipelined when fenced: a pipeline's session is not idle between statements,
+            # so a process paused mid-write would hold the row's lock past the server's
+            # idle-transaction timeout (`rubric_core.store._postgres.ENDS_IDLE_TRANSACTIONS`).
+            with super()._cursor(pipeline=pipeline and fence is None) as cur:
                 if fence is None:
                     yield cur
                 else:

@@ -40,6 +40,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from rubric_core.registry import STALE_AFTER_S
 from rubric_core.store._pg_url import MASK, mask_url, normalized, servers, unreadable, url_secrets
 from rubric_core.store._schema import (
     DB_ENV_VAR,
@@ -136,6 +137,22 @@ def _placeholders(sql: str) -> str:
 def _quoted(identifier: str) -> str:
     """A name as a quoted SQL identifier (for a ``::regnamespace`` cast of any spelling)."""
     return '"' + identifier.replace('"', '""') + '"'
+
+
+ENDS_IDLE_TRANSACTIONS = (
+    f"-c idle_in_transaction_session_timeout={round(STALE_AFTER_S * 1000)}")
+"""libpq ``options`` that make the server end a session whose transaction sat idle for
+`rubric_core.registry.STALE_AFTER_S`, on every connection of ours (the queue engine's too).
+
+A process paused (SIGSTOP, a frozen VM) inside a transaction holds its row locks: a fenced
+checkpoint write's ``FOR SHARE`` on its run's row, an evaluation's insert. Another process that
+takes the run over once its heartbeat went stale then waits on that lock for as long as the
+pause lasts, forever for a process that never wakes. Our transactions last milliseconds; one
+idle for as long as a run takes to be presumed lost belongs to a process presumed lost, so the
+server ends it (its locks go, its writes are rolled back) and the taker goes on. The paused
+process, when it wakes, finds its connection closed: its write fails, as a fenced one would.
+Writes in pipeline mode do not count as idle between statements, so fenced writes are not
+pipelined (`rubric_core.store._pg_saver`)."""
 
 
 def _pinned_options(options: str, schema: str) -> str:
@@ -244,9 +261,11 @@ class PostgresBackend:
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": self.prepare_threshold}
         if "connect_timeout" not in self.url:
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT_S
+        # The URL's own options are kept: libpq takes ``options`` from the keyword alone.
+        options = self._parsed.get("options", "")
         if self._schema is not None:
-            # The URL's own options are kept: libpq takes ``options`` from the keyword alone.
-            kwargs["options"] = _pinned_options(self._parsed.get("options", ""), self._schema)
+            options = _pinned_options(options, self._schema)
+        kwargs["options"] = f"{options} {ENDS_IDLE_TRANSACTIONS}".strip()
         return kwargs
 
     def open(self) -> None:
