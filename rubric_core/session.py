@@ -538,6 +538,8 @@ class _Recording:
         self.resume = resume
         # A resume that changes the endpoint or models records them with its claim.
         self.new_settings = record.settings if changed else None
+        self.seen_status = record.status
+        """The status the resumer read: a run that ended since is not claimed (`claim_run`)."""
         # A local owner that has exited holds the run no more, however fresh its heartbeat.
         self.gone_owner = record.owner if owner_is_gone(record.owner) else None
         self.prior = (record.duration_s or 0.0) if resume else 0.0
@@ -569,7 +571,8 @@ class _Recording:
         try:
             if self.resume and not self.store.claim_run(
                     run_id, stale_before=stale_before(self.store.now()), owner=self.owner,
-                    settings=self.new_settings, gone_owner=self.gone_owner):
+                    settings=self.new_settings, gone_owner=self.gone_owner,
+                    seen_status=self.seen_status):
                 # Another server or process resumed it between our check and now.
                 msg = (f"Run {run_id[:8]} was just resumed by another server or process; it "
                        "is running there now.")

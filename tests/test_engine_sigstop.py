@@ -246,7 +246,11 @@ def test_a_paused_supervised_worker_writes_nothing_after_its_cells_were_taken_ov
                     os.kill(victim, signal.SIGCONT)
             server.release.set()
             run.kill_group()
-        assert code == 0, run.output
+        assert code == 0, run.output + "\n" + "\n".join(
+            f"{c.thread_id}: cell {c.status}, run "
+            f"{(c.run.run_id, c.run.status, c.run.owner) if c.run else None}"
+            for c in store.experiment_cells(_experiment_id(run.output))) + (
+            f"\nvictim {victim}, lost {lost}, running {running}")
         assert f"{ROWS}/{ROWS} done, 100% satisfied" in run.output
         # Not restarted: a paused worker is alive, and it left when asked (no failure).
         assert f"(pid {victim}) exited" not in run.output, run.output

@@ -174,6 +174,42 @@ def _claims(store: Store) -> None:
         store.claim_run("no-such-run", stale_before=fresh)
 
 
+def test_a_resumer_that_read_the_run_before_it_ended_does_not_take_it_back(
+        db_location: Path | str) -> None:
+    """A claim names the status its caller read: a run another process resumed and finished
+    since is not claimed back (a paused worker waking up, a slow second Resume); a run seen
+    finished may still be resumed on purpose."""
+    with Store(db_location) as store:
+        run = session.start(store, _haiku())
+        list(run)
+        store.finish_run(run.run_id, "interrupted")
+        seen = store.get_run(run.run_id)
+        assert seen is not None and seen.status == "interrupted"
+        # Another process resumes it and finishes it.
+        assert store.claim_run(run.run_id, stale_before=session.stale_before(), owner="b:2:y",
+                               seen_status="interrupted")
+        store.finish_run(run.run_id, "satisfied", owner="b:2:y")
+        # The first wakes up with what it read: refused, and the run stays finished.
+        assert not store.claim_run(run.run_id, stale_before=ALWAYS_STALE, owner="a:1:x",
+                                   seen_status=seen.status)
+        after = store.get_run(run.run_id)
+        assert after is not None and (after.status, after.owner) == ("satisfied", "b:2:y")
+        # Seen finished and resumed on purpose (a Resume with changes): claimed.
+        assert store.claim_run(run.run_id, stale_before=ALWAYS_STALE, owner="a:1:x",
+                               seen_status="satisfied")
+        # A session claims with what it read: a Resume whose run another process resumed and
+        # finished after it read it (before its first step) is refused.
+        store.finish_run(run.run_id, "interrupted", owner="a:1:x")
+        late = session.resume(store, run.run_id)
+        assert store.claim_run(run.run_id, stale_before=session.stale_before(), owner="c:3:z",
+                               seen_status="interrupted")
+        store.finish_run(run.run_id, "satisfied", owner="c:3:z")
+        with pytest.raises(RuntimeError, match="was just resumed by another server"):
+            list(late)
+        after = store.get_run(run.run_id)
+        assert after is not None and (after.status, after.owner) == ("satisfied", "c:3:z")
+
+
 def test_judging_options_travel_from_settings_to_the_middleware_and_back(store: Store) -> None:
     from scripted import ScriptedChatModel, verdict
 

@@ -29,7 +29,7 @@ from rubric_core.store import default_db_path, is_url, shown_location
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     import pandas as pd
 
@@ -85,6 +85,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model-limit", action="append", default=[], metavar="M=N",
         help="at most N cells at once use model M (worker or grader), over every process; "
         "repeatable")
+    add("--config-limit", action="append", default=[], metavar="K=N",
+        help="at most N cells of configuration K at once, over every process; K: its number "
+        "(from 0, its config_index in the summary) or its label; repeatable")
+    add("--config-rate-limit", action="append", default=[], metavar="K=N/PERIOD",
+        help="at most N cells of configuration K start per PERIOD (s, min or h), over every "
+        "process; K as for --config-limit; repeatable")
     add("--min-pass-rate", type=float, default=None,
         help="satisfied share (0-1) each configuration needs for exit 0; without "
         "it, exit 0 needs every cell ended without an error")
@@ -149,6 +155,63 @@ class ProgressPrinter:
         out.flush()
 
 
+def config_limits(args: argparse.Namespace, configs: Sequence[ExperimentConfig]
+                  ) -> tuple[dict[int, int], dict[int, tuple[int, float]]]:
+    """``--config-limit`` and ``--config-rate-limit`` by configuration index (from 0).
+
+    Raises:
+        UsageError: A value that is not ``K=N`` (``K=N/PERIOD``), a K naming no configuration
+            (or several), or two values for one configuration.
+
+    """
+    from rubric_core.experiments import MAX_CONCURRENCY
+
+    at_once: dict[int, int] = {}
+    rates: dict[int, tuple[int, float]] = {}
+    for flag, values in (("--config-limit", args.config_limit),
+                         ("--config-rate-limit", args.config_rate_limit)):
+        for value in values:
+            name, sep, spec = value.rpartition("=")
+            if not sep or not name.strip():
+                form = "K=N" if flag == "--config-limit" else "K=N/PERIOD"
+                msg = f"{flag} {value!r}: expected {form} (K: a configuration's number or label)"
+                raise UsageError(msg)
+            index = _config_index(name.strip(), configs, flag)
+            found: dict[int, Any] = at_once if flag == "--config-limit" else rates
+            if index in found:
+                msg = f"{flag} {value!r}: a second limit for configuration {index}"
+                raise UsageError(msg)
+            if flag == "--config-rate-limit":
+                found[index] = _rate(spec, value, flag)
+                continue
+            try:
+                found[index] = int(spec)
+            except ValueError:
+                msg = (f"{flag} {value!r}: expected K=N with N a whole number from 1 to "
+                       f"{MAX_CONCURRENCY}")
+                raise UsageError(msg) from None
+    return at_once, rates
+
+
+def _config_index(name: str, configs: Sequence[ExperimentConfig], flag: str) -> int:
+    """The index of the configuration ``name`` (its number from 1, or its label) names."""
+    labels = [c.display_label() for c in configs]
+    if name.isdigit():
+        if int(name) < len(configs):
+            return int(name)
+        msg = (f"{flag} {name}=…: no configuration {name} (the experiment has "
+               f"{len(configs)}, numbered from 0 as the progress lines and the summary's "
+               "config_index show them)")
+        raise UsageError(msg)
+    matches = [i for i, label in enumerate(labels) if label == name]
+    if len(matches) != 1:
+        why = "several configurations have" if matches else "no configuration has"
+        msg = (f"{flag} {name!r}=…: {why} that label; use its number (0 to "
+               f"{len(configs) - 1}) or one of: {', '.join(repr(label) for label in labels)}")
+        raise UsageError(msg)
+    return matches[0]
+
+
 def model_limits(values: list[str]) -> dict[str, int]:
     """``--model-limit MODEL=N`` values by model (their range is `check_limits`'s).
 
@@ -190,7 +253,7 @@ def rate_limit(text: str | None) -> tuple[int, float] | None:
     return None if text is None else _rate(text, text)
 
 
-def _rate(text: str, shown: str) -> tuple[int, float]:
+def _rate(text: str, shown: str, flag: str = "--rate-limit") -> tuple[int, float]:
     """``N/PERIOD`` as ``(cells, seconds)``; ``shown`` is the value named in a refusal."""
     number, _, period = text.strip().partition("/")
     period = period.strip().lower()
@@ -202,11 +265,13 @@ def _rate(text: str, shown: str) -> tuple[int, float]:
     except (ValueError, KeyError):
         limit, seconds = 0, 0.0
     if limit < 1 or not seconds > 0:
-        msg = (f"--rate-limit {shown!r}: expected N/PERIOD or MODEL=N/PERIOD, e.g. 60/min, 5/s "
-               "or openai:gpt-4.1-mini=100/30s")
+        expected = ("expected N/PERIOD or MODEL=N/PERIOD, e.g. 60/min, 5/s or "
+                    "openai:gpt-4.1-mini=100/30s" if flag == "--rate-limit" else
+                    "expected K=N/PERIOD, e.g. 2=60/min or baseline=5/s")
+        msg = f"{flag} {shown!r}: {expected}"
         raise UsageError(msg)
     if limit > MAX_RATE_LIMIT or seconds > MAX_RATE_PERIOD_S:
-        msg = (f"--rate-limit {shown!r}: at most {MAX_RATE_LIMIT:,} cells over a period of at "
+        msg = (f"{flag} {shown!r}: at most {MAX_RATE_LIMIT:,} cells over a period of at "
                f"most {MAX_RATE_PERIOD_S / 3600:.0f} h")
         raise UsageError(msg)
     return limit, seconds
@@ -414,7 +479,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         summary_rows,
     )
     from rubric_core.experiments.budget import Budget, estimate_experiment
-    from rubric_core.experiments.scheduler import check_rates
+    from rubric_core.experiments.scheduler import check_config_limits, check_rates
     from rubric_core.export import write_csv
     from rubric_core.prices import format_dollars
     from rubric_core.store import Store
@@ -440,13 +505,16 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
                 raise UsageError(msg)
         else:
             configs = configurations(args)
-            # a model rate limit none uses: refused before anything is stored
+            # a model rate limit none uses, a bad configuration limit: refused before anything
+            # is stored
             check_rates(whole_rate, model_rates=model_rates, configs=configs)
+            check_config_limits(configs, *config_limits(args, configs))
             if budget is not None:  # refused before anything is stored
                 _check(configs, budget)
             experiment = create_experiment(store, load_dataset(args), configs,
                                            repeats=args.repeats)
         exp_id = experiment.experiment_id
+        per_config, config_rates = config_limits(args, experiment.configurations)
         if budget is None and experiment.budget is not None and args.price:
             # A kept budget is checked with the prices given now as well.
             budget = Budget.from_dict(experiment.budget).with_overrides(prices.overrides.values())
@@ -475,6 +543,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
             for event in run_experiment(store, exp_id, concurrency=concurrency,
                                         per_model=per_model, retry_errors=args.retry_errors,
                                         rate_limit=whole_rate, model_rates=model_rates,
+                                        per_config=per_config, config_rates=config_rates,
                                         run_here=not helpers):
                 printer(event)
         failed = workers.failures

@@ -9,8 +9,9 @@ is ``finished`` when every cell ended, else ``stopped``.
 
 - Limits: the experiment's concurrency is the queue's global limit, over every process; an
   optional rate limit (cells started per period) too. Per-model limits (``per_model``: cells
-  at once using a model; ``model_rates``: cells using it started per period) hold over every
-  process as well: partitions of the experiment's queue, or queues of their own that a cell
+  at once using a model; ``model_rates``: cells using it started per period) and
+  per-configuration limits (``per_config``, ``config_rates``) hold over every process as
+  well: partitions of the experiment's queue, or queues of their own that a cell
   passes nested in its own workflow (`rubric_core.engine.queues.routes`, which says why and
   what each costs).
 - Stop (closing the generator, or ``stop``): the experiment's queued and running workflows are
@@ -83,6 +84,8 @@ class ExperimentDriver:
                  guard: BudgetGuard | None = None, *, engine: Engine,
                  rate_limit: tuple[int, float] | None = None,
                  model_rates: Mapping[str, tuple[int, float]] | None = None,
+                 per_config: Mapping[int, int] | None = None,
+                 config_rates: Mapping[int, tuple[int, float]] | None = None,
                  run_here: bool = True) -> None:
         """`run_experiment`'s arguments, checked, with the engine launched in this process.
 
@@ -104,6 +107,11 @@ class ExperimentDriver:
             m: queues.ModelLimit(concurrency=per_model.get(m), rate=(model_rates or {}).get(m))
             for m in {*per_model, *(model_rates or {})}}
         """Each limited model's limits over every process (its own queue)."""
+        self.config_limits = {
+            i: queues.ModelLimit(concurrency=(per_config or {}).get(i),
+                                 rate=(config_rates or {}).get(i))
+            for i in {*(per_config or {}), *(config_rates or {})}}
+        """Each limited configuration's limits (by index) over every process."""
         self.failure: BaseException | None = None
         """What ended the session with an exception, raised again on the consumer's thread."""
         self.started = time.monotonic()
@@ -174,7 +182,7 @@ class ExperimentDriver:
         try:
             if self.left:
                 route = queues.routes(exp.experiment_id, exp.configurations,
-                                      self.model_queues)
+                                      self.model_queues, self.config_limits)
                 names = await queues.register_queue(
                     exp.experiment_id, concurrency=self.concurrency,
                     rate_limit=self.rate_limit, route=route)

@@ -31,8 +31,13 @@ period, any process) are DBOS's too, not a limiter of ours, in one of two ways (
   `rubric_core.engine.cell.RESULT_POLL_S`); measured ~0.2 s per cell with two levels on
   PostgreSQL. Each model queue is one more queue every process polls.
 
+A configuration's own limits (cells of that configuration at once, started per period: ``eval
+--config-limit``, ``--config-rate-limit``) are met the same way, under a limit key of their own
+(`config_key`) beside the models'.
+
 The limits are an experiment's, set by its driver (``eval --model-limit``, ``--rate-limit
-MODEL=N/PERIOD``): another experiment on the same model has limits of its own.
+MODEL=N/PERIOD``, the app's Limits table): another experiment on the same model has limits of
+its own.
 
 A cell's workflow ID is deterministic (`workflow_id`): experiment, configuration, repeat, the
 cell's thread, an attempt number and the row. Enqueuing an ID that exists is a no-op in DBOS,
@@ -98,52 +103,71 @@ def model_queue_prefix(experiment_id: str) -> str:
 
 
 def model_queue_name(experiment_id: str, model: str) -> str:
-    """The queue of a model's limits within an experiment (the model hashed: any length)."""
+    """The queue of a model's limits within an experiment (the model hashed: any length).
+
+    A configuration's own limits have one too, named by its `config_key`.
+    """
     digest = hashlib.sha256(model.encode()).hexdigest()[:16]
     return model_queue_prefix(experiment_id) + digest
 
 
-def gates(configs: Sequence[ExperimentConfig], limited: Iterable[str],
-          experiment_id: str) -> list[list[str]]:
-    """Per configuration: the model queues its cells pass, in the one order every cell uses."""
-    names = set(limited)
-    return [[model_queue_name(experiment_id, m)
-             for m in sorted({c.worker_model, c.grader_model} & names)] for c in configs]
+CONFIG_KEY_PREFIX = "\x1fconfiguration "
+"""What a configuration's limit key starts with (`config_key`): a control character no model
+string holds, so a configuration's key never meets a model's."""
+
+
+def config_key(config_index: int) -> str:
+    """The limit key of a configuration's own limits (a partition key or a queue's name)."""
+    return f"{CONFIG_KEY_PREFIX}{config_index}"
+
+
+def gates(used: Sequence[Iterable[str]], experiment_id: str) -> list[list[str]]:
+    """Per configuration: the limit queues its cells pass, in the one order every cell uses."""
+    return [[model_queue_name(experiment_id, key) for key in sorted(keys)] for keys in used]
 
 
 @dataclasses.dataclass(frozen=True)
 class Routes:
-    """How an experiment's cells meet their model limits (`routes`)."""
+    """How an experiment's cells meet their model and configuration limits (`routes`)."""
 
     partition: ModelLimit | None
     """The limits of every partition of the experiment's queue, when partitions serve."""
     keys: list[str | None]
-    """Per configuration: its cells' partition key (its one limited model), or None."""
+    """Per configuration: its cells' partition key (its one limit key), or None."""
     gates: list[list[str]]
-    """Per configuration: the model queues its cells pass (`gates`), when nesting serves."""
+    """Per configuration: the limit queues its cells pass (`gates`), when nesting serves."""
     models: dict[str, ModelLimit]
-    """The models that have queues of their own, with their limits."""
+    """The limit keys (models, `config_key`) that have queues of their own, with their
+    limits."""
 
 
 def routes(experiment_id: str, configs: Sequence[ExperimentConfig],
-           limits: Mapping[str, ModelLimit]) -> Routes:
-    """How cells meet ``limits``: partitions, or else model queues (module docstring).
+           limits: Mapping[str, ModelLimit],
+           config_limits: Mapping[int, ModelLimit] | None = None) -> Routes:
+    """How cells meet ``limits`` (by model) and ``config_limits`` (by configuration index).
 
-    Partitions of the experiment's own queue when every configuration uses exactly one
-    limited model and all those models have the same limits (the common case: one model
-    everywhere): no level, no latency added. Else a queue per limited model.
+    A configuration's own limits are one more limit key its cells meet (`config_key`), like
+    a model's. Partitions of the experiment's own queue when every configuration meets
+    exactly one limit key and all those keys have the same limits (the common case: one model
+    everywhere): no level, no latency added. Else a queue per limit key.
     """
-    used = [{c.worker_model, c.grader_model} & limits.keys() for c in configs]
+    keyed = dict(limits)
+    used: list[set[str]] = []
+    for index, config in enumerate(configs):
+        keys = {config.worker_model, config.grader_model} & limits.keys()
+        if config_limits and index in config_limits:
+            keyed[config_key(index)] = config_limits[index]
+            keys.add(config_key(index))
+        used.append(keys)
     none: list[str | None] = [None] * len(configs)
     if not any(used):
         return Routes(None, none, [[] for _ in configs], {})
-    shared = {limits[m] for models in used for m in models}
-    if all(len(models) == 1 for models in used) and len(shared) == 1:
-        return Routes(shared.pop(), [next(iter(models)) for models in used],
+    shared = {keyed[k] for keys in used for k in keys}
+    if all(len(keys) == 1 for keys in used) and len(shared) == 1:
+        return Routes(shared.pop(), [next(iter(keys)) for keys in used],
                       [[] for _ in configs], {})
-    wanted = {m for models in used for m in models}
-    return Routes(None, none, gates(configs, wanted, experiment_id),
-                  {m: limits[m] for m in wanted})
+    wanted = {k for keys in used for k in keys}
+    return Routes(None, none, gates(used, experiment_id), {k: keyed[k] for k in wanted})
 
 
 def id_prefix(experiment_id: str) -> str:
@@ -327,6 +351,7 @@ async def cancel_cells(experiment_id: str) -> int:
 
 __all__ = [
     "ACTIVE",
+    "CONFIG_KEY_PREFIX",
     "POLL_S",
     "QUEUE_PREFIX",
     "ModelLimit",
@@ -334,6 +359,7 @@ __all__ = [
     "active_workflows",
     "attempt_of",
     "cancel_cells",
+    "config_key",
     "delete_queue",
     "enqueue_cells",
     "gate_prefix",

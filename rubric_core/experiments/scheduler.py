@@ -114,6 +114,8 @@ def run_experiment(
     budget: Budget | None = None,
     rate_limit: tuple[int, float] | None = None,
     model_rates: Mapping[str, tuple[int, float]] | None = None,
+    per_config: Mapping[int, int] | None = None,
+    config_rates: Mapping[int, tuple[int, float]] | None = None,
     run_here: bool = True,
 ) -> Iterator[ExperimentEvent]:
     """Run (or continue) an experiment's cells, yielding progress as cells end.
@@ -141,6 +143,11 @@ def run_experiment(
         model_rates: Per model string, at most ``(limit, period_s)`` cells using that model
             (worker or grader) started per period, over every process. Every model named must
             be one a configuration of the experiment uses.
+        per_config: Per configuration (its index in the experiment), at most this many of its
+            cells at once, over every process.
+        config_rates: Per configuration (its index), at most ``(limit, period_s)`` of its
+            cells started per period, over every process. With the model limits: a cell
+            starts when every limit it meets lets it (`rubric_core.engine.queues.routes`).
         run_here: This process runs cells too; False: it only queues the cells and watches
             them end, on the workers (``eval --workers N``, ``rubric-studio worker``).
 
@@ -150,14 +157,16 @@ def run_experiment(
 
     Raises:
         KeyError: No such experiment.
-        ValueError: A bad concurrency, per-model limit or rate limit, or a rate limit for a
-            model no configuration uses.
+        ValueError: A bad concurrency, per-model or per-configuration limit or rate limit,
+            a rate limit for a model no configuration uses, or a limit for a configuration the
+            experiment does not have.
         BudgetError: A budget that cannot be enforced (a model of unknown price).
 
     """
     experiment = require_experiment(store, experiment_id)
     check_limits(concurrency, per_model)
     check_rates(rate_limit, model_rates=model_rates, configs=experiment.configurations)
+    check_config_limits(experiment.configurations, per_config, config_rates)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -176,6 +185,7 @@ def run_experiment(
         driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
                                   per_model or {}, retry_errors, guard, engine=engine,
                                   rate_limit=rate_limit, model_rates=model_rates,
+                                  per_config=per_config, config_rates=config_rates,
                                   run_here=run_here)
         yield from drive(driver, events, stop, backoff, "experiment_backoff")
 
@@ -214,6 +224,37 @@ def check_rates(rate_limit: tuple[int, float] | None, *,
         _check_rate(rate, f"the rate limit of {model}")
 
 
+def check_config_limits(configs: Sequence[ExperimentConfig],
+                        per_config: Mapping[int, int] | None = None,
+                        config_rates: Mapping[int, tuple[int, float]] | None = None) -> None:
+    """Refuse a per-configuration limit or rate limit that `run_experiment` cannot apply.
+
+    Args:
+        configs: The experiment's configurations.
+        per_config: Cells at once per configuration index.
+        config_rates: ``(limit, period_s)`` per configuration index.
+
+    Raises:
+        ValueError: An index the experiment has no configuration for, or a bad limit.
+
+    """
+    for index in [*(per_config or {}), *(config_rates or {})]:
+        if isinstance(index, bool) or not isinstance(index, int) or not (
+                0 <= index < len(configs)):
+            msg = (f"a limit for configuration {index!r}, which the experiment does not have "
+                   f"(it has {len(configs)}, numbered from 0)")
+            raise ValueError(msg)
+    for index, limit in (per_config or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or not (
+                1 <= limit <= MAX_CONCURRENCY):
+            msg = (f"the limit of configuration {index} ({configs[index].display_label()}) "
+                   f"must be from 1 to {MAX_CONCURRENCY}, got {limit!r}")
+            raise ValueError(msg)
+    for index, rate in (config_rates or {}).items():
+        _check_rate(rate, f"the rate limit of configuration {index} "
+                          f"({configs[index].display_label()})")
+
+
 def progress_event(experiment: ExperimentRecord, index: int, tally: Tally, *, started: float,
                    remaining: int, finished_here: int) -> ExperimentProgress:
     """A configuration's ``experiment_progress`` event, with an ETA from this session's pace.
@@ -237,5 +278,5 @@ def progress_event(experiment: ExperimentRecord, index: int, tally: Tally, *, st
             "eta_s": eta}
 
 
-__all__ = ["CellKey", "check_limits", "check_rates", "experiment_models", "progress_event",
-           "run_experiment"]
+__all__ = ["CellKey", "check_config_limits", "check_limits", "check_rates", "experiment_models",
+           "progress_event", "run_experiment"]

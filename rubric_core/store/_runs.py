@@ -27,7 +27,7 @@ from rubric_core.store._records import (
     run_to_row,
 )
 from rubric_core.store._schema import StoreError, search_text
-from rubric_core.types import RUN_ORIGINS, RUN_STATUSES, TERMINAL_STATUSES
+from rubric_core.types import RESUMABLE_STATUSES, RUN_ORIGINS, RUN_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -233,13 +233,19 @@ class RunStore(StoreCore):
             return True
 
     def claim_run(self, run_id: str, *, stale_before: str, owner: str | None = None,
-                  settings: RunSettings | None = None, gone_owner: str | None = None) -> bool:
+                  settings: RunSettings | None = None, gone_owner: str | None = None,
+                  seen_status: str | None = None) -> bool:
         """Set a run ``running`` for a new recorder, unless a live one holds it.
 
         One statement, so of two processes resuming the same run at once only one wins: a run
         is claimed when it is not ``running``, or when its ``running`` row was not touched since
         ``stale_before`` (its owner died). The claimer becomes the run's owner: the former
         owner's heartbeat, passes and ending are refused from then on.
+
+        With ``seen_status`` (the status the caller read when it chose to resume), a run that
+        ended since (a status neither resumable nor ``running``, other than the one seen) is
+        not claimed: a process that read the run before another resumed and finished it (a
+        paused worker waking up, a slow second Resume) must not take a finished run back.
 
         Args:
             run_id: The run.
@@ -250,6 +256,8 @@ class RunStore(StoreCore):
                 None keeps them.
             gone_owner: An owner known to be gone (`rubric_core.registry.owner_is_gone`): a
                 ``running`` row it still holds is claimed however fresh its heartbeat.
+            seen_status: The run's status when the caller read it (see above); None: any
+                status but a live ``running``.
 
         Returns:
             True when this caller now holds the run; False when another recorder does.
@@ -265,14 +273,19 @@ class RunStore(StoreCore):
                        "worker_model": settings.worker_model,
                        "grader_model": settings.grader_model}
         sets = "".join(f", {column} = ?" for column in changed)
+        ended: tuple[Any, ...] = ()
+        only = ""
+        if seen_status is not None:  # not claimable: ended since, as the caller did not see
+            ended = tuple(sorted(RUN_STATUSES - RESUMABLE_STATUSES - {"running", seen_status}))
+            only = f" AND status NOT IN ({', '.join('?' * len(ended))})"
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id)
             return bool(conn.execute(
                 "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, owner = ?"
                 f"{sets} WHERE run_id = ? AND (status <> 'running' OR updated_at < ? "
-                "OR owner = ?)",
+                f"OR owner = ?){only}",
                 (self.now(), owner, *changed.values(), run_id, stale_before,
-                 gone_owner or "")).rowcount)
+                 gone_owner or "", *ended)).rowcount)
 
     def interrupt_stale_runs(self, *, updated_before: str, keep: Collection[str] = ()) -> int:
         """Mark ``interrupted`` the ``running`` runs not updated since ``updated_before``.
