@@ -3,8 +3,9 @@
 DBOS 3.4.0 retries a write that lost its database without end, on its pool's threads, which
 the interpreter joins at exit: a CI run once hung an hour after its last test, three such
 threads retrying against the stopped servers of outage tests. `shutdown_engine` now makes
-those writes give up at their next try. Real server (stopped for good mid re-grade), real
-engine, real process exit.
+those writes give up at their next try, and so does the interpreter's exit when the engine was
+never stopped (a CLI's last step). Real server (stopped for good mid re-grade), real engine,
+real process exit.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT
 
 SCRIPT = r"""
@@ -53,14 +55,17 @@ with postgres_cluster() as cluster, server.fake:
         time.sleep(0.1)
     print("retrying", retrying(), flush=True)
     thread.join(120)
-    shutdown_engine(settle_s=1.0)
+    if sys.argv[1] == "stop":
+        shutdown_engine(settle_s=1.0)
     print("stopped", flush=True)
 """
 
 
-def test_a_process_whose_database_is_gone_for_good_exits_after_stopping_its_engine() -> None:
+@pytest.mark.parametrize("how", ["stop", "exit"],
+                         ids=["stopping_its_engine", "exiting_with_its_engine_launched"])
+def test_a_process_whose_database_is_gone_for_good_exits(how: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    process = subprocess.Popen([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, text=True,
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT, how], cwd=ROOT, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert process.stdout is not None
@@ -71,7 +76,7 @@ def test_a_process_whose_database_is_gone_for_good_exits_after_stopping_its_engi
         assert said[1] == ["stopped"], said
         # A retry sleeps at most a few seconds this early in an outage; forever without the fix.
         code = process.wait(timeout=45)
-        print(f"exited {time.monotonic() - stopped:.1f} s after stopping its engine")
+        print(f"exited {time.monotonic() - stopped:.1f} s after its last step ({how})")
         assert code == 0
     finally:
         if process.poll() is None:

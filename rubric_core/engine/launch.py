@@ -197,6 +197,7 @@ def launch_engine(store: Store, *, every_queue: bool = True,
                 raise
 
         _dbos_logs_to_current_stderr()
+        _give_up_lost_writes_at_exit()
         asyncio.run_coroutine_threadsafe(on_loop(), work_loop()).result()
         # The caller's store, not a second one on the same file: opening a SQLite store reads
         # the file's header with a plain open() and close(), and closing any descriptor of the
@@ -296,6 +297,26 @@ def _stop_retrying_lost_writes() -> None:
     sys_db = getattr(instance, "_sys_db_field", None)
     if sys_db is not None:
         sys_db._retry_connection_errors = False
+
+
+_at_exit: list[bool] = []
+
+
+def _give_up_lost_writes_at_exit() -> None:
+    """At the interpreter's exit, `_stop_retrying_lost_writes` before threads are waited for.
+
+    A CLI or app process that exits with its engine launched would otherwise wait without end
+    for DBOS's retrying threads when its database is gone for good. ``atexit`` runs too late
+    (after the threads are joined); ``threading._register_atexit`` is the hook
+    `concurrent.futures` itself uses for its pools. Registered once per process.
+    """
+    if _at_exit:
+        return
+    _at_exit.append(True)
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        with contextlib.suppress(RuntimeError):  # the interpreter is exiting already
+            register(_stop_retrying_lost_writes)
 
 
 DBOS_CONSOLE_HANDLER = "__dbos_console_log_handler__"
