@@ -216,8 +216,9 @@ def reconcile(store: Store) -> int:
     for record in store.list_runs(status="running", limit=None):
         if record.run_id not in keep and owner_is_gone(record.owner):
             with contextlib.suppress(StoreError, KeyError):  # RunTakenOver: resumed meanwhile
-                store.finish_run(record.run_id, "interrupted", owner=record.owner)
-                count += 1
+                if store.finish_run(record.run_id, "interrupted", owner=record.owner,
+                                    only_running=True):
+                    count += 1
     return count
 
 
@@ -761,7 +762,8 @@ def _finish_quietly(
     store: Store, run_id: str, status: str, error: str | None, duration_s: float, owner: str
 ) -> None:
     # On failure the record stays 'running'; without a heartbeat it goes stale and is offered
-    # for Resume. A run taken over by another process is left to it (RunTakenOver).
+    # for Resume. A run taken over by another process is left to it (RunTakenOver), and one
+    # whose ending was recorded already keeps it (only_running).
     with contextlib.suppress(StoreError, KeyError):
         store.finish_run(run_id, status, error=error, duration_s=round(duration_s, 3),
-                         owner=owner)
+                         owner=owner, only_running=True)

@@ -210,6 +210,31 @@ def test_a_resumer_that_read_the_run_before_it_ended_does_not_take_it_back(
         assert after is not None and (after.status, after.owner) == ("satisfied", "c:3:z")
 
 
+def test_a_late_stop_or_failure_never_replaces_a_recorded_ending(
+        db_location: Path | str) -> None:
+    """A recorder that learns late that its run ended (a cancelled wait for the write of its
+    ending, a process woken from a pause) and records the run stopped or failed leaves the
+    ending as it was; a run still running is still marked."""
+    from rubric_core.store import StoreError
+
+    with Store(db_location) as store:
+        run = session.start(store, _haiku())
+        ending = list(run)[-1]["status"]
+        record = store.get_run(run.run_id)
+        assert record is not None and record.status == ending != "running"
+        late = session._Recording(store, record, resume=False, owner=run.owner)
+        late.stopped()
+        late = session._Recording(store, record, resume=False, owner=run.owner)
+        late.failed(StoreError("the database went away"))
+        after = store.get_run(run.run_id)
+        assert after is not None and (after.status, after.owner) == (ending, run.owner)
+        assert not store.finish_run(run.run_id, "interrupted", owner=run.owner,
+                                    only_running=True)
+        assert store.claim_run(run.run_id, stale_before=ALWAYS_STALE, owner=run.owner)
+        assert store.finish_run(run.run_id, "interrupted", owner=run.owner, only_running=True)
+        assert store.get_run(run.run_id).status == "interrupted"  # type: ignore[union-attr]
+
+
 def test_judging_options_travel_from_settings_to_the_middleware_and_back(store: Store) -> None:
     from scripted import ScriptedChatModel, verdict
 

@@ -182,7 +182,8 @@ class RunStore(StoreCore):
         error: str | None = None,
         duration_s: float | None = None,
         owner: str | None = None,
-    ) -> None:
+        only_running: bool = False,
+    ) -> bool:
         """Set a run's final status.
 
         Args:
@@ -191,6 +192,13 @@ class RunStore(StoreCore):
             error: A message for runs that ended in ``error`` (never a credential).
             duration_s: Wall-clock seconds of the run; kept unchanged when None.
             owner: The recorder; refused when another owner holds the run now.
+            only_running: Write only while the run is ``running``: an ending that is not the
+                run's own (a Stop, a failure, a dead owner's run marked ``interrupted``) never
+                replaces one that was recorded already (a recorder that learns late that its
+                run ended, a process woken from a pause).
+
+        Returns:
+            Whether the status was written (False only with ``only_running``).
 
         Raises:
             KeyError: No such run.
@@ -200,11 +208,12 @@ class RunStore(StoreCore):
         check_status(status)
         with self._connect(write=True) as conn:
             self._require_run(conn, run_id, lock=owner is not None, owner=owner)
-            conn.execute(
+            return bool(conn.execute(
                 "UPDATE runs SET status = ?, error = ?, updated_at = ?, "
-                "duration_s = COALESCE(?, duration_s) WHERE run_id = ?",
+                "duration_s = COALESCE(?, duration_s) WHERE run_id = ?"
+                + (" AND status = 'running'" if only_running else ""),
                 (status, error, self.now(), duration_s, run_id),
-            )
+            ).rowcount)
 
     def touch_run(self, run_id: str, *, duration_s: float | None = None,
                   owner: str | None = None) -> bool:
