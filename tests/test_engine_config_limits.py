@@ -15,7 +15,16 @@ import io
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_engine_limits import G, ModelServer, W, X, _events, _experiment, _workflows
+from test_engine_limits import (
+    G,
+    ModelServer,
+    W,
+    X,
+    _events,
+    _experiment,
+    _workflows,
+    assert_rate_held,
+)
 from test_experiments import runs_per_thread
 
 from rubric_core.engine import queues as engine_queues
@@ -66,13 +75,7 @@ def test_a_configuration_rate_limit_holds(pg_url: str) -> None:
         assert runs_per_thread(store, exp_id) == [1] * (2 * rows)
         levels = _workflows(engine_queues.gate_prefix(exp_id))
     assert len(levels) == rows  # each cell of configuration 1 passed its queue once
-    starts = sorted((w.dequeued_at or 0) / 1000 for w in levels)
-    for i in range(len(starts) - limit):
-        assert starts[i + limit] - starts[i] >= period - 0.01, starts
-    firsts = sorted(server.firsts["w"])
-    assert len(firsts) == rows
-    for i, first in enumerate(firsts):
-        assert first >= starts[0] + (i // limit) * period - 0.05, (firsts, starts)
+    assert_rate_held(levels, server.firsts["w"], rows, limit, period)
     xs = sorted(server.firsts["x"])
     assert xs[-1] - xs[0] < period  # configuration 2's cells all started within one period
 

@@ -138,6 +138,22 @@ def _workflows(prefix: str) -> list[Any]:
     return DBOS.list_workflows(workflow_id_prefix=prefix, load_input=False, load_output=False)
 
 
+def assert_rate_held(started: list[Any], firsts: list[float], rows: int, limit: int,
+                     period: float) -> None:
+    """At most ``limit`` of ``started`` (workflows) were dequeued per ``period``, by DBOS's
+    dequeue times and by the server's first requests of their cells (``firsts``)."""
+    starts = sorted((w.dequeued_at or 0) / 1000 for w in started)
+    assert len(starts) == rows
+    for i in range(len(starts) - limit):
+        assert starts[i + limit] - starts[i] >= period - 0.01, starts
+    # The server saw it too: the i-th cell it saw came no earlier than the limiter let the
+    # i-th through (each cell's first request follows its start; same clock as DBOS's).
+    firsts = sorted(firsts)
+    assert len(firsts) == rows
+    for i, first in enumerate(firsts):
+        assert first >= starts[0] + (i // limit) * period - 0.05, (firsts, starts)
+
+
 @pytest.mark.parametrize("workers", [
     pytest.param((W,), id="one_limited_model_partitions"),
     pytest.param((W, X), id="a_model_queue_beside_an_unlimited_model")])
@@ -196,16 +212,7 @@ def test_a_model_rate_limit_holds(pg_url: str, workers: tuple[str, ...]) -> None
     else:
         assert levels == []
         started = cells
-    starts = sorted((w.dequeued_at or 0) / 1000 for w in started)
-    assert len(starts) == rows
-    for i in range(len(starts) - limit):
-        assert starts[i + limit] - starts[i] >= period - 0.01, starts
-    # The server saw it too: the i-th cell of w it saw came no earlier than the limiter let
-    # the i-th through (each cell's first request follows its start; same clock as DBOS's).
-    firsts = sorted(server.firsts["w"])
-    assert len(firsts) == rows
-    for i, first in enumerate(firsts):
-        assert first >= starts[0] + (i // limit) * period - 0.05, (firsts, starts)
+    assert_rate_held(started, server.firsts["w"], rows, limit, period)
     if len(workers) > 1:
         xs = sorted(server.firsts["x"])
         assert xs[-1] - xs[0] < period  # x's cells all started within w's first period
