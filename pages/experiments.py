@@ -50,10 +50,11 @@ CONFIG_LIMIT_HELP = ("At most this many of this configuration's cells run at onc
                      "process, within the concurrency (0: no limit).")
 CONFIG_RATE_HELP = ("At most this many of this configuration's cells start per minute, over "
                     "every process (0: no limit).")
-MODEL_LIMITS_CAPTION = ("For a model's server or quota: a cell counts for both its worker and "
-                        "its grader model. Blank or 0: no limit. They apply to every experiment "
-                        "this page starts or resumes that uses the model; the limits in a "
-                        "configuration's box apply to an experiment started from this form.")
+MODEL_LIMITS_CAPTION = ("For a model's server or quota, over every process: a cell counts "
+                        "against both its worker model and its grader model (0: no limit). "
+                        "They apply to every experiment this page starts or resumes; the limits "
+                        "in a configuration's box apply only to an experiment started from this "
+                        "form.")
 ESTIMATE_HELP = ("Before any cell ended: each cell at its cap of passes, each pass a worker call "
                  "of 2,000 tokens in and 1,000 out and the grader's repeats of 4,000 in and "
                  "500 out, nothing cached: on the high side. After: the mean of ended cells.")
@@ -223,7 +224,7 @@ with st.expander("New experiment", expanded=not experiments):
                                 disabled=state[sup.config_key(i, "repeats")] < 2)
                 b_col.checkbox("Return the best attempt at the cap",
                                key=sup.config_key(i, "best"))
-                l_col, p_col, _ = st.columns([1, 1, 2])
+                l_col, p_col, _ = st.columns(3, vertical_alignment="bottom")
                 l_col.number_input("Cells at once (0: no limit)", 0, sup.MAX_CONCURRENCY,
                                    key=sup.config_key(i, "limit"), help=CONFIG_LIMIT_HELP)
                 p_col.number_input("Cells started per minute (0: none)", 0, sup.MAX_RATE_CELLS,

@@ -210,8 +210,8 @@ def test_limits_set_on_the_form_reach_the_run_and_it_finishes(
     at.number_input(key=sup.config_key(0, "limit")).set_value(1).run()
     at.number_input(key=sup.config_key(1, "rate")).set_value(600).run()
     assert [e.label for e in at.expander if e.label == "Limits per model"]
-    assert "the limits in a configuration's box apply to an experiment started from this form" \
-        in _texts(at.caption)
+    assert ("the limits in a configuration's box apply only to an experiment started from "
+            "this form") in _texts(at.caption)
     # The table's values, as its callback keeps them (AppTest cannot type into a data editor).
     at.session_state[sup.MODEL_LIMITS_KEY] = {"rules": {"limit": 2, "rate": 1000},
                                               "gone": {"limit": 1, "rate": 1}}
@@ -286,3 +286,74 @@ def test_a_refused_limit_is_an_error_and_nothing_runs(
     assert calls == []
     with Store(db) as store:
         assert all(c.run is None for c in store.experiment_cells(record.experiment_id))
+
+
+# ------------------------------------------------------------------------- the page (Chromium)
+
+
+def _grid_cell(editor: Any, column: int, row: int) -> tuple[float, float]:
+    """Where to click a data editor's cell: its canvas draws the cells (a 35 px header and
+    rows); the accessible table behind it has no boxes. Columns here: Model 0, then 1 and 2."""
+    box = editor.locator("canvas").first.bounding_box()
+    x = box["x"] + box["width"] * (0.1, 0.4, 0.8)[column]
+    return x, box["y"] + 35 * (row + 1) + 17
+
+
+@pytest.mark.browser
+def test_limits_typed_in_the_browser_are_kept_and_run(tmp_path: Path) -> None:
+    from browser_support import app_in_browser, shot, wait_idle
+    from playwright.sync_api import expect
+
+    db = tmp_path / "browser.sqlite3"
+    with app_in_browser(db, log_name="streamlit-limits.log", last_shot="27-limits-last") as page:
+        page.get_by_role("heading", name="Author").wait_for()
+        wait_idle(page)
+        page.get_by_text("Pace the offline demo").click()  # the cells run at full speed
+        wait_idle(page)
+        page.get_by_role("link", name="Experiments").click()
+        page.get_by_role("heading", name="Experiments").wait_for()
+        wait_idle(page)
+        page.locator(".st-key-load_demo_dataset button").click()
+        page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
+        wait_idle(page)
+
+        def type_number(key: str, value: int) -> None:
+            field = page.locator(f".st-key-{key} input")
+            field.fill(str(value))
+            field.press("Enter")
+            wait_idle(page)
+
+        type_number("exp_config_count", 2)
+        type_number(sup.config_key(0, "limit"), 1)
+        page.get_by_text("Limits per model").click()
+        wait_idle(page)
+        editor = page.locator(f".st-key-{sup.model_limits_editor_key(['demo', 'rules'])}")
+        cells_at_once = editor.locator("#glide-cell-1-1")  # rules, Cells at once
+        expect(cells_at_once).to_have_text("0")
+        page.mouse.click(*_grid_cell(editor, 1, 1))
+        expect(cells_at_once).to_have_attribute("aria-selected", "true")
+        page.keyboard.type("3")  # a selected cell opens its editor with what is typed
+        expect(page.locator("#portal input").first).to_have_value("3")
+        page.keyboard.press("Enter")
+        wait_idle(page)
+        expect(cells_at_once).to_have_text("3")
+        limits = ("Limits: model rules 3 cell(s) at once; configuration 1 (demo × rules) "
+                  "1 cell(s) at once.")
+        page.get_by_text(limits).wait_for()
+        # One configuration and back: the table is drawn again from the values kept by model.
+        type_number("exp_config_count", 1)
+        type_number("exp_config_count", 2)
+        expect(cells_at_once).to_have_text("3")
+        page.get_by_text(limits).wait_for()
+        page.get_by_text("Limits per model").scroll_into_view_if_needed()
+        shot(page, "27-limits-form")
+        page.locator(".st-key-exp_start button").click()
+        page.get_by_text("Experiment finished").wait_for()
+        wait_idle(page)
+    with Store(db) as store:
+        (experiment,) = store.list_experiments()
+        cells = store.experiment_cells(experiment.experiment_id)
+    assert len(cells) == 2 * ROWS
+    assert {c.status for c in cells} == {"satisfied"}
+    assert _most_at_once([c for c in cells if c.config_index == 0]) == 1
+    assert _most_at_once(cells) <= 3
