@@ -13,9 +13,12 @@ from rubric_core import app_support as sup
 from rubric_core.experiments import BudgetError, SharedBackoff, experiment_results, retry_cell
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from streamlit.delta_generator import DeltaGenerator
 
     from rubric_core.experiments import Budget
+    from rubric_core.settings import ExperimentConfig
     from rubric_core.store import ExperimentRecord
 
 state = st.session_state
@@ -43,6 +46,15 @@ CONCURRENCY_HELP = ("The cells go on the experiment's queue in the database; thi
                     "concurrency over all of them. Stop cancels the queued and running cells; "
                     "Resume queues them again.")
 RATE_HELP = "At most this many cells start per period, over every process (0: no limit)."
+CONFIG_LIMIT_HELP = ("At most this many of this configuration's cells run at once, over every "
+                     "process, within the concurrency (0: no limit).")
+CONFIG_RATE_HELP = ("At most this many of this configuration's cells start per minute, over "
+                    "every process (0: no limit).")
+MODEL_LIMITS_CAPTION = ("For a model's server or quota, over every process: a cell counts "
+                        "against both its worker model and its grader model (0: no limit). "
+                        "They apply to every experiment this page starts or resumes; the limits "
+                        "in a configuration's box apply only to an experiment started from this "
+                        "form.")
 ESTIMATE_HELP = ("Before any cell ended: each cell at its cap of passes, each pass a worker call "
                  "of 2,000 tokens in and 1,000 out and the grader's repeats of 4,000 in and "
                  "500 out, nothing cached: on the high side. After: the mean of ended cells.")
@@ -88,16 +100,19 @@ def draw_queue(slot: DeltaGenerator, view: sup.QueueView) -> None:
             st.caption("No cell is running on any worker.")
 
 
-def live(experiment_id: str, labels: list[str], *, retry_errors: bool = False,
-         budget: Budget | None = None, queue_slot: DeltaGenerator | None = None) -> None:
+def live(experiment_id: str, labels: list[str], configurations: Sequence[ExperimentConfig], *,
+         retry_errors: bool = False, budget: Budget | None = None,
+         queue_slot: DeltaGenerator | None = None) -> None:
     bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
     note = st.empty()
     drawn = 0.0
     try:
+        # Per model and per configuration; a limit the library refuses is shown below.
+        limits = sup.limits_from_state(state, configurations)
         events = sup.live_experiment(store, experiment_id, models=models, backoff=backoff,
                                      concurrency=state["exp_concurrency"],
                                      retry_errors=retry_errors, budget=budget,
-                                     rate_limit=sup.rate_limit_from_state(state))
+                                     rate_limit=sup.rate_limit_from_state(state), **limits)
         with closing(events) as stream:
             for event in stream:
                 if queue_slot is not None and time.monotonic() - drawn > 0.5:
@@ -176,6 +191,7 @@ with st.expander("New experiment", expanded=not experiments):
         rl_col.number_input("Rate limit (cells; 0: none)", 0, sup.MAX_RATE_CELLS,
                             key="exp_rate_cells", help=RATE_HELP)
         rp_col.selectbox("per", list(sup.RATE_PERIODS), key="exp_rate_per")
+        limits_slot = st.container()  # Limits per model, drawn once the boxes below are read
         tools = sup.default_tool_names()
         for i in range(state["exp_config_count"]):
             with st.container(border=True, key=f"exp_cfg_{i}"):
@@ -208,7 +224,30 @@ with st.expander("New experiment", expanded=not experiments):
                                 disabled=state[sup.config_key(i, "repeats")] < 2)
                 b_col.checkbox("Return the best attempt at the cap",
                                key=sup.config_key(i, "best"))
+                l_col, p_col, _ = st.columns(3, vertical_alignment="bottom")
+                l_col.number_input("Cells at once (0: no limit)", 0, sup.MAX_CONCURRENCY,
+                                   key=sup.config_key(i, "limit"), help=CONFIG_LIMIT_HELP)
+                p_col.number_input("Cells started per minute (0: none)", 0, sup.MAX_RATE_CELLS,
+                                   key=sup.config_key(i, "rate"), help=CONFIG_RATE_HELP)
         configs = sup.configs_from_state(state)
+        form_models = sup.form_models(configs)
+        with limits_slot.expander("Limits per model"):
+            st.caption(MODEL_LIMITS_CAPTION)
+            editor = sup.model_limits_editor_key(form_models)
+            st.data_editor(
+                sup.model_limits_frame(state, form_models), key=editor, hide_index=True,
+                width="stretch", num_rows="fixed", on_change=sup.keep_model_limit_edits,
+                args=(state, editor, form_models),
+                column_config={
+                    "Model": st.column_config.TextColumn("Model", disabled=True),
+                    "Cells at once": st.column_config.NumberColumn(
+                        "Cells at once", min_value=0, max_value=sup.MAX_CONCURRENCY, step=1,
+                        format="%d", help="At most this many cells using the model run at "
+                        "once, over every process (0: no limit)."),
+                    "Cells started per minute": st.column_config.NumberColumn(
+                        "Cells started per minute", min_value=0, max_value=sup.MAX_RATE_CELLS,
+                        step=1, format="%d", help="At most this many cells using the model "
+                        "start per minute, over every process (0: no limit).")})
         dataset = sup.stored_dataset(store, ds, ds_version)
         problems = sup.check_configs(configs, secrets=secrets, session_key=key, dataset=dataset)
         for problem in problems:
@@ -225,10 +264,17 @@ with st.expander("New experiment", expanded=not experiments):
         st.caption(planned.estimate, help=ESTIMATE_HELP)
         if planned.problem:
             st.error(planned.problem, icon=":material/savings:")
+        limits_refused = None
+        try:
+            if shown := sup.limits_text(sup.limits_from_state(state, configs), configs):
+                st.caption(f"Limits: {shown}.")
+        except ValueError as exc:
+            limits_refused = str(exc)
+            st.error(f"Limits: {exc}.")
         if st.button(f"Start experiment ({cells} cells)", key="exp_start", type="primary",
                      icon=":material/play_arrow:",
                      disabled=any(p.level == "error" for p in problems)
-                     or planned.problem is not None):
+                     or planned.problem is not None or limits_refused is not None):
             started, problem = sup.new_experiment(
                 store, ds, ds_version, configs, repeats=state["exp_repeats"],
                 name=state["exp_name"], models=models)
@@ -306,7 +352,13 @@ if not active and experiment.status != "finished":
                               experiment=experiment)
     kept = (f" · budget kept with it: {sup.format_dollars(experiment.budget['max_usd'])}"
             if experiment.budget else "")
-    st.caption(f"Resume: {resumed.estimate.removeprefix('Estimate: ')}{kept}")
+    try:
+        limited = sup.limits_text(sup.limits_from_state(state, experiment.configurations),
+                                  experiment.configurations)
+        limited = f" · limits: {limited}" if limited else ""
+    except ValueError as exc:
+        limited = f" · limits refused: {exc}"
+    st.caption(f"Resume: {resumed.estimate.removeprefix('Estimate: ')}{kept}{limited}")
     if resume_refusal:
         st.caption(f"Resume is off: {resume_refusal}")
 else:
@@ -319,8 +371,9 @@ if stopping:
 if retry is not None:
     retry_cell(store, exp_id, retry)
 if running:
-    live(exp_id, labels, budget=(planned.budget if started is not None
-                                 else resumed.budget if resume and resumed else None),
+    live(exp_id, labels, experiment.configurations,
+         budget=(planned.budget if started is not None
+                 else resumed.budget if resume and resumed else None),
          queue_slot=queue_slot)
     if queue_slot is not None:
         draw_queue(queue_slot, sup.queue_view(store, exp_id))  # as the run left it

@@ -61,7 +61,10 @@ MAX_CONFIGS = 6
 
 _CONFIG_FIELDS: dict[str, Any] = {
     "worker": "demo", "grader": "rules", "system": "", "tools": [], "label": "",
+    "limit": 0, "rate": 0,
 }
+"""A configuration block's fields and first values; ``limit`` (cells at once) and ``rate``
+(cells started per minute) are its limits, 0 for none (`limits_from_state`)."""
 
 
 
@@ -326,22 +329,31 @@ def live_experiment(
     store: Store, experiment_id: str, *, models: ModelResolver, backoff: SharedBackoff,
     concurrency: int = DEFAULT_CONCURRENCY, retry_errors: bool = False,
     budget: Budget | None = None, rate_limit: tuple[int, float] | None = None,
+    per_model: Mapping[str, int] | None = None,
+    model_rates: Mapping[str, tuple[int, float]] | None = None,
+    per_config: Mapping[int, int] | None = None,
+    config_rates: Mapping[int, tuple[int, float]] | None = None,
 ) -> Iterator[ExperimentEvent]:
     """`run_experiment`, registered so that `stop_experiment` from another rerun stops it.
 
     Closing the iterator is Stop too (the experiment's queued and running cells are
     cancelled). ``budget`` (None: the one kept with the experiment, if any) stops it before a
-    cell would spend past it; ``rate_limit`` is `run_experiment`'s.
+    cell would spend past it; ``rate_limit`` and the per-model and per-configuration limits
+    (`limits_from_state` gives them) are `run_experiment`'s.
 
     Raises:
         RuntimeError: This process is already running (or stopping) the experiment.
         BudgetError: The budget cannot be enforced (a model of unknown price).
+        ValueError: A limit `run_experiment` refuses (a model or configuration the experiment
+            does not have, a number out of range).
 
     """
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
         yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
                                   backoff=backoff, retry_errors=retry_errors, stop=stop,
-                                  budget=budget, rate_limit=rate_limit)
+                                  budget=budget, rate_limit=rate_limit, per_model=per_model,
+                                  model_rates=model_rates, per_config=per_config,
+                                  config_rates=config_rates)
 
 
 # -- the queue engine ------------------------------------------------------------------------------
@@ -359,6 +371,171 @@ def rate_limit_from_state(state: Mapping[str, Any]) -> tuple[int, float] | None:
     if cells < 1:
         return None
     return min(cells, MAX_RATE_CELLS), RATE_PERIODS.get(str(state.get("exp_rate_per")), 60.0)
+
+
+# -- per-model and per-configuration limits --------------------------------------------------------
+
+MODEL_LIMITS_KEY = "exp_model_limits"
+"""Session state: the Limits per model table's values by model string,
+``{model: {"limit": cells at once, "rate": cells started per minute}}`` (0: none). Kept by
+model, not by row, so a value survives reruns and a change of the configurations."""
+
+MODEL_LIMIT_COLUMNS = ("Model", "Cells at once", "Cells started per minute")
+"""The Limits per model table's columns."""
+
+_LIMIT_FIELDS = {"Cells at once": "limit", "Cells started per minute": "rate"}
+_PER_MINUTE_S = 60.0
+
+
+def form_models(configs: Sequence[ExperimentConfig]) -> list[str]:
+    """The distinct models the configurations use (worker and grader), first use first."""
+    return list(dict.fromkeys(m for c in configs for m in (c.worker_model, c.grader_model)))
+
+
+def _lenient_whole(value: Any, most: int) -> int:
+    """A table cell's value as 0 … ``most``: empty, negative or not a number is 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0
+    if number != number or number < 1:  # NaN (a cleared cell) or nothing
+        return 0
+    return int(min(number, most))
+
+
+def model_limits_frame(state: Mapping[str, Any], models: Sequence[str]) -> pd.DataFrame:
+    """The Limits per model table: one row per model, its kept values (0 for none)."""
+    kept = state.get(MODEL_LIMITS_KEY) or {}
+    rows = []
+    for model in models:
+        entry = kept.get(model) or {}
+        rows.append({"Model": model,
+                     "Cells at once": _lenient_whole(entry.get("limit"), MAX_CONCURRENCY),
+                     "Cells started per minute": _lenient_whole(entry.get("rate"),
+                                                                MAX_RATE_CELLS)})
+    return pd.DataFrame(rows, columns=list(MODEL_LIMIT_COLUMNS)).astype(
+        {"Model": str, "Cells at once": "int64", "Cells started per minute": "int64"})
+
+
+def model_limits_editor_key(models: Sequence[str]) -> str:
+    """The table's widget key, tied to its models.
+
+    Another list of models is a new table (drawn from the values kept by model), so an edit
+    never lands on another model's row.
+    """
+    import hashlib
+
+    return "exp_model_limits_" + hashlib.sha1("\n".join(models).encode()).hexdigest()[:12]
+
+
+def keep_model_limit_edits(state: MutableMapping[str, Any], key: str,
+                           models: Sequence[str]) -> None:
+    """Data-editor callback: keep the table's edited values by model (`MODEL_LIMITS_KEY`).
+
+    ``models`` are the table's rows as drawn. Edits are whole values, so applying all of
+    them again on each change is harmless; a cleared or bad cell counts 0 (none).
+    """
+    edits = state.get(key) or {}
+    kept = {m: dict(v) for m, v in (state.get(MODEL_LIMITS_KEY) or {}).items()}
+    for index, change in (edits.get("edited_rows") or {}).items():
+        try:
+            model = models[int(index)]
+        except (IndexError, TypeError, ValueError):
+            continue
+        entry = kept.setdefault(model, {"limit": 0, "rate": 0})
+        for column, field in _LIMIT_FIELDS.items():
+            if column in change:
+                most = MAX_CONCURRENCY if field == "limit" else MAX_RATE_CELLS
+                entry[field] = _lenient_whole(change[column], most)
+    state[MODEL_LIMITS_KEY] = kept
+
+
+def _whole(value: Any, what: str, most: int) -> int:
+    """A limit from session state: 0 (none) up to ``most`` (larger is ``most``).
+
+    Raises:
+        ValueError: Not a whole number of cells, or negative, named with ``what``.
+
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not value.is_integer()) or value < 0:
+        msg = (f"{what} must be a whole number of cells from 0 (no limit) to {most}, "
+               f"got {value!r}")
+        raise ValueError(msg)
+    return min(int(value), most)
+
+
+def limits_from_state(state: Mapping[str, Any],
+                      configurations: Sequence[ExperimentConfig]) -> dict[str, Any]:
+    """The form's per-model and per-configuration limits for an experiment's run.
+
+    Args:
+        state: Session state: the Limits per model table's values (`MODEL_LIMITS_KEY`) and
+            each configuration block's ``limit`` and ``rate`` (`config_key`).
+        configurations: The configurations of the experiment about to run.
+
+    Returns:
+        `run_experiment`'s ``per_model``, ``model_rates``, ``per_config`` and
+        ``config_rates`` (rates per minute: ``(n, 60.0)``); each None when empty. Zeros
+        are dropped, and so are models the experiment does not use. The configuration
+        blocks' limits are given by index only when ``configurations`` are exactly the
+        form's, in its order (an experiment started from the form): an experiment whose
+        configurations differ (a Resume of another one) gets none of them.
+
+    Raises:
+        ValueError: A limit that is not a whole number from 0, named (larger than the field
+            allows is cut to its most).
+
+    """
+    used = set(form_models(configurations))
+    per_model: dict[str, int] = {}
+    model_rates: dict[str, tuple[int, float]] = {}
+    for model, entry in (state.get(MODEL_LIMITS_KEY) or {}).items():
+        if model not in used or not isinstance(entry, dict):
+            continue
+        if limit := _whole(entry.get("limit"), f"Cells at once for model {model}",
+                           MAX_CONCURRENCY):
+            per_model[model] = limit
+        if rate := _whole(entry.get("rate"), f"Cells started per minute for model {model}",
+                          MAX_RATE_CELLS):
+            model_rates[model] = (rate, _PER_MINUTE_S)
+    per_config: dict[int, int] = {}
+    config_rates: dict[int, tuple[int, float]] = {}
+    if list(configurations) == configs_from_state(state):
+        for index in range(len(configurations)):
+            where = f"configuration {index + 1}"
+            if limit := _whole(state.get(config_key(index, "limit")),
+                               f"Cells at once of {where}", MAX_CONCURRENCY):
+                per_config[index] = limit
+            if rate := _whole(state.get(config_key(index, "rate")),
+                              f"Cells started per minute of {where}", MAX_RATE_CELLS):
+                config_rates[index] = (rate, _PER_MINUTE_S)
+    return {"per_model": per_model or None, "model_rates": model_rates or None,
+            "per_config": per_config or None, "config_rates": config_rates or None}
+
+
+def limits_text(limits: Mapping[str, Any],
+                configurations: Sequence[ExperimentConfig]) -> str:
+    """The limits of `limits_from_state` in one line (``""`` for none), for a caption."""
+    parts: list[str] = []
+    per_model, model_rates = limits.get("per_model") or {}, limits.get("model_rates") or {}
+    for model in dict.fromkeys([*per_model, *model_rates]):
+        parts.append(f"model {model} " + _limit_words(per_model.get(model),
+                                                      model_rates.get(model)))
+    per_config, config_rates = limits.get("per_config") or {}, limits.get("config_rates") or {}
+    for index in sorted({*per_config, *config_rates}):
+        name = f"configuration {index + 1} ({configurations[index].display_label()})"
+        parts.append(f"{name} " + _limit_words(per_config.get(index), config_rates.get(index)))
+    return "; ".join(parts)
+
+
+def _limit_words(limit: int | None, rate: tuple[int, float] | None) -> str:
+    words = [f"{limit} cell(s) at once"] if limit else []
+    if rate:
+        words.append(f"{rate[0]} started a minute")
+    return ", ".join(words)
 
 
 @dataclass(frozen=True)
@@ -616,13 +793,15 @@ def summary_csv(store: Store, experiment_id: str,
 
 
 __all__ = [
-    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_RATE_CELLS", "MAX_REPEATS",
-    "RATE_PERIODS", "ComparisonView", "QueueView", "ResultsGrid", "StoredDataset", "can_resume",
-    "cell_label", "check_configs", "comparison_view", "config_column", "config_key",
-    "configs_from_state", "dataset_name_for", "dataset_preview", "datasets_frame",
-    "delete_dataset", "experiment_active", "experiment_label", "export_data",
-    "failed_cells", "form_defaults", "import_dataset", "import_demo_dataset", "keep_form",
-    "live_experiment", "new_experiment", "picked_cell", "progress_text", "queue_view",
-    "rate_limit_from_state", "results_grid", "stop_experiment", "stop_on_engine", "stored_dataset",
-    "summary_csv", "wait_experiment_inactive",
+    "MAX_CONCURRENCY", "MAX_CONFIGS", "MAX_RATE_CELLS", "MAX_REPEATS", "MODEL_LIMITS_KEY",
+    "MODEL_LIMIT_COLUMNS", "RATE_PERIODS", "ComparisonView", "QueueView", "ResultsGrid",
+    "StoredDataset", "can_resume", "cell_label", "check_configs", "comparison_view",
+    "config_column", "config_key", "configs_from_state", "dataset_name_for", "dataset_preview",
+    "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
+    "failed_cells", "form_defaults", "form_models", "import_dataset", "import_demo_dataset",
+    "keep_form", "keep_model_limit_edits", "limits_from_state", "limits_text",
+    "live_experiment", "model_limits_editor_key", "model_limits_frame", "new_experiment",
+    "picked_cell", "progress_text", "queue_view", "rate_limit_from_state", "results_grid",
+    "stop_experiment", "stop_on_engine", "stored_dataset", "summary_csv",
+    "wait_experiment_inactive",
 ]
