@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from openai_server import DelayedServer, verdict
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
+from test_app import navigation_routing as navigation_routing
 from test_experiments import runs_per_thread
 
 from rubric_core import app_support as sup
@@ -41,15 +41,6 @@ CRITERION = "answers the question"
 ROWS = 6
 
 
-@pytest.fixture(autouse=True)
-def navigation_routing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route every AppTest run through app.py's st.navigation (see tests/test_app.py)."""
-
-    class _Pages(PagesManager):
-        pass
-
-    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)
-    monkeypatch.setattr("streamlit.testing.v1.app_test.PagesManager", _Pages)
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from holding_server import CRITERION, HoldingServer
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
+from test_app import navigation_routing as navigation_routing
 
 from rubric_core import app_support as sup
 from rubric_core.lab import BUNDLED_NAME, GraderConfig, create_regrade, criterion_health
@@ -27,15 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SUNLIGHT = "The answer mentions sunlight"
 
 
-@pytest.fixture(autouse=True)
-def navigation_routing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route AppTest runs through app.py's st.navigation, as the server does (see test_app)."""
-
-    class _Pages(PagesManager):
-        pass
-
-    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)
-    monkeypatch.setattr("streamlit.testing.v1.app_test.PagesManager", _Pages)
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
+from test_app import navigation_routing as navigation_routing
 
 from rubric_core import app_support as sup
 from rubric_core.app_support import experimenting
@@ -149,15 +149,6 @@ def test_the_table_keeps_its_values_by_model() -> None:
 # ------------------------------------------------------------------------- the page (AppTest)
 
 
-@pytest.fixture(autouse=True)
-def navigation_routing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route every AppTest run through app.py's st.navigation (see tests/test_app.py)."""
-
-    class _Pages(PagesManager):
-        pass
-
-    monkeypatch.setattr(PagesManager, "uses_pages_directory", False)
-    monkeypatch.setattr("streamlit.testing.v1.app_test.PagesManager", _Pages)
 
 
 @pytest.fixture
