@@ -632,9 +632,13 @@ class _Recording:
                     self._add(evaluation)
                 if calls := event.get("calls"):
                     self._add_calls(calls)
+                # A graph that failed or was stopped after its last pass recorded the run's
+                # verdict (a lost connection to the last checkpoint's write, a Stop) does not
+                # replace that verdict: interrupted and error are written only while running.
                 self.store.finish_run(self.run_id, event["status"],
                                       error=redact(event["error"] or "") or None,
-                                      duration_s=round(self.elapsed(), 3), owner=self.owner)
+                                      duration_s=round(self.elapsed(), 3), owner=self.owner,
+                                      only_running=event["status"] in RESUMABLE_STATUSES)
                 self.finished = True
         except RunTakenOver:
             self.taken = True

@@ -226,6 +226,14 @@ def test_a_late_stop_or_failure_never_replaces_a_recorded_ending(
         late.stopped()
         late = session._Recording(store, record, resume=False, owner=run.owner)
         late.failed(StoreError("the database went away"))
+        # The graph's own ending after its last pass recorded the verdict: a lost connection
+        # to its last checkpoint's write (the SIGSTOP drill: the server ended the paused
+        # worker's transaction), reported by the runner as interrupted.
+        late = session._Recording(store, record, resume=False, owner=run.owner)
+        late.record({"type": "run_finished", "thread_id": run.record.thread_id,
+                     "status": "interrupted", "answer": "", "evaluations": [],
+                     "duration_s": 1.0, "error": "StoreUnavailable: lost the connection"})
+        assert late.finished
         after = store.get_run(run.run_id)
         assert after is not None and (after.status, after.owner) == (ending, run.owner)
         assert not store.finish_run(run.run_id, "interrupted", owner=run.owner,
