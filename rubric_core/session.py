@@ -350,17 +350,20 @@ async def astart(
     models: ModelResolver | None = None,
     thread_id: str | None = None,
     stop: Callable[[], bool] | None = None,
+    fresh_thread: bool = False,
 ) -> AsyncSession:
     """`start` for a run on the caller's event loop (`AsyncSession`); never watched.
 
     ``stop`` is asked after every step; True ends the run there (see `AsyncSession`).
+    ``fresh_thread``: raise `rubric_core.store.ThreadTaken` when ``thread_id`` has a run
+    already (`Store.create_run`).
 
     The models are built on the loop (an experiment's clients belong to it); the run's row is
     written by `Store.acall`.
     """
     settings, spec, owner = _new_run(settings, models, watch=False)
     record = await store.acall(store.create_run, settings.redacted(), thread_id=thread_id,
-                               owner=owner)
+                               owner=owner, fresh_thread=fresh_thread)
     return AsyncSession(store, record, spec, resume=False, owner=owner, stop=stop)
 
 

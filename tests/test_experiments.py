@@ -204,6 +204,45 @@ def test_grader_error_cell_is_recorded_and_retried_alone(
     assert store.count_runs() == 6  # the failed runs stay in the index
 
 
+def test_a_worker_that_read_no_run_before_another_started_the_cell_starts_no_second(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker reads "no run on the thread" and pauses; another starts the cell and finishes
+    it; the first wakes up with its old read: it reports that run and starts none (the
+    thread keeps one run and one checkpoint lineage)."""
+    import asyncio
+
+    from rubric_core.experiments.cell import cell_settings, run_cell
+    from rubric_core.models import model_resolver
+    from rubric_core.store import ThreadTaken
+
+    exp = create_experiment(store, parse_dataset("prompt\nq\n", name="q"),
+                            [ExperimentConfig(rubric="- c")])
+    list(run_experiment(store, exp.experiment_id))  # the other worker: started and finished
+    (cell,) = store.experiment_cells(exp.experiment_id)
+    assert cell.run is not None and cell.status != "running"
+    checkpoints = len(list(store.saver().list({"configurable": {"thread_id": cell.thread_id}})))
+    latest, reads = store.latest_run_for_thread, []
+
+    def old_read_first(thread_id: str) -> Any:
+        reads.append(thread_id)
+        return None if len(reads) == 1 else latest(thread_id)
+
+    monkeypatch.setattr(store, "latest_run_for_thread", old_read_first)
+    row = store.load_dataset(exp.dataset_name, exp.dataset_version)[0].rows[0]
+    outcome = asyncio.run(run_cell(
+        store, experiment_id=exp.experiment_id, key=cell.key, thread_id=cell.thread_id,
+        settings=cell_settings(exp, row, cell.key), models=model_resolver(),
+        retry_errors=False, stop=lambda: False))
+    assert outcome[:2] == (cell.status, cell.run.run_id)
+    assert len(reads) == 2  # the old read, then the thread's run once the start was refused
+    assert runs_per_thread(store, exp.experiment_id) == [1]
+    assert len(list(store.saver().list({"configurable": {"thread_id": cell.thread_id}}))) == (
+        checkpoints)
+    with pytest.raises(ThreadTaken, match="already has a run"):
+        store.create_run(cell_settings(exp, row, cell.key), thread_id=cell.thread_id,
+                         fresh_thread=True)
+
+
 # -- export -----------------------------------------------------------------------------------
 
 

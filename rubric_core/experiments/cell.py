@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from rubric_core import session
 from rubric_core.redact import error_text
-from rubric_core.store import is_unavailable
+from rubric_core.store import ThreadTaken, is_unavailable
 from rubric_core.types import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -96,22 +96,28 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
     if record is not None and record.status == "grader_error" and retry_errors:
         thread_id = await store.acall(store.renew_cell_thread, experiment_id, key)
         record = None
-    if record is None:
-        run = await session.astart(store, settings, models=models, thread_id=thread_id,
-                                   stop=stop)
-    else:
-        while True:
-            if _ended(record, retry_errors):
-                return record.status, record.run_id, record.error
-            if stop():
-                return "interrupted", record.run_id, None
+    while True:
+        if record is None:
             try:
-                run = await session.aresume(store, record.run_id, models=models, stop=stop)
+                # Only if the thread has no run yet: this read may be old (a worker paused
+                # after it while another started the cell, and maybe finished it).
+                run = await session.astart(store, settings, models=models,
+                                           thread_id=thread_id, stop=stop, fresh_thread=True)
                 break
-            except RuntimeError:  # still 'running' for another owner, or not yet stale
-                await asyncio.sleep(STALE_POLL_S)
-            latest = await store.acall(store.latest_run_for_thread, thread_id)
-            record = latest or record
+            except ThreadTaken:
+                record = await store.acall(store.latest_run_for_thread, thread_id)
+                continue
+        if _ended(record, retry_errors):
+            return record.status, record.run_id, record.error
+        if stop():
+            return "interrupted", record.run_id, None
+        try:
+            run = await session.aresume(store, record.run_id, models=models, stop=stop)
+            break
+        except RuntimeError:  # still 'running' for another owner, or not yet stale
+            await asyncio.sleep(STALE_POLL_S)
+        latest = await store.acall(store.latest_run_for_thread, thread_id)
+        record = latest or record
     status, error = await run_outcome(run)
     return status, run.run_id, error
 

@@ -31,7 +31,7 @@ from rubric_core.store._records import (
     RegradeResult,
     RunRecord,
 )
-from rubric_core.store._runs import RunTakenOver
+from rubric_core.store._runs import RunTakenOver, ThreadTaken
 from rubric_core.store._schema import (
     APP_ID,
     DB_ENV_VAR,
@@ -69,6 +69,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "ThreadTaken",
     "check_label_text",
     "copy_store",
     "default_db_path",

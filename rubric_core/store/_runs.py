@@ -38,6 +38,17 @@ if TYPE_CHECKING:
 _SELECT_RUN = ", ".join(RUN_COLUMNS)
 
 
+class ThreadTaken(StoreError):
+    """A thread that already has a run was to get another (``create_run(fresh_thread=True)``).
+
+    Another server or process started it first.
+    """
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"Thread {thread_id[:8]} already has a run: another server or process "
+                         "started it first.")
+
+
 class RunTakenOver(StoreError):
     """A recorder wrote to a run that another server or process has taken over (resumed)."""
 
@@ -68,7 +79,7 @@ class RunStore(StoreCore):
 
     def create_run(
         self, settings: RunSettings | None = None, /, *, thread_id: str | None = None,
-        owner: str | None = None, **fields: Any,
+        owner: str | None = None, fresh_thread: bool = False, **fields: Any,
     ) -> RunRecord:
         """Add a run in status ``running``.
 
@@ -79,6 +90,9 @@ class RunStore(StoreCore):
                 `rubric_core.session.start` stores ``settings.redacted()``).
             thread_id: LangGraph thread id; defaults to the new run id.
             owner: Who records the run (`RunRecord.owner`); None for no fencing.
+            fresh_thread: Refuse (`ThreadTaken`) when ``thread_id`` already has a run, checked
+                and inserted under one lock per thread: of two processes starting the same
+                experiment cell (one read "no run" and then paused, say), one starts it.
             **fields: Instead of ``settings``: `RunSettings` fields by name (``title``,
                 ``prompt``, ``rubric``, ``worker_model``, ...), for scripts and tests.
 
@@ -88,6 +102,7 @@ class RunStore(StoreCore):
         Raises:
             TypeError: Both ``settings`` and fields, an unknown field, or a wrong type.
             ValueError: Settings that cannot run (`RunSettings.validate`).
+            ThreadTaken: With ``fresh_thread``, the thread has a run already.
 
         """
         if settings is None:
@@ -109,6 +124,11 @@ class RunStore(StoreCore):
         values = run_to_row(record)
         values["search_text"] = search_text(settings.title, settings.prompt, settings.rubric)
         with self._connect(write=True) as conn:
+            if fresh_thread:
+                conn.lock(f"rubric-thread:{record.thread_id}")  # SQLite: held by the write
+                if conn.execute("SELECT 1 FROM runs WHERE thread_id = ?",
+                                (record.thread_id,)).fetchone():
+                    raise ThreadTaken(record.thread_id)
             conn.execute(
                 f"INSERT INTO runs ({', '.join(values)}) "
                 f"VALUES ({', '.join('?' * len(values))})",
