@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from rubric_core.cli import main
+from rubric_core.cli import run
 
-raise SystemExit(main())
+run()

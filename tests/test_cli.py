@@ -646,3 +646,24 @@ def test_judging_options_reach_the_run_and_are_kept_for_resume(tmp_path: Path) -
 def test_bad_judging_options_exit_2(args: list[str], message: str) -> None:
     proc = cli("run", "--example", "haiku", *args)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_a_late_ctrl_c_after_an_interrupted_command_changes_nothing() -> None:
+    """Once a command stopped on Ctrl-C (exit 130), a SIGINT arriving as the interpreter exits
+    (Ctrl-C pressed twice, a second signal to the process group) is ignored: the exit status
+    stays 130 (the Ctrl-C drill saw eval die of a late SIGINT, exit -2, after saying
+    "interrupted"). The late SIGINT is sent by an exit handler, the last code that runs."""
+    script = (
+        "import atexit, os, signal\n"
+        "import rubric_core.cli as cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    print('interrupted', flush=True)\n"
+        "    return 130\n"
+        "cli.main = interrupted\n"
+        "atexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
+        "cli.run()\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout) == (130, "interrupted\n"), done
+    assert "KeyboardInterrupt" not in done.stderr, done.stderr

@@ -139,5 +139,22 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     return status
 
 
+def run() -> None:
+    """The ``rubric-studio`` program (``python -m rubric_core`` too): `main`, then exit.
+
+    Once a Ctrl-C stopped the command (exit status 130), everything it had to undo is undone
+    and only the interpreter's own exit is left: SIGINT is ignored from then on. A SIGINT
+    arriving that late (Ctrl-C pressed twice, a signal to the process group) would otherwise
+    meet the default action the interpreter restores as it exits, and the process would die
+    of the signal (exit -2 for its parent) instead of exiting 130 as it said.
+    """
+    import signal
+
+    status = main()
+    if status == 130:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise SystemExit(status)
+
+
 __all__ = ["MAX_TEXT_FILE_BYTES", "NEXT_STEPS", "USAGE_ERRORS", "UsageError", "app_root",
-           "build_parser", "main"]
+           "build_parser", "main", "run"]
