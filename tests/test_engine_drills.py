@@ -461,6 +461,30 @@ def test_a_worker_that_keeps_dying_is_given_up_with_its_error(
     assert "Cannot connect to the PostgreSQL server at 127.0.0.1:1" in failure
 
 
+def test_a_ctrl_c_while_the_supervisor_starts_its_watcher_stays_a_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as ``eval --workers`` starts (the drill's "started" moment) can land while the
+    supervisor's watcher thread is being started: the workers are stopped and the
+    KeyboardInterrupt goes on to ``eval`` (exit 130); joining the watcher that never began
+    raised in its place before (exit 1, found by the drill)."""
+    from rubric_core.engine import supervisor
+
+    start = threading.Thread.start
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        if thread.name == "rubric-supervisor":
+            raise KeyboardInterrupt  # as the wait for the new thread to begin is interrupted
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    workers = supervisor.Supervisor("postgresql://nobody@127.0.0.1:1/none", "0" * 32, 2)
+    with pytest.raises(KeyboardInterrupt):
+        workers.__enter__()
+    assert all(slot.done and slot.proc is not None and slot.proc.poll() is not None
+               for slot in workers.slots)
+
+
 def test_a_worker_stopped_alone_hands_its_cells_to_the_others_at_once(
     pg_url: str, tmp_path: Path
 ) -> None:

@@ -251,7 +251,10 @@ class Supervisor:
                     slot.log.close()
                     slot.log = None
         if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join(timeout=5)
+            # A Ctrl-C can interrupt the watcher's start (__enter__): it may not have begun,
+            # and joining it would raise in place of the KeyboardInterrupt (exit 1, not 130).
+            with contextlib.suppress(RuntimeError):
+                self._watcher.join(timeout=5)
 
 
 @contextlib.contextmanager
