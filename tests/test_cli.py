@@ -667,3 +667,26 @@ def test_a_late_ctrl_c_after_an_interrupted_command_changes_nothing() -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert (done.returncode, done.stdout) == (130, "interrupted\n"), done
     assert "KeyboardInterrupt" not in done.stderr, done.stderr
+
+
+def test_a_ctrl_c_inside_an_exec_during_the_command_still_exits_130_under_python_m(
+        tmp_path: Path) -> None:
+    """``python -m`` exits 130 after a handled Ctrl-C even when the KeyboardInterrupt first
+    left an ``exec()`` of a string (as it does when Ctrl-C lands while an import builds a
+    dataclass): CPython 3.11 then kills the process with SIGINT unless the flag it set is
+    cleared (`rubric_core.cli.run`)."""
+    (tmp_path / "interrupted_command.py").write_text(
+        "import rubric_core.cli as cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    try:\n"
+        "        exec('raise KeyboardInterrupt')  # Ctrl-C while a dataclass is built\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n"
+        "        return 130\n"
+        "    return 0\n"
+        "cli.main = interrupted\n"
+        "cli.run()\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "interrupted_command"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout) == (130, "interrupted\n"), done

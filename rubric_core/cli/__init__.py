@@ -142,17 +142,25 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 def run() -> None:
     """The ``rubric-studio`` program (``python -m rubric_core`` too): `main`, then exit.
 
-    Once a Ctrl-C stopped the command (exit status 130), everything it had to undo is undone
-    and only the interpreter's own exit is left: SIGINT is ignored from then on. A SIGINT
-    arriving that late (Ctrl-C pressed twice, a signal to the process group) would otherwise
-    meet the default action the interpreter restores as it exits, and the process would die
-    of the signal (exit -2 for its parent) instead of exiting 130 as it said.
+    Exits with `main`'s status, 130 after a Ctrl-C, whatever the interpreter remembers:
+
+    - CPython 3.11 keeps a process-wide "unhandled KeyboardInterrupt" flag that any
+      ``exec()`` or ``eval()`` of a string sets when a KeyboardInterrupt leaves it, handled
+      later or not, and never clears; ``python -m`` then ends the process by killing it with
+      SIGINT (its parent sees -2, not 130). Classes made by ``dataclasses`` and
+      ``namedtuple`` get their methods that way, so a Ctrl-C during an import does it: the
+      Ctrl-C drill saw ``eval`` print "interrupted" and die of SIGINT about one round in 40,
+      always just after its workers started. Every ``exec()`` of a string clears the flag
+      first, so one is run here.
+    - Once a Ctrl-C stopped the command everything it had to undo is undone: a later SIGINT
+      (Ctrl-C pressed twice) is ignored as the interpreter exits.
     """
     import signal
 
     status = main()
     if status == 130:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exec("pass")  # clears the flag above (a constant string: nothing to inject)
     raise SystemExit(status)
 
 
