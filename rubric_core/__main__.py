@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from rubric_core.cli import run
+from rubric_core.cli import program
 
-run()
+program()

@@ -661,7 +661,7 @@ def test_a_late_ctrl_c_after_an_interrupted_command_changes_nothing() -> None:
         "    return 130\n"
         "cli.main = interrupted\n"
         "atexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
-        "cli.run()\n")
+        "cli.program()\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -674,7 +674,7 @@ def test_a_ctrl_c_inside_an_exec_during_the_command_still_exits_130_under_python
     """``python -m`` exits 130 after a handled Ctrl-C even when the KeyboardInterrupt first
     left an ``exec()`` of a string (as it does when Ctrl-C lands while an import builds a
     dataclass): CPython 3.11 then kills the process with SIGINT unless the flag it set is
-    cleared (`rubric_core.cli.run`)."""
+    cleared (`rubric_core.cli.program`)."""
     (tmp_path / "interrupted_command.py").write_text(
         "import rubric_core.cli as cli\n"
         "def interrupted(*args, **kwargs):\n"
@@ -685,7 +685,7 @@ def test_a_ctrl_c_inside_an_exec_during_the_command_still_exits_130_under_python
         "        return 130\n"
         "    return 0\n"
         "cli.main = interrupted\n"
-        "cli.run()\n", encoding="utf-8")
+        "cli.program()\n", encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "interrupted_command"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     return status
 
 
-def run() -> None:
+def program() -> None:
     """The ``rubric-studio`` program (``python -m rubric_core`` too): `main`, then exit.
 
     Exits with `main`'s status, 130 after a Ctrl-C, whatever the interpreter remembers:
@@ -151,7 +151,8 @@ def run() -> None:
       ``namedtuple`` get their methods that way, so a Ctrl-C during an import does it: the
       Ctrl-C drill saw ``eval`` print "interrupted" and die of SIGINT about one round in 40,
       always just after its workers started. Every ``exec()`` of a string clears the flag
-      first, so one is run here.
+      first, so one is run here. (Named ``program``: ``rubric_core.cli.run`` is the ``run``
+      command's module.)
     - Once a Ctrl-C stopped the command everything it had to undo is undone: a later SIGINT
       (Ctrl-C pressed twice) is ignored as the interpreter exits.
     """
@@ -165,4 +166,4 @@ def run() -> None:
 
 
 __all__ = ["MAX_TEXT_FILE_BYTES", "NEXT_STEPS", "USAGE_ERRORS", "UsageError", "app_root",
-           "build_parser", "main", "run"]
+           "build_parser", "main", "program"]
