@@ -146,6 +146,16 @@ def wait_idle(page: Any) -> None:
     )
 
 
+def open_experiments_with_the_demo_dataset(page: Any) -> None:
+    """From the Author page: open Experiments and store the bundled demo dataset."""
+    page.get_by_role("link", name="Experiments").click()
+    page.get_by_role("heading", name="Experiments").wait_for()
+    wait_idle(page)
+    page.locator(".st-key-load_demo_dataset button").click()
+    page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
+    wait_idle(page)
+
+
 def choose(page: Any, key: str, label: str) -> None:
     """Pick `label` in the selectbox with widget key `key`."""
     from playwright.sync_api import expect

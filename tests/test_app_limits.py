@@ -292,7 +292,12 @@ def _grid_cell(editor: Any, column: int, row: int) -> tuple[float, float]:
 
 @pytest.mark.browser
 def test_limits_typed_in_the_browser_are_kept_and_run(tmp_path: Path) -> None:
-    from browser_support import app_in_browser, shot, wait_idle
+    from browser_support import (
+        app_in_browser,
+        open_experiments_with_the_demo_dataset,
+        shot,
+        wait_idle,
+    )
     from playwright.sync_api import expect
 
     db = tmp_path / "browser.sqlite3"
@@ -301,12 +306,7 @@ def test_limits_typed_in_the_browser_are_kept_and_run(tmp_path: Path) -> None:
         wait_idle(page)
         page.get_by_text("Pace the offline demo").click()  # the cells run at full speed
         wait_idle(page)
-        page.get_by_role("link", name="Experiments").click()
-        page.get_by_role("heading", name="Experiments").wait_for()
-        wait_idle(page)
-        page.locator(".st-key-load_demo_dataset button").click()
-        page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
-        wait_idle(page)
+        open_experiments_with_the_demo_dataset(page)
 
         def type_number(key: str, value: int) -> None:
             field = page.locator(f".st-key-{key} input")

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 import pytest
-from browser_support import app_in_browser, shot, wait_idle
+from browser_support import app_in_browser, open_experiments_with_the_demo_dataset, shot, wait_idle
 
 from rubric_core.engine import engine_database
 from rubric_core.store import Store
@@ -28,11 +28,7 @@ def test_an_experiment_on_the_engine_shows_its_queue(tmp_path: Path) -> None:
     with app_in_browser(db, log_name="streamlit-engine.log", last_shot="26-engine-last") as page:
         page.get_by_role("heading", name="Author").wait_for()
         wait_idle(page)
-        page.get_by_role("link", name="Experiments").click()
-        page.get_by_role("heading", name="Experiments").wait_for()
-        wait_idle(page)
-        page.locator(".st-key-load_demo_dataset button").click()
-        page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
+        open_experiments_with_the_demo_dataset(page)
         page.locator(".st-key-exp_rate_cells input").wait_for()  # the engine's rate limit
         # Record every worker row the Queue panel shows while the experiment runs.
         page.evaluate("""() => {
