@@ -114,7 +114,12 @@ def test_bad_configuration_limits_are_refused(tmp_path: Path) -> None:
                 ({"per_config": {True: 2}}, "configuration True, which the experiment"),
                 ({"config_rates": {-1: (1, 1.0)}}, "configuration -1, which the experiment"),
                 ({"per_config": {0: 0}}, "must be from 1 to"),
-                ({"config_rates": {0: (1, 0.0)}}, "is a whole number of cells")):
+                ({"config_rates": {0: (1, 0.0)}}, "is a whole number of cells"),
+                # Attack: a model named like configuration 0's limit key, to take its limits.
+                ({"per_model": {"\x1fconfiguration 0": 1}, "per_config": {0: 3}},
+                 "a model string has no control characters"),
+                ({"model_rates": {"demo\n": (1, 1.0)}},
+                 "a model string has no control characters")):
             with pytest.raises(ValueError, match=message):
                 list(run_experiment(store, exp.experiment_id, **kwargs))
 

@@ -95,10 +95,23 @@ def check_limits(concurrency: int, per_model: Mapping[str, int] | None = None) -
         msg = f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {concurrency}"
         raise ValueError(msg)
     for model, limit in (per_model or {}).items():
+        _check_limited_model(model)
         if isinstance(limit, bool) or not isinstance(limit, int) or not (
                 1 <= limit <= MAX_CONCURRENCY):
             msg = f"model limit {model}={limit} must be from 1 to {MAX_CONCURRENCY}"
             raise ValueError(msg)
+
+
+def _check_limited_model(model: str) -> None:
+    """Refuse a limited model string with a control character.
+
+    Limit keys of models and of configurations share one namespace
+    (`rubric_core.engine.queues.config_key` starts with one), so such a model could take a
+    configuration's limits or give it its own.
+    """
+    if not isinstance(model, str) or any(ord(ch) < 32 or ord(ch) == 127 for ch in model):
+        msg = f"a limit for model {model!r}: a model string has no control characters"
+        raise ValueError(msg)
 
 
 def run_experiment(
@@ -217,6 +230,7 @@ def check_rates(rate_limit: tuple[int, float] | None, *,
         _check_rate(rate_limit, "a rate limit")
     used = {m for c in configs for m in (c.worker_model, c.grader_model)}
     for model, rate in (model_rates or {}).items():
+        _check_limited_model(model)
         if model not in used:
             msg = (f"a rate limit for model {model!r}, which no configuration of the experiment "
                    f"uses (its models: {', '.join(sorted(used))})")
