@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rubric_core.engine import budget, queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
@@ -50,7 +50,7 @@ from rubric_core.types import ENDED_STATUSES, ERROR_STATUSES
 if TYPE_CHECKING:
     import queue
     import threading
-    from collections.abc import Mapping
+    from collections.abc import Hashable, Mapping
 
     from rubric_core.datasets import DatasetRow
     from rubric_core.engine.launch import Engine
@@ -68,6 +68,18 @@ WATCH_S = 0.5
 
 _SETTLE_S = 2.0  # longest the driver waits for its cells' workflows to record their outcome
 _SETTLED_EVERY = 4  # watch rounds between checks that some workflow is still queued or running
+
+
+K = TypeVar("K", bound="Hashable")
+
+
+def _limits(at_once: Mapping[K, int] | None, rates: Mapping[K, tuple[int, float]] | None
+            ) -> dict[K, queues.ModelLimit]:
+    """Cells at once and cells started per period, by what they limit, as `ModelLimit` s."""
+    counts: Mapping[K, int] = at_once or {}
+    periods: Mapping[K, tuple[int, float]] = rates or {}
+    return {key: queues.ModelLimit(concurrency=counts.get(key), rate=periods.get(key))
+            for key in {*counts, *periods}}
 
 
 class ExperimentDriver:
@@ -103,14 +115,9 @@ class ExperimentDriver:
         """This process takes cells from the experiment's queue (else only queues them)."""
         self.rate_limit = rate_limit
         """At most ``(cells, seconds)`` started per period over every process, or None."""
-        self.model_queues = {
-            m: queues.ModelLimit(concurrency=per_model.get(m), rate=(model_rates or {}).get(m))
-            for m in {*per_model, *(model_rates or {})}}
+        self.model_queues = _limits(per_model, model_rates)
         """Each limited model's limits over every process (its own queue)."""
-        self.config_limits = {
-            i: queues.ModelLimit(concurrency=(per_config or {}).get(i),
-                                 rate=(config_rates or {}).get(i))
-            for i in {*(per_config or {}), *(config_rates or {})}}
+        self.config_limits = _limits(per_config, config_rates)
         """Each limited configuration's limits (by index) over every process."""
         self.failure: BaseException | None = None
         """What ended the session with an exception, raised again on the consumer's thread."""
