@@ -3,8 +3,9 @@
 Uses Debian's ``postgresql`` package (``scripts/test.sh`` installs it when root, as it does
 Chromium). The cluster lives in a temporary directory, runs as an unprivileged user (the
 ``postgres`` account when the tests run as root, else the current user), trusts local
-connections only, and is stopped and deleted afterwards. A missing PostgreSQL fails loudly:
-these tests are never skipped.
+connections only, and is stopped and deleted afterwards — also when the test process is
+killed (a watcher process does it then, `_reaper`). A missing PostgreSQL fails loudly: these
+tests are never skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -61,11 +63,34 @@ def _as_user() -> tuple[list[str], int | None]:
             "--init-groups", "--"], user.pw_uid
 
 
+_REAP = """
+import shutil, subprocess, sys
+sys.stdin.buffer.read()  # end of file: the process that started the cluster is done or gone
+subprocess.run(sys.argv[2:], capture_output=True, timeout=60, check=False)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+def _reaper(root: Path, stop: list[str]) -> subprocess.Popen[bytes]:
+    """A process that stops the cluster (``stop``) and deletes ``root`` once this one is gone.
+
+    It waits for end of file on a pipe only this process writes to (the kernel closes it
+    however this process ends, SIGKILL included) and runs in a session of its own, so the
+    signal that ends a test run does not end it too. Close its stdin when the cluster is
+    stopped and deleted: it then has nothing left to do.
+    """
+    return subprocess.Popen([sys.executable, "-c", _REAP, str(root), *stop],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 class Cluster:
     """A running throwaway cluster: its URL, and a stop and a start for outage tests."""
 
     def __init__(self, binaries: Path, prefix: list[str], data: Path, log: Path,
                  options: str, port: int) -> None:
+        self.root = data.parent
+        """The directory holding the cluster (deleted with it)."""
         self._pg_ctl = [*prefix, str(binaries / "pg_ctl"), "-D", str(data)]
         self._log, self._options, self.port = log, options, port
         self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
@@ -76,10 +101,14 @@ class Cluster:
                         "-t", "60", "start"], check=True, capture_output=True, timeout=120)
         _wait_ready(self.port)
 
+    @property
+    def stop_command(self) -> list[str]:
+        """The command that stops the server at once, as a crash would (``-m immediate``)."""
+        return [*self._pg_ctl, "-m", "immediate", "-w", "stop"]
+
     def stop(self) -> None:
-        """Stop the server at once, as a crash would (``-m immediate``)."""
-        subprocess.run([*self._pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True,
-                       timeout=60, check=False)
+        """Stop the server at once, as a crash would."""
+        subprocess.run(self.stop_command, capture_output=True, timeout=60, check=False)
 
 
 @contextmanager
@@ -97,6 +126,7 @@ def postgres_cluster() -> Iterator[Cluster]:
     options = (f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60")
     cluster = Cluster(binaries, prefix, data, root / "server.log", options, port)
+    reaper = _reaper(root, cluster.stop_command)
     try:
         subprocess.run([*prefix, str(binaries / "initdb"), "-D", str(data), "-U", "postgres",
                         "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
@@ -106,6 +136,9 @@ def postgres_cluster() -> Iterator[Cluster]:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+        assert reaper.stdin is not None
+        reaper.stdin.close()  # nothing left for it: it ends at once
+        reaper.wait(timeout=70)
 
 
 @contextmanager
