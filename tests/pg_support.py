@@ -76,8 +76,8 @@ def _reaper(root: Path, stop: list[str]) -> subprocess.Popen[bytes]:
 
     It waits for end of file on a pipe only this process writes to (the kernel closes it
     however this process ends, SIGKILL included) and runs in a session of its own, so the
-    signal that ends a test run does not end it too. Close its stdin when the cluster is
-    stopped and deleted: it then has nothing left to do.
+    signal that ends a test run does not end it too. Closing its stdin and waiting for it is
+    how the cluster is stopped and deleted on a normal end too.
     """
     return subprocess.Popen([sys.executable, "-c", _REAP, str(root), *stop],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -134,10 +134,9 @@ def postgres_cluster() -> Iterator[Cluster]:
         cluster.start()
         yield cluster
     finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        # The watcher does the clean-up, now or when this process is killed: one way for both.
         assert reaper.stdin is not None
-        reaper.stdin.close()  # nothing left for it: it ends at once
+        reaper.stdin.close()
         reaper.wait(timeout=70)
 
 
