@@ -109,7 +109,9 @@ def _copy_table(reader: Tx, writer: Tx, table: str) -> int:
               f"({', '.join('?' * len(names))}) ON CONFLICT DO NOTHING")
     count = 0
     while batch := cursor.fetchmany(_BATCH):
-        writer.executemany(insert, [tuple(row[i] for i in wanted) for row in batch])
+        # Pipelined: a copy's rows are many, and no other process waits on them.
+        writer.executemany(insert, [tuple(row[i] for i in wanted) for row in batch],
+                           pipelined=True)
         count += len(batch)
     return count
 

@@ -14,8 +14,9 @@ psycopg exception or a password. Imported only with the ``postgres`` extra insta
 Fenced writes (`rubric_core.store._fence`): a ``put`` or ``put_writes`` whose config carries a
 `Fence` runs in one transaction that first reads the run's owner ``FOR SHARE`` (writes of one
 owner do not wait for each other; a claim's ``UPDATE`` of the row waits for them, and a write
-after the claim reads the new owner and is refused), statement by statement, never pipelined
-(the server ends it if its process pauses inside it: `_postgres.ENDS_IDLE_TRANSACTIONS`).
+after the claim reads the new owner and is refused), statement by statement, never pipelined,
+``executemany`` included (`_OneAtATime`), so the server ends it if its process pauses inside it
+(`_postgres.ENDS_IDLE_TRANSACTIONS`, `_postgres.execute_each`).
 Unfenced, ``PostgresSaver`` runs a write's statements on an autocommit connection.
 """
 
@@ -29,9 +30,10 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from rubric_core.redact import redact_data, scrub_checkpoint_config, secret_values
 from rubric_core.store import _fence
 from rubric_core.store._async_saver import SyncBackedAsyncSaver
+from rubric_core.store._postgres import execute_each
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
@@ -42,6 +44,27 @@ if TYPE_CHECKING:
 
 
 _FENCE_SQL = _fence.OWNER_SQL.replace("?", "%s") + " FOR SHARE"
+
+
+class _OneAtATime:
+    """A cursor whose ``executemany`` sends one statement at a time (`_postgres.execute_each`).
+
+    What a fenced write's statements run on: ``PostgresSaver`` writes blobs and writes with
+    ``executemany``, which psycopg pipelines, leaving the transaction untimed right after it.
+    """
+
+    def __init__(self, cursor: Cursor[DictRow]) -> None:
+        self._cursor = cursor
+
+    def executemany(self, query: Any, params_seq: Iterable[Any], *,
+                    returning: bool = False) -> None:
+        if returning:  # not used by the saver; its results would be the last statement's only
+            msg = "executemany(returning=True) is not supported on a fenced write"
+            raise NotImplementedError(msg)
+        execute_each(self._cursor, query, params_seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
@@ -69,9 +92,9 @@ class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
         # Every operation of PostgresSaver (get, list, put, writes, delete, setup) runs here.
         fence = _fence.current()
         try:
-            # Not pipelined when fenced: a pipeline's session is not idle between statements,
+            # Not pipelined when fenced: a session in or just out of a pipeline is not timed,
             # so a process paused mid-write would hold the row's lock past the server's
-            # idle-transaction timeout (`rubric_core.store._postgres.ENDS_IDLE_TRANSACTIONS`).
+            # idle-transaction timeout (`rubric_core.store._postgres.execute_each`).
             with super()._cursor(pipeline=pipeline and fence is None) as cur:
                 if fence is None:
                     yield cur
@@ -79,7 +102,7 @@ class RedactingPostgresSaver(SyncBackedAsyncSaver, PostgresSaver):
                     with cur.connection.transaction():
                         cur.execute(_FENCE_SQL, (fence.run_id,))
                         fence.admit(cur.fetchone())
-                        yield cur
+                        yield cast("Cursor[DictRow]", _OneAtATime(cur))
         except self._errors as exc:
             raise self._explain(exc) from exc
 

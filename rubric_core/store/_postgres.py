@@ -151,8 +151,26 @@ pause lasts, forever for a process that never wakes. Our transactions last milli
 idle for as long as a run takes to be presumed lost belongs to a process presumed lost, so the
 server ends it (its locks go, its writes are rolled back) and the taker goes on. The paused
 process, when it wakes, finds its connection closed: its write fails, as a fenced one would.
-Writes in pipeline mode do not count as idle between statements, so fenced writes are not
-pipelined (`rubric_core.store._pg_saver`)."""
+A session in pipeline mode, or just out of it, is not timed (`execute_each`): our writes inside
+transactions send one statement at a time (`rubric_core.store._pg_saver` too)."""
+
+
+def execute_each(cursor: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    """Run ``sql`` (psycopg placeholders) once per row, each statement a round trip of its own.
+
+    In place of psycopg's ``executemany`` inside a transaction, so that the server's idle
+    timeout (`ENDS_IDLE_TRANSACTIONS`) holds at every moment the transaction waits on us.
+    psycopg runs ``executemany`` in pipeline mode and leaves the pipeline with a Sync then,
+    while results are still to come, a Flush. The server arms its idle-in-transaction timer
+    when it answers the Sync and disarms it on the next message, the Flush, which does not arm
+    it again: until the next statement, the session waits on its client untimed. A process
+    paused there (a fenced checkpoint write between its blobs and its checkpoint, found by the
+    SIGSTOP drill on PostgreSQL 15) held its run's row for as long as the pause lasted
+    (`tests/test_idle_transactions.py`). The cost: a round trip a row (~0.09 ms on loopback,
+    6-8 times pipelined ``executemany``), paid by the few rows our transactions write.
+    """
+    for row in rows:
+        cursor.execute(sql, tuple(row))
 
 
 def _pinned_options(options: str, schema: str) -> str:
@@ -195,11 +213,15 @@ class _PgTx:
         cursor.execute(_placeholders(sql), tuple(params))
         return cursor
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        rows = [tuple(r) for r in rows]
-        if rows:
-            with self.conn.cursor() as cursor:
-                cursor.executemany(_placeholders(sql), rows)
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], *,
+                    pipelined: bool = False) -> None:
+        with self.conn.cursor() as cursor:
+            if pipelined:
+                rows = [tuple(r) for r in rows]
+                if rows:
+                    cursor.executemany(_placeholders(sql), rows)
+            else:
+                execute_each(cursor, _placeholders(sql), rows)
 
     def lock(self, key: str) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))

@@ -278,8 +278,14 @@ class Tx(Protocol):
         """Run one statement with ``?`` placeholders; returns a DB-API cursor."""
         ...
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one statement for each parameter row."""
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], *,
+                    pipelined: bool = False) -> None:
+        """Run one statement for each parameter row.
+
+        On PostgreSQL one round trip a row, unless ``pipelined``: faster for many rows, but the
+        transaction is then not ended by the server if its process pauses right after
+        (`rubric_core.store._postgres.execute_each`), so only for writes nobody waits on.
+        """
         ...
 
     def lock(self, key: str) -> None:

@@ -77,7 +77,9 @@ class _SqliteTx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], *,
+                    pipelined: bool = False) -> None:
+        del pipelined  # PostgreSQL's concern
         self.conn.executemany(sql, rows)
 
     def lock(self, key: str) -> None:
