@@ -191,6 +191,57 @@ def test_a_second_run_joins_instead_of_being_refused(tmp_path: Path) -> None:
     assert server.peak <= 2
 
 
+def test_an_item_that_ends_unrecorded_while_the_regrade_runs_is_queued_again(
+        tmp_path: Path) -> None:
+    """An earlier session's item found still running (``PENDING`` on this process's executor:
+    a lost database cut its grading, and DBOS had not recorded its end yet) is left to end;
+    when it ends with its grading missing, the session queues its next attempt and finishes,
+    instead of ending ``stopped`` with the answer ungraded. Real engine on SQLite."""
+    import sqlite3
+
+    from rubric_core.engine.item import ITEM_WORKFLOW
+    from rubric_core.engine.launch import APPLICATION_VERSION, engine_database, launch_engine
+    from rubric_core.engine.regrade_queue import queue_name, workflow_id
+
+    count = 6
+    server = DelayedServer(0.05, verdict("satisfied", (), (CRITERION,)))
+    db = tmp_path / "db.sqlite3"
+    with server.fake, Store(db) as store:
+        job_id = _job(store, count, server.fake.base_url)
+        engine = launch_engine(store, every_queue=False)
+        parked = workflow_id(job_id, 0, "q0", 1)
+        system = engine_database(store.location).removeprefix("sqlite:///")
+        with sqlite3.connect(system) as conn:  # as the earlier session's item was left
+            conn.execute("INSERT INTO workflow_status (workflow_uuid, status, name, executor_id, "
+                         "application_version, queue_name) VALUES (?, 'PENDING', ?, ?, ?, ?)",
+                         (parked, ITEM_WORKFLOW, engine.executor_id, APPLICATION_VERSION,
+                          queue_name(job_id)))
+        events: list[Any] = []
+        failure: list[BaseException] = []
+        thread = threading.Thread(target=_drive, args=(store, job_id, events, failure),
+                                  kwargs={"concurrency": 2})
+        thread.start()
+        deadline = time.monotonic() + 60
+        while _keys(db) < count - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _keys(db) == count - 1, "the other answers were not graded"
+        time.sleep(1.0)  # the session watches the parked item: it is running, for all it knows
+        assert thread.is_alive()
+        with sqlite3.connect(system) as conn:  # DBOS records its end at last: an error
+            conn.execute("UPDATE workflow_status SET status = 'ERROR', error = 'lost database' "
+                         "WHERE workflow_uuid = ?", (parked,))
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        if failure:
+            raise failure[0]
+        assert events[-1]["status"] == "finished", events[-3:]
+        assert _keys(db) == count == len(server.fake.requests)
+        with sqlite3.connect(system) as conn:
+            again = conn.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?",
+                                 (workflow_id(job_id, 0, "q0", 2),)).fetchall()
+        assert again == [("SUCCESS",)]
+
+
 @pytest.mark.parametrize("item_id", [
     pytest.param("q1", id="plain"),
     pytest.param("item:with:colons", id="colons_in_the_answer_id"),

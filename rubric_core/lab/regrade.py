@@ -147,6 +147,9 @@ class _Driver:
         self.at_start = 0
         """Gradings recorded when the session started (for the ETA)."""
         self.graded_here = asyncio.Event()
+        self.producer: asyncio.Task[None] | None = None
+        """What queues the items (`_produce`): once at the start, again if items ended
+        unrecorded (`_watch`)."""
 
     async def run(self) -> None:
         """The whole session; it never raises (a failure is kept for the consumer's thread)."""
@@ -194,16 +197,16 @@ class _Driver:
             await regrade_queue.recover_stopped_items(self.store, me=self.engine.executor_id)
             listen(self.engine, await regrade_queue.register_queue(
                 job_id, concurrency=self.concurrency))
-            producer = asyncio.create_task(self._produce())
+            self.producer = asyncio.create_task(self._produce())
             try:
-                await self._watch(producer)
+                await self._watch()
             except BaseException:  # a lost database: this process's gradings stop with it
                 item.stop_here(job_id)
                 raise
             finally:
-                producer.cancel()
+                self.producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await producer
+                    await self.producer
             await context.idle.wait()  # this process's items end (Stop: after their cancel)
         finally:
             item.detach(context)
@@ -237,12 +240,20 @@ class _Driver:
             await regrade_queue.enqueue_items(job.job_id, wanted, latest)
             offset += len(page)
 
-    async def _watch(self, producer: asyncio.Task[None]) -> None:
-        """Count gradings until every one is recorded, no item is left, or Stop."""
+    async def _watch(self) -> None:
+        """Count gradings until every one is recorded, no item is left, or Stop.
+
+        Every item ended with gradings missing, and none by a Stop: their next attempts are
+        queued, once more each time that made progress. Such an item is an earlier session's
+        that this one found still running and left alone: its grading was cut by a lost
+        database, and DBOS, retrying, recorded its end only later (seen in a fresh clone's
+        run of `tests/test_regrade_outage.py`).
+        """
         from rubric_core.engine import item, regrade_queue
         from rubric_core.engine.recovery import SWEEP_S
 
         job_id, rounds, swept = self.job.job_id, 0, time.monotonic()
+        requeued_at: int | None = None  # gradings recorded when items were last queued again
         while True:
             if self.stop.is_set():
                 item.stop_here(job_id)
@@ -260,17 +271,33 @@ class _Driver:
             if sum(self.done) >= sum(self.totals):
                 return
             rounds += 1
-            if (producer.done() and rounds % _SETTLED_EVERY == 0
+            producer = self.producer
+            if (producer is not None and producer.done() and rounds % _SETTLED_EVERY == 0
                     and not await regrade_queue.active_items(job_id)):
                 if producer.exception() is not None:
                     raise producer.exception()  # type: ignore[misc]
                 await self._count()  # what ended since the last count
-                return
+                if (sum(self.done) >= sum(self.totals) or requeued_at == sum(self.done)
+                        or await self._stopped_elsewhere()):
+                    return
+                requeued_at = sum(self.done)
+                self.producer = asyncio.create_task(self._produce())
             if time.monotonic() - swept > SWEEP_S:
                 swept = time.monotonic()
                 with contextlib.suppress(Exception):  # a busy database: the next sweep
                     await regrade_queue.recover_stopped_items(self.store,
                                                               me=self.engine.executor_id)
+
+    async def _stopped_elsewhere(self) -> bool:
+        """Whether an item's latest workflow was cancelled: a Stop, here or elsewhere.
+
+        (An item cancelled before this session and graded in full counts too: its session
+        then ends ``stopped``, as before.)
+        """
+        from rubric_core.engine import regrade_queue
+
+        latest = await regrade_queue.latest_attempts(self.job.job_id)
+        return any(status == "CANCELLED" for _, status in latest.values())
 
     async def _count(self) -> None:
         """Read what every process recorded; say where each configuration now stands."""
