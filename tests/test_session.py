@@ -7,6 +7,7 @@ another process is doing is read from the rows alone, on either database.
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -370,6 +371,11 @@ def test_a_taken_over_owner_stores_no_checkpoint_and_calls_no_model(
         def take_over(run_id: str, thread_id: str) -> tuple[set[str], int]:
             # Another process finds the owner silent and resumes the run.
             assert grading.wait(60), "the second grader call never came"
+            # The first pass's evaluation is recorded by the owner's consumer, which may trail
+            # the graph (seen in a fresh clone's run): the takeover comes after it.
+            deadline = time.monotonic() + 60
+            while not store.evaluations(run_id) and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert store.claim_run(run_id, owner="elsewhere:1:x", stale_before=ALWAYS_STALE)
             seen = _checkpoint_ids(store, thread_id), len(worker.calls) + len(grader.calls)
             release.set()  # the owner wakes up and goes on
