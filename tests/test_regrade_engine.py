@@ -242,6 +242,59 @@ def test_an_item_that_ends_unrecorded_while_the_regrade_runs_is_queued_again(
         assert again == [("SUCCESS",)]
 
 
+def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Path) -> None:
+    """An orphan: ``PENDING`` on this process's executor with nothing here running it (the
+    database went away between a dequeue and the item's start, or its end could not be
+    written). A later session of the re-grade in this process hands it back to the queue and
+    finishes, instead of waiting on it forever. Real engine on SQLite."""
+    import asyncio
+    import sqlite3
+
+    from rubric_core.background import work_loop
+    from rubric_core.engine import regrade_queue
+    from rubric_core.engine.launch import engine_database, launch_engine
+    from rubric_core.engine.regrade_queue import workflow_id
+
+    count = 4
+    server = DelayedServer(0.05, verdict("satisfied", (), (CRITERION,)))
+    db = tmp_path / "db.sqlite3"
+    with server.fake, Store(db) as store:
+        job_id = _job(store, count, server.fake.base_url)
+        engine = launch_engine(store, every_queue=False)
+        orphan = workflow_id(job_id, 0, "q0", 1)
+        system = engine_database(store.location).removeprefix("sqlite:///")
+
+        async def queue_it() -> None:  # as the earlier session did
+            await regrade_queue.register_queue(job_id, concurrency=1)
+            await regrade_queue.enqueue_items(job_id, [(0, "q0")], {})
+
+        asyncio.run_coroutine_threadsafe(queue_it(), work_loop()).result(60)
+        long_ago = int(time.time() * 1000) - 60_000
+        with sqlite3.connect(system) as conn:  # dequeued here a minute ago, never started
+            changed = conn.execute(
+                "UPDATE workflow_status SET status = 'PENDING', executor_id = ?, "
+                "updated_at = ?, started_at_epoch_ms = ? WHERE workflow_uuid = ?",
+                (engine.executor_id, long_ago, long_ago, orphan)).rowcount
+        assert changed == 1
+        events: list[Any] = []
+        failure: list[BaseException] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=_drive, args=(store, job_id, events, failure),
+                                  kwargs={"concurrency": 1, "stop": stop})
+        thread.start()
+        thread.join(timeout=60)
+        stop.set()  # the old code waited on the orphan for ever: end it
+        thread.join(timeout=60)
+        if failure:
+            raise failure[0]
+        assert events and events[-1]["status"] == "finished", events[-3:]
+        assert _keys(db) == count == len(server.fake.requests)
+        with sqlite3.connect(system) as conn:
+            ended = conn.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?",
+                                 (orphan,)).fetchall()
+        assert ended == [("SUCCESS",)]
+
+
 @pytest.mark.parametrize("item_id", [
     pytest.param("q1", id="plain"),
     pytest.param("item:with:colons", id="colons_in_the_answer_id"),

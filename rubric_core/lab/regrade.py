@@ -193,8 +193,10 @@ class _Driver:
                                       on_graded=self._graded, on_failure=self._failed)
         item.attach(context)
         try:
-            # A process of this machine killed mid re-grade: its items go back at once.
+            # A process of this machine killed mid re-grade: its items go back at once; so do
+            # this process's own that nothing here runs (an earlier session's, after an outage).
             await regrade_queue.recover_stopped_items(self.store, me=self.engine.executor_id)
+            await regrade_queue.requeue_orphans(self.store, job_id, self.engine.executor_id)
             listen(self.engine, await regrade_queue.register_queue(
                 job_id, concurrency=self.concurrency))
             self.producer = asyncio.create_task(self._produce())
@@ -287,6 +289,8 @@ class _Driver:
                 with contextlib.suppress(Exception):  # a busy database: the next sweep
                     await regrade_queue.recover_stopped_items(self.store,
                                                               me=self.engine.executor_id)
+                    await regrade_queue.requeue_orphans(self.store, job_id,
+                                                        self.engine.executor_id)
 
     async def _stopped_elsewhere(self) -> bool:
         """Whether an item's latest workflow was cancelled: a Stop, here or elsewhere.
