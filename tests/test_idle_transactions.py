@@ -32,10 +32,15 @@ ALWAYS_STALE = "9999-01-01T00:00:00.000000+00:00"
 IDLE_S = 2
 
 
-def test_a_paused_writers_transaction_is_ended_and_the_taker_claims_the_run(
-        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def short_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened by a test end a transaction idle for `IDLE_S` (30 s by default)."""
     monkeypatch.setattr(_postgres, "ENDS_IDLE_TRANSACTIONS",
                         f"-c idle_in_transaction_session_timeout={IDLE_S * 1000}")
+
+
+@pytest.mark.usefixtures("short_idle_timeout")
+def test_a_paused_writers_transaction_is_ended_and_the_taker_claims_the_run(pg_url: str) -> None:
     with Store(pg_url) as paused, Store(pg_url) as taker:
         run = paused.create_run(RunSettings(prompt="p", rubric="- c"), owner="paused:1:x")
         # The paused process, inside a fenced write: its run's row read FOR SHARE, then nothing.
@@ -93,10 +98,9 @@ def _claimed_while_paused(taker: Store, run_id: str, paused: threading.Event) ->
     return time.monotonic() - went
 
 
+@pytest.mark.usefixtures("short_idle_timeout")
 def test_a_fenced_checkpoint_write_paused_after_its_blobs_is_ended(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_postgres, "ENDS_IDLE_TRANSACTIONS",
-                        f"-c idle_in_transaction_session_timeout={IDLE_S * 1000}")
     paused, woken = threading.Event(), threading.Event()
     thread: list[threading.Thread] = []
     # Between its blobs (an executemany) and its checkpoint row, as the drill's worker was.
@@ -135,11 +139,10 @@ def test_a_fenced_checkpoint_write_paused_after_its_blobs_is_ended(
                 assert row == (0,), table
 
 
+@pytest.mark.usefixtures("short_idle_timeout")
 def test_a_transaction_paused_after_writing_many_rows_is_ended(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`Tx.executemany` inside a store transaction (call records, cells, answer sets)."""
-    monkeypatch.setattr(_postgres, "ENDS_IDLE_TRANSACTIONS",
-                        f"-c idle_in_transaction_session_timeout={IDLE_S * 1000}")
     paused, woken = threading.Event(), threading.Event()
     thread: list[threading.Thread] = []
     after = "SELECT 1 AS after_the_rows"
