@@ -26,7 +26,9 @@ is ``finished`` when every cell ended, else ``stopped``.
   stopped ones get their next attempt (`rubric_core.engine.queues.enqueue_cells`), so nothing
   is queued twice.
 - A process that died holding cells: the driver re-queues them itself every
-  `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`).
+  `rubric_core.engine.recovery.SWEEP_S` (`recover_stopped_executors`). Cells this process
+  holds but does not run (orphans an outage left, `rubric_core.engine.recovery.requeue_orphans`)
+  go back to their queues at the session's start and at every sweep.
 - The driver ends when no cell is left to end, or when every one of its cells' workflows has
   completed (a cell whose run was interrupted, e.g. by a lost database, is then left for a
   Resume).
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, TypeVar
 from rubric_core.engine import budget, queues
 from rubric_core.engine.cell import ExperimentContext, attach, detach
 from rubric_core.engine.launch import listen
-from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
+from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors, requeue_orphans
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.experiments.scheduler import CellKey, progress_event
 from rubric_core.types import ENDED_STATUSES, ERROR_STATUSES
@@ -196,6 +198,9 @@ class ExperimentDriver:
                 if self.run_here:
                     for name in names:
                         listen(self.engine, name)
+                # This process's own cells that nothing here runs (an earlier session's, after
+                # an outage) go back to their queues before the cells are queued.
+                await requeue_orphans(self.store, self._prefixes(), self.engine.executor_id)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 self.workflow_ids = await queues.enqueue_cells(
                     exp.experiment_id,
@@ -253,6 +258,13 @@ class ExperimentDriver:
                 swept = time.monotonic()
                 with contextlib.suppress(Exception):  # a busy database: the next sweep
                     await recover_stopped_executors(self.store, me=self.engine.executor_id)
+                    await requeue_orphans(self.store, self._prefixes(),
+                                          self.engine.executor_id)
+
+    def _prefixes(self) -> list[str]:
+        """The workflow ID prefixes of this experiment's cells and their levels."""
+        exp_id = self.experiment.experiment_id
+        return [queues.id_prefix(exp_id), queues.gate_prefix(exp_id)]
 
     def _ended_here(self, key: tuple[str, int, int], status: str, run_id: str | None,
                     error: str | None) -> None:

@@ -81,6 +81,53 @@ def thread_of(workflow_id: str) -> str:
     return parts[4] if len(parts) == 7 else ""
 
 
+ORPHAN_AFTER_S = 5.0
+"""A workflow of this process's executor ``PENDING`` this long with nothing here running it is
+an orphan (`requeue_orphans`); a dequeued workflow starts running here within milliseconds."""
+
+
+async def requeue_orphans(store: Store, prefixes: list[str], me: str) -> list[str]:
+    """Hand back to their queues the workflows this process holds but does not run.
+
+    For the workflows whose IDs start with one of ``prefixes`` (an experiment's cells and
+    their levels on model queues, a re-grade's items). DBOS marks a workflow ``PENDING`` on
+    this process's executor when it dequeues it, then starts it here. Two ways leave it
+    ``PENDING`` with nothing running it: the database went away between the dequeue's commit
+    and the start (DBOS logs "Error executing workflow" and goes on), or its end could not be
+    written (DBOS gives up on a connection error it does not retry). DBOS recovers an
+    executor's ``PENDING`` workflows only when it launches under that executor ID again, and
+    the sweeps leave this process's own alone (it is alive), so a later session in this
+    process (the app's Resume after an outage) waited on them for ever, and as many of them
+    as the concurrency left no slot for anything else (seen in `tests/test_regrade_outage.py`).
+    Each is queued again on its own queue (DBOS's own re-enqueue of recovery, a private method
+    of 3.4.0, which applies only while the workflow is still ``PENDING`` on this executor); one
+    that was running after all is refused its end by DBOS (its ownership token changed).
+    Returns the IDs handed back.
+    """
+    from dbos._dbos import _get_dbos_instance
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    pending = []
+    for prefix in prefixes:
+        pending += [w for w in await DBOS.list_workflows_async(
+            workflow_id_prefix=prefix, status="PENDING", load_input=False, load_output=False)
+            if w.executor_id == me]
+    if not pending:
+        return []
+    dbos = _get_dbos_instance()
+    running = set(dbos._active_workflows_set.activeList())
+    # DBOS stamps a dequeue with the database's clock: judged by that clock.
+    now_ms = datetime.fromisoformat(await store.acall(store.now)).timestamp() * 1000
+    orphans = [w.workflow_id for w in pending if w.workflow_id not in running
+               and (w.dequeued_at or w.updated_at or 0) < now_ms - ORPHAN_AFTER_S * 1000]
+    handed = []
+    for workflow_id in orphans:
+        if await asyncio.to_thread(dbos._sys_db.reenqueue_for_recovery, workflow_id, [me],
+                                   INTERNAL_QUEUE_NAME):
+            handed.append(workflow_id)
+    return handed
+
+
 async def recover_stopped_executors(store: Store, *, me: str | None = None) -> dict[str, int]:
     """Re-queue the running cells and re-grade items of stopped executors; how many, each.
 
@@ -98,4 +145,5 @@ async def recover_stopped_executors(store: Store, *, me: str | None = None) -> d
     return counts
 
 
-__all__ = ["SWEEP_S", "recover_stopped_executors", "stopped_executors", "thread_of"]
+__all__ = ["ORPHAN_AFTER_S", "SWEEP_S", "recover_stopped_executors", "requeue_orphans",
+           "stopped_executors", "thread_of"]

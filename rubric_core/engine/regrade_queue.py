@@ -190,50 +190,6 @@ async def stopped_item_executors(store: Store, *, me: str | None = None) -> list
     return gone
 
 
-ORPHAN_AFTER_S = 5.0
-"""An item of this process's executor ``PENDING`` this long with nothing here running it is an
-orphan (`requeue_orphans`); a dequeued item starts running here within milliseconds."""
-
-
-async def requeue_orphans(store: Store, job_id: str, me: str) -> list[str]:
-    """Hand back to the queue the re-grade's items this process holds but does not run.
-
-    DBOS marks an item ``PENDING`` on this process's executor when it dequeues it, then starts
-    it here. Two ways leave it ``PENDING`` with nothing running it: the database went away
-    between the dequeue's commit and the start (DBOS logs "Error executing workflow" and goes
-    on), or an item's end could not be written (DBOS gives up on a connection error it does
-    not retry). DBOS recovers an executor's ``PENDING`` workflows only when it launches under
-    that executor ID again, and `recover_stopped_items` leaves this process's own alone (it
-    is alive), so a later session of the same re-grade in this process (the app's Resume
-    after an outage) waited on them forever, and as many of them as the re-grade's
-    concurrency left no slot for any other item (seen in `tests/test_regrade_outage.py`).
-    Each is queued again on its own queue (DBOS's own re-enqueue of recovery, a private
-    method of 3.4.0, which applies only while the item is still ``PENDING`` on this executor);
-    one that was running after all is refused its end by DBOS and its grading recorded once
-    (`rubric_core.engine.item`). Returns the IDs handed back.
-    """
-    from dbos._dbos import _get_dbos_instance
-    from dbos._utils import INTERNAL_QUEUE_NAME
-
-    pending = [w for w in await DBOS.list_workflows_async(
-        workflow_id_prefix=id_prefix(job_id), status="PENDING", load_input=False,
-        load_output=False) if w.executor_id == me]
-    if not pending:
-        return []
-    dbos = _get_dbos_instance()
-    running = set(dbos._active_workflows_set.activeList())
-    # DBOS stamps a dequeue with the database's clock: judged by that clock.
-    now_ms = datetime.fromisoformat(await store.acall(store.now)).timestamp() * 1000
-    orphans = [w.workflow_id for w in pending if w.workflow_id not in running
-               and (w.dequeued_at or w.updated_at or 0) < now_ms - ORPHAN_AFTER_S * 1000]
-    handed = []
-    for workflow_id in orphans:
-        if await asyncio.to_thread(dbos._sys_db.reenqueue_for_recovery, workflow_id, [me],
-                                   INTERNAL_QUEUE_NAME):
-            handed.append(workflow_id)
-    return handed
-
-
 async def recover_stopped_items(store: Store, *, me: str | None = None) -> dict[str, int]:
     """Re-queue the running items of every stopped executor; how many, per executor."""
     counts: dict[str, int] = {}
@@ -243,7 +199,7 @@ async def recover_stopped_items(store: Store, *, me: str | None = None) -> dict[
     return counts
 
 
-__all__ = ["ACTIVE", "ORPHAN_AFTER_S", "POLL_S", "QUEUE_PREFIX", "active_items", "cancel_items",
+__all__ = ["ACTIVE", "POLL_S", "QUEUE_PREFIX", "active_items", "cancel_items",
            "delete_queue", "enqueue_items", "id_prefix", "latest_attempts", "parse_id",
-           "queue_name", "recover_stopped_items", "register_queue", "requeue_orphans",
-           "stopped_item_executors", "workflow_id"]
+           "queue_name", "recover_stopped_items", "register_queue", "stopped_item_executors",
+           "workflow_id"]

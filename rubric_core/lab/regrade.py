@@ -182,6 +182,7 @@ class _Driver:
     async def _main(self) -> str:
         from rubric_core.engine import item, regrade_queue
         from rubric_core.engine.launch import listen
+        from rubric_core.engine.recovery import requeue_orphans
 
         await self._load()
         for index in range(len(self.configs)):
@@ -196,7 +197,8 @@ class _Driver:
             # A process of this machine killed mid re-grade: its items go back at once; so do
             # this process's own that nothing here runs (an earlier session's, after an outage).
             await regrade_queue.recover_stopped_items(self.store, me=self.engine.executor_id)
-            await regrade_queue.requeue_orphans(self.store, job_id, self.engine.executor_id)
+            await requeue_orphans(self.store, [regrade_queue.id_prefix(job_id)],
+                                  self.engine.executor_id)
             listen(self.engine, await regrade_queue.register_queue(
                 job_id, concurrency=self.concurrency))
             self.producer = asyncio.create_task(self._produce())
@@ -252,7 +254,7 @@ class _Driver:
         run of `tests/test_regrade_outage.py`).
         """
         from rubric_core.engine import item, regrade_queue
-        from rubric_core.engine.recovery import SWEEP_S
+        from rubric_core.engine.recovery import SWEEP_S, requeue_orphans
 
         job_id, rounds, swept = self.job.job_id, 0, time.monotonic()
         requeued_at: int | None = None  # gradings recorded when items were last queued again
@@ -289,8 +291,8 @@ class _Driver:
                 with contextlib.suppress(Exception):  # a busy database: the next sweep
                     await regrade_queue.recover_stopped_items(self.store,
                                                               me=self.engine.executor_id)
-                    await regrade_queue.requeue_orphans(self.store, job_id,
-                                                        self.engine.executor_id)
+                    await requeue_orphans(self.store, [regrade_queue.id_prefix(job_id)],
+                                          self.engine.executor_id)
 
     async def _stopped_elsewhere(self) -> bool:
         """Whether an item's latest workflow was cancelled: a Stop, here or elsewhere.
