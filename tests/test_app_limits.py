@@ -313,8 +313,16 @@ def test_limits_typed_in_the_browser_are_kept_and_run(tmp_path: Path) -> None:
             field.fill(str(value))
             field.press("Enter")
             wait_idle(page)
+            expect(field).to_have_value(str(value))
 
-        type_number("exp_config_count", 2)
+        def set_configurations(count: int) -> None:
+            # Waits for the page drawn with that many boxes: typing again before it is drawn
+            # lost the new count once (the rerun of the one before drew its own over it).
+            type_number("exp_config_count", count)
+            expect(page.get_by_text(f"Configuration {count}", exact=True)).to_be_visible()
+            expect(page.get_by_text(f"Configuration {count + 1}", exact=True)).to_have_count(0)
+
+        set_configurations(2)
         type_number(sup.config_key(0, "limit"), 1)
         page.get_by_text("Limits per model").click()
         wait_idle(page)
@@ -332,8 +340,8 @@ def test_limits_typed_in_the_browser_are_kept_and_run(tmp_path: Path) -> None:
                   "1 cell(s) at once.")
         page.get_by_text(limits).wait_for()
         # One configuration and back: the table is drawn again from the values kept by model.
-        type_number("exp_config_count", 1)
-        type_number("exp_config_count", 2)
+        set_configurations(1)
+        set_configurations(2)
         expect(cells_at_once).to_have_text("3")
         page.get_by_text(limits).wait_for()
         page.get_by_text("Limits per model").scroll_into_view_if_needed()
