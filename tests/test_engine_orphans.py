@@ -34,6 +34,20 @@ if TYPE_CHECKING:
 ROWS = 3
 
 
+def orphan_it(store: Store, executor_id: str, workflow_id: str) -> str:
+    """Mark a queued workflow as DBOS leaves an orphan: dequeued by ``executor_id`` a minute
+    ago, never started. Returns the engine's SQLite file."""
+    long_ago = int(time.time() * 1000) - 60_000
+    system = engine_database(store.location).removeprefix("sqlite:///")
+    with sqlite3.connect(system) as conn:
+        changed = conn.execute(
+            "UPDATE workflow_status SET status = 'PENDING', executor_id = ?, "
+            "updated_at = ?, started_at_epoch_ms = ? WHERE workflow_uuid = ?",
+            (executor_id, long_ago, long_ago, workflow_id)).rowcount
+    assert changed == 1
+    return system
+
+
 def test_a_cell_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Path) -> None:
     server = DelayedServer(0.05, grader_reply=verdict("satisfied", "fine",
                                                       ["answers the question"]))
@@ -56,14 +70,7 @@ def test_a_cell_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pat
                                               retry_errors=False)
 
         [orphan] = asyncio.run_coroutine_threadsafe(queue_it(), work_loop()).result(60)
-        long_ago = int(time.time() * 1000) - 60_000
-        system = engine_database(store.location).removeprefix("sqlite:///")
-        with sqlite3.connect(system) as conn:  # dequeued here a minute ago, never started
-            changed = conn.execute(
-                "UPDATE workflow_status SET status = 'PENDING', executor_id = ?, "
-                "updated_at = ?, started_at_epoch_ms = ? WHERE workflow_uuid = ?",
-                (engine.executor_id, long_ago, long_ago, orphan)).rowcount
-        assert changed == 1
+        system = orphan_it(store, engine.executor_id, orphan)
         events: list[Any] = []
         failure: list[BaseException] = []
         stop = threading.Event()

@@ -250,6 +250,8 @@ def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pa
     import asyncio
     import sqlite3
 
+    from test_engine_orphans import orphan_it
+
     from rubric_core.background import work_loop
     from rubric_core.engine import regrade_queue
     from rubric_core.engine.launch import engine_database, launch_engine
@@ -269,13 +271,7 @@ def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pa
             await regrade_queue.enqueue_items(job_id, [(0, "q0")], {})
 
         asyncio.run_coroutine_threadsafe(queue_it(), work_loop()).result(60)
-        long_ago = int(time.time() * 1000) - 60_000
-        with sqlite3.connect(system) as conn:  # dequeued here a minute ago, never started
-            changed = conn.execute(
-                "UPDATE workflow_status SET status = 'PENDING', executor_id = ?, "
-                "updated_at = ?, started_at_epoch_ms = ? WHERE workflow_uuid = ?",
-                (engine.executor_id, long_ago, long_ago, orphan)).rowcount
-        assert changed == 1
+        orphan_it(store, engine.executor_id, orphan)
         events: list[Any] = []
         failure: list[BaseException] = []
         stop = threading.Event()
