@@ -24,6 +24,8 @@ KeyboardInterrupt: a Ctrl-C that did nothing, seen about one in 150 in the Ctrl-
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import queue
 import threading
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -83,16 +85,46 @@ def drive(driver: Driver, events: queue.Queue[Any], stop: threading.Event,
                     "wait_s": round(wait_s, 3), "hits": hits})
 
     backoff.listeners.append(on_backoff)
-    running = asyncio.run_coroutine_threadsafe(driver.run(), work_loop())
+    with old_objects_frozen():
+        running = asyncio.run_coroutine_threadsafe(driver.run(), work_loop())
+        try:
+            while (event := _next(events)) is not None:
+                yield event
+        finally:
+            stop.set()
+            running.result()  # driver.run() keeps its failure instead of raising
+            backoff.listeners.remove(on_backoff)
+    if driver.failure is not None:
+        raise driver.failure
+
+
+_frozen_lock = threading.Lock()
+_frozen_batches = [0]
+
+
+@contextlib.contextmanager
+def old_objects_frozen() -> Iterator[None]:
+    """Keep the objects alive when a batch starts out of the garbage collector's full passes.
+
+    By the time a batch runs, the process holds a few hundred thousand long-lived objects
+    (LangChain, LangGraph, DBOS, the app's modules) that no collection will free, and a batch
+    allocates fast enough to trigger a full (oldest-generation) collection every few seconds:
+    each walks every one of them, about 100 ms with the GIL held, during which no cell of the
+    loop moves. ``gc.freeze`` moves them to a generation no collection walks; they go back
+    (``gc.unfreeze``) when the last batch running in this process ends, so garbage cycles among
+    them are still collected later. Objects made during the batch are collected as usual.
+    """
+    with _frozen_lock:
+        _frozen_batches[0] += 1
+        if _frozen_batches[0] == 1:
+            gc.freeze()
     try:
-        while (event := _next(events)) is not None:
-            yield event
+        yield
     finally:
-        stop.set()
-        running.result()  # driver.run() keeps its failure instead of raising
-        backoff.listeners.remove(on_backoff)
-        if driver.failure is not None:
-            raise driver.failure
+        with _frozen_lock:
+            _frozen_batches[0] -= 1
+            if _frozen_batches[0] == 0:
+                gc.unfreeze()
 
 
 def _next(events: queue.Queue[Any]) -> Any:

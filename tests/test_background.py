@@ -75,3 +75,49 @@ def test_a_ctrl_c_taken_by_another_thread_still_interrupts_the_waiting_caller() 
                           capture_output=True, text=True, timeout=200, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"lost 0 of {trials}", done.stdout + done.stderr
+
+
+_FREEZE_SCRIPT = textwrap.dedent("""
+    import asyncio, gc, queue, threading
+    from rubric_core.background import drive
+    from rubric_core.http_retry import SharedBackoff
+
+    class Once:
+        def __init__(self, events, fail=False):
+            self.events, self.fail, self.failure, self.frozen = events, fail, None, -1
+        async def run(self):
+            await asyncio.sleep(0)
+            self.frozen = gc.get_freeze_count()
+            self.events.put({"type": "tick"})
+            if self.fail:
+                self.failure = RuntimeError("the batch failed")
+            self.events.put(None)
+
+    assert gc.get_freeze_count() == 0
+    first = Once(queue.Queue())
+    outer = drive(first, first.events, threading.Event(), SharedBackoff(), "backoff")
+    assert next(outer) == {"type": "tick"}
+    assert first.frozen > 1000, first.frozen  # the modules, LangChain's and ours, at least
+    second = Once(queue.Queue(), fail=True)
+    try:
+        list(drive(second, second.events, threading.Event(), SharedBackoff(), "backoff"))
+    except RuntimeError as exc:
+        assert str(exc) == "the batch failed"
+    else:
+        raise AssertionError("the failure was not raised")
+    assert second.frozen > 1000
+    assert gc.get_freeze_count() > 0, "the first batch still runs: its objects stay frozen"
+    assert list(outer) == []
+    assert gc.get_freeze_count() == 0, gc.get_freeze_count()
+    print("ok")
+""")
+
+
+def test_a_batch_keeps_the_objects_it_found_out_of_full_collections_until_the_last_ends() -> None:
+    """`drive` freezes what the process held when the first batch started (no full collection
+    walks it while cells run) and unfreezes it when the last running batch ends, failure or
+    not, so later collections free cycles among those objects again. In a process of its own:
+    the freeze is the process's."""
+    done = subprocess.run([sys.executable, "-c", _FREEZE_SCRIPT], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
