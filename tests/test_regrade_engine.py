@@ -212,10 +212,14 @@ def test_an_item_that_ends_unrecorded_while_the_regrade_runs_is_queued_again(
         parked = workflow_id(job_id, 0, "q0", 1)
         system = engine_database(store.location).removeprefix("sqlite:///")
         with sqlite3.connect(system) as conn:  # as the earlier session's item was left
+            # Dequeued "now" for as long as the test runs (an hour ahead): however slow the
+            # session's start, no sweep takes it for an orphan (`requeue_orphans`, whose own
+            # test is below) before the test records its end.
             conn.execute("INSERT INTO workflow_status (workflow_uuid, status, name, executor_id, "
-                         "application_version, queue_name) VALUES (?, 'PENDING', ?, ?, ?, ?)",
+                         "application_version, queue_name, started_at_epoch_ms) "
+                         "VALUES (?, 'PENDING', ?, ?, ?, ?, ?)",
                          (parked, ITEM_WORKFLOW, engine.executor_id, APPLICATION_VERSION,
-                          queue_name(job_id)))
+                          queue_name(job_id), int((time.time() + 3600) * 1000)))
         events: list[Any] = []
         failure: list[BaseException] = []
         thread = threading.Thread(target=_drive, args=(store, job_id, events, failure),
