@@ -96,3 +96,49 @@ def test_a_cell_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pat
             ended = conn.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?",
                                  (orphan,)).fetchall()
         assert ended == [("SUCCESS",)]
+
+
+def test_a_worker_hands_back_the_cells_it_holds_but_does_not_run(tmp_path: Path) -> None:
+    """A ``rubric-studio worker`` that rode out an outage is not relaunched, so DBOS's launch
+    recovery never sees its own orphans: its sweep hands them back (status ``ENQUEUED`` on the
+    experiment's queue again, for any worker to take)."""
+    from rubric_core.engine import worker
+
+    with Store(tmp_path / "db.sqlite3") as store:
+        dataset = parse_dataset("prompt\nq 0\n", name="q")
+        config = ExperimentConfig(worker_model="openai-compatible:w",
+                                  grader_model="openai-compatible:g",
+                                  rubric="- answers the question",
+                                  base_url="http://127.0.0.1:9/v1")
+        exp_id = create_experiment(store, dataset, [config],
+                                   models=experiment_models(SharedBackoff(),
+                                                            api_key="test-key")).experiment_id
+        # Not listening to the experiment's queue: the queued cell stays where it is put.
+        engine = launch_engine(store, every_queue=False)
+        [only] = store.experiment_cells(exp_id)
+
+        async def queue_it() -> dict[str, Any]:
+            await queues.register_queue(exp_id, concurrency=1)
+            return await queues.enqueue_cells(exp_id, [(only.key, only.thread_id)],
+                                              retry_errors=False)
+
+        [orphan] = asyncio.run_coroutine_threadsafe(queue_it(), work_loop()).result(60)
+        system = orphan_it(store, engine.executor_id, orphan)
+        stop, handed = threading.Event(), []
+
+        def told(count: int) -> None:
+            handed.append(count)
+            stop.set()  # one sweep is enough
+
+        sweep = asyncio.run_coroutine_threadsafe(
+            worker._sweep(engine, stop, None, told), work_loop())
+        try:
+            sweep.result(30)
+        finally:
+            stop.set()  # the code before never handed it back: end the sweep
+            sweep.result(30)
+        with sqlite3.connect(system) as conn:
+            now = conn.execute("SELECT status, queue_name FROM workflow_status "
+                               "WHERE workflow_uuid = ?", (orphan,)).fetchall()
+    assert handed == [1]
+    assert now == [("ENQUEUED", queues.queue_name(exp_id))]

@@ -90,11 +90,16 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"re-queued {cells} cell(s) of stopped worker {executor}\n")
             out.flush()
 
+    def orphans(count: int) -> None:
+        out.write(f"handed back {count} cell(s) this worker held but no longer ran "
+                  "(an outage cut their start or end)\n")
+        out.flush()
+
     with Store(db) as store:
         out.write(f"worker on {shown_location(db)}: running queued cells until Ctrl-C\n")
         out.flush()
         try:
-            executor = serve(store, stop, on_recovered=recovered,
+            executor = serve(store, stop, on_recovered=recovered, on_orphans=orphans,
                              experiment_id=getattr(args, "experiment", None),
                              executor_id=getattr(args, "executor_id", None))
         finally:

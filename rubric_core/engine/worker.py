@@ -8,9 +8,10 @@ as its cells' are.
 launches the engine taking cells from every experiment's queue (within each queue's global
 limit), or from one experiment's only (``--experiment``, as the workers of ``eval --workers``
 do), and every `rubric_core.engine.recovery.SWEEP_S` seconds re-queues the cells of processes
-that stopped. A worker restarted by its supervisor (`rubric_core.engine.supervisor`) launches
-under the executor ID of the one that died, and DBOS re-queues at launch the cells that one
-left running.
+that stopped, and hands back to their queues the cells and items it holds itself but does not
+run (orphans: `rubric_core.engine.recovery.requeue_orphans`). A worker restarted by its
+supervisor (`rubric_core.engine.supervisor`) launches under the executor ID of the one that
+died, and DBOS re-queues at launch the cells that one left running.
 
 Stopping (Ctrl-C, SIGTERM): the cells running here stop after their step, recorded
 ``interrupted``, and their workflows are left unfinished (``PENDING`` on this executor), so
@@ -30,7 +31,7 @@ from rubric_core.background import work_loop
 from rubric_core.engine import cell, item
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
-from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors
+from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors, requeue_orphans
 
 if TYPE_CHECKING:
     import threading
@@ -43,13 +44,25 @@ LEAVE_TIMEOUT_S = 30.0
 """How long a stopping worker waits for its cells to end their step before it exits anyway."""
 
 
+ORPHAN_PREFIXES = (cell.CELL_ID_PREFIX, cell.GATE_ID_PREFIX, item.ITEM_ID_PREFIX)
+"""The workflows a worker runs, by ID: cells, their levels on model queues, re-grade items."""
+
+
 async def _sweep(engine: Engine, stop: threading.Event,
-                 on_recovered: Callable[[dict[str, int]], None] | None) -> None:
+                 on_recovered: Callable[[dict[str, int]], None] | None,
+                 on_orphans: Callable[[int], None] | None = None) -> None:
     while not stop.is_set():
         with contextlib.suppress(Exception):  # a busy database: the next sweep
             recovered = await recover_stopped_executors(engine.store, me=engine.executor_id)
             if recovered and on_recovered is not None:
                 on_recovered(recovered)
+        with contextlib.suppress(Exception):
+            # Its own: left PENDING here by an outage (DBOS recovers them only at a launch
+            # under this executor ID, and a worker that rides out an outage is not relaunched).
+            handed = await requeue_orphans(engine.store, list(ORPHAN_PREFIXES),
+                                           engine.executor_id)
+            if handed and on_orphans is not None:
+                on_orphans(len(handed))
         deadline = time.monotonic() + SWEEP_S
         while not stop.is_set() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
@@ -57,6 +70,7 @@ async def _sweep(engine: Engine, stop: threading.Event,
 
 def serve(store: Store, stop: threading.Event, *,
           on_recovered: Callable[[dict[str, int]], None] | None = None,
+          on_orphans: Callable[[int], None] | None = None,
           experiment_id: str | None = None, executor_id: str | None = None) -> str:
     """Run queued cells here until ``stop`` is set, then leave (see the module docstring).
 
@@ -67,6 +81,7 @@ def serve(store: Store, stop: threading.Event, *,
         store: The database.
         stop: Set it to stop.
         on_recovered: Called with ``{executor: cells}`` whenever a sweep re-queued cells.
+        on_orphans: Called with how many of its own orphans a sweep handed back.
         experiment_id: Take cells from this experiment's queue only; None: from every one.
         executor_id: Launch under this executor ID (a restarted worker); None: a new one.
 
@@ -77,7 +92,8 @@ def serve(store: Store, stop: threading.Event, *,
     engine = launch_engine(store, every_queue=experiment_id is None, executor_id=executor_id)
     if experiment_id is not None:
         listen(engine, queue_name(experiment_id))
-    sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered), work_loop())
+    sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered,
+                                                            on_orphans), work_loop())
     try:
         while not stop.wait(0.2):
             pass
