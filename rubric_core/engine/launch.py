@@ -30,9 +30,10 @@ database, so they are written once, here:
   (`listen`), so it never starts another experiment's cell that it would abandon when it exits.
   DBOS 3.4.0's queue thread rereads its list of queues to listen to every second, so a queue is
   added to it after launch (`listen`, a private attribute).
-- A queue's worker thread is woken when a slot of its queue frees in this process
-  (`rubric_core.engine.wake`, two more private points of DBOS 3.4.0), instead of waiting for
-  its next poll.
+- On the embedded SQLite file (one process runs the cells), a queue's worker thread is woken
+  when a slot of its queue frees in this process (`rubric_core.engine.wake`, two more private
+  points of DBOS 3.4.0), instead of waiting for its next poll. Not on PostgreSQL: there the
+  process that freed a slot would take it again before any other process polled.
 """
 
 from __future__ import annotations
@@ -185,12 +186,18 @@ def launch_engine(store: Store, *, every_queue: bool = True,
         config = _config(location, executor_id)
 
         listening: list[str] | None = None if every_queue else []
+        # Wakes only where one process runs the cells (the embedded SQLite file): between
+        # processes they are unfair, the process that frees a slot takes it again before any
+        # other polls, so a worker that did not grab slots first would get none (seen in
+        # tests/test_engine_limits.py). On PostgreSQL freed slots go to whoever polls first.
+        single_process = engine_database(location).startswith("sqlite")
 
         async def on_loop() -> None:  # DBOS adopts the loop it is launched on
             from dbos import DBOS
 
             instance = DBOS(config=config)  # type: ignore[arg-type]
-            wake.install(instance)  # a slot freed here starts the next cell at once
+            if single_process:  # a slot freed here starts the next cell at once
+                wake.install(instance)
             if listening is not None:
                 DBOS.listen_queues([])
                 # The very list DBOS's queue thread rereads: `listen` adds to it.

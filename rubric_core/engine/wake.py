@@ -10,9 +10,10 @@ asyncio's. Polling faster costs every idle process CPU for each queue it listens
 Here a workflow of a queue that ends in this process (its outcome recorded, its entry in
 DBOS's set of active workflows released) wakes that queue's worker thread at once, which then
 dequeues as it would have at its next poll: same transaction, same limits (global,
-per-worker, partitions, rate), so nothing about what may start changes, only when. A slot freed
-on another process is still found by polling (each process wakes its own queues on its own
-cells' ends, so a worker refills the slots it frees itself).
+per-worker, partitions, rate), so nothing about what may start changes, only when. Installed only
+where one process runs the cells (the embedded SQLite file, `rubric_core.engine.launch`):
+between processes a wake is unfair, the process that freed a slot takes it again before any
+other process polls, so processes that did not grab slots first would get none.
 
 Two private points of DBOS 3.4.0 (the version is pinned, `rubric_core.engine.launch`): the
 stop event DBOS's queue threads sleep on (the first argument of ``dbos._dbos.queue_thread``,
