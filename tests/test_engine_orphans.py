@@ -48,19 +48,23 @@ def orphan_it(store: Store, executor_id: str, workflow_id: str) -> str:
     return system
 
 
+def one_config_experiment(store: Store, rows: int, base_url: str, models: Any) -> str:
+    """An experiment of ``rows`` questions and one configuration on the loopback server
+    (worker w, grader g, one criterion); its ID."""
+    dataset = parse_dataset("prompt\n" + "".join(f"q {i}\n" for i in range(rows)), name="q")
+    config = ExperimentConfig(worker_model="openai-compatible:w",
+                              grader_model="openai-compatible:g",
+                              rubric="- answers the question", base_url=base_url)
+    return create_experiment(store, dataset, [config], models=models).experiment_id
+
+
 def test_a_cell_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Path) -> None:
     server = DelayedServer(0.05, grader_reply=verdict("satisfied", "fine",
                                                       ["answers the question"]))
     with server.fake, Store(tmp_path / "db.sqlite3") as store:
         backoff = SharedBackoff()
         models = experiment_models(backoff, api_key="test-key")
-        dataset = parse_dataset("prompt\n" + "".join(f"q {i}\n" for i in range(ROWS)),
-                                name="q")
-        config = ExperimentConfig(worker_model="openai-compatible:w",
-                                  grader_model="openai-compatible:g",
-                                  rubric="- answers the question",
-                                  base_url=server.fake.base_url)
-        exp_id = create_experiment(store, dataset, [config], models=models).experiment_id
+        exp_id = one_config_experiment(store, ROWS, server.fake.base_url, models)
         engine = launch_engine(store, every_queue=False)
         [first, *_] = store.experiment_cells(exp_id)
 
@@ -105,14 +109,9 @@ def test_a_worker_hands_back_the_cells_it_holds_but_does_not_run(tmp_path: Path)
     from rubric_core.engine import worker
 
     with Store(tmp_path / "db.sqlite3") as store:
-        dataset = parse_dataset("prompt\nq 0\n", name="q")
-        config = ExperimentConfig(worker_model="openai-compatible:w",
-                                  grader_model="openai-compatible:g",
-                                  rubric="- answers the question",
-                                  base_url="http://127.0.0.1:9/v1")
-        exp_id = create_experiment(store, dataset, [config],
-                                   models=experiment_models(SharedBackoff(),
-                                                            api_key="test-key")).experiment_id
+        exp_id = one_config_experiment(
+            store, 1, "http://127.0.0.1:9/v1",  # never called: the cell is not run here
+            experiment_models(SharedBackoff(), api_key="test-key"))
         # Not listening to the experiment's queue: the queued cell stays where it is put.
         engine = launch_engine(store, every_queue=False)
         [only] = store.experiment_cells(exp_id)

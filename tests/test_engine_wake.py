@@ -13,12 +13,11 @@ import time
 from typing import TYPE_CHECKING
 
 from openai_server import DelayedServer, verdict
+from test_engine_orphans import one_config_experiment
 
-from rubric_core.datasets import parse_dataset
 from rubric_core.engine import wake
-from rubric_core.experiments import create_experiment, experiment_models, run_experiment
+from rubric_core.experiments import experiment_models, run_experiment
 from rubric_core.http_retry import SharedBackoff
-from rubric_core.settings import ExperimentConfig
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
@@ -90,13 +89,7 @@ def test_an_experiments_cells_are_dequeued_on_wakes(tmp_path: Path) -> None:
     with server.fake, Store(tmp_path / "db.sqlite3") as store:
         backoff = SharedBackoff()
         models = experiment_models(backoff, api_key="test-key")
-        dataset = parse_dataset("prompt\n" + "".join(f"q {i}\n" for i in range(rows)),
-                                name="q")
-        config = ExperimentConfig(worker_model="openai-compatible:w",
-                                  grader_model="openai-compatible:g",
-                                  rubric="- answers the question",
-                                  base_url=server.fake.base_url)
-        exp_id = create_experiment(store, dataset, [config], models=models).experiment_id
+        exp_id = one_config_experiment(store, rows, server.fake.base_url, models)
         events = list(run_experiment(store, exp_id, concurrency=2, models=models,
                                      backoff=backoff))
         stop = wake.installed()
