@@ -141,3 +141,27 @@ def test_a_worker_hands_back_the_cells_it_holds_but_does_not_run(tmp_path: Path)
                                "WHERE workflow_uuid = ?", (orphan,)).fetchall()
     assert handed == [1]
     assert now == [("ENQUEUED", queues.queue_name(exp_id))]
+
+
+def test_a_worker_keeps_the_objects_of_its_start_out_of_full_collections(
+        tmp_path: Path) -> None:
+    """A worker runs cells as a batch does: what the process held once the engine launched is
+    frozen (`rubric_core.background.old_objects_frozen`) while it serves, and released when it
+    stops."""
+    import gc
+
+    from rubric_core.engine import worker
+
+    with Store(tmp_path / "db.sqlite3") as store:
+        stop, frozen = threading.Event(), []
+        serving = threading.Thread(target=worker.serve, args=(store, stop))
+        serving.start()
+        deadline = time.monotonic() + 60
+        while not gc.get_freeze_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        frozen.append(gc.get_freeze_count())
+        stop.set()
+        serving.join(60)
+    assert frozen[0] > 1000
+    assert not serving.is_alive()
+    assert gc.get_freeze_count() == 0

@@ -27,7 +27,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from rubric_core.background import work_loop
+from rubric_core.background import old_objects_frozen, work_loop
 from rubric_core.engine import cell, item
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
@@ -95,8 +95,9 @@ def serve(store: Store, stop: threading.Event, *,
     sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered,
                                                             on_orphans), work_loop())
     try:
-        while not stop.wait(0.2):
-            pass
+        with old_objects_frozen():  # as a batch does (`rubric_core.background`)
+            while not stop.wait(0.2):
+                pass
     finally:
         stop.set()
         leaving = asyncio.run_coroutine_threadsafe(cell.leave(LEAVE_TIMEOUT_S), work_loop())
