@@ -564,3 +564,26 @@ def test_signalling_every_process_reaches_only_the_sandbox(tmp_path: Path) -> No
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_a_sandbox_start_that_fails_once_is_tried_again_before_the_answer_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's first start of the real bubblewrap raises (as a spawn did once: EFAULT);
+    the second, real one runs, and the sandbox is available. The kernel's error cannot be made
+    on demand, so the first ``subprocess.run`` is replaced by the error alone."""
+    import errno
+
+    real_run, calls = subprocess.run, []
+
+    def run_failing_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0][0])
+        if len(calls) == 1:
+            raise OSError(errno.EFAULT, "Bad address", args[0][0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(isolation.subprocess, "run", run_failing_once)
+    status = isolation.sandbox_status(refresh=True)
+    monkeypatch.undo()
+    isolation.sandbox_status(refresh=True)  # the cache as the other tests expect it
+    assert status.ready and status.mode == "bwrap", status.detail
+    assert len(calls) == 2
