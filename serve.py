@@ -33,6 +33,15 @@ if _version is None or tuple(map(int, _version.groups())) != TESTED_STREAMLIT:
     )
     raise RuntimeError(msg)
 
+# The pages in pages/ are app.py's own (`st.navigation`). Streamlit takes a pages/ folder beside
+# the main script for an old-style multipage app until a script calls `st.navigation`, so the
+# first run after the server starts showed, for the seconds its imports take, every file there
+# by its lower-case name (the helper _calls_view.py as "calls view" too) and, on a deep link,
+# ran that page's file on its own. Said up front instead (the attribute Streamlit itself sets).
+from streamlit.runtime.pages_manager import PagesManager  # noqa: E402
+
+PagesManager.uses_pages_directory = False
+
 app = st.App(
     "app.py",
     middleware=[

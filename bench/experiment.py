@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -99,6 +102,37 @@ class Server:
         self._process.join(10)
 
 
+def _thread_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of each live thread of this process, by native id, with its name (Linux)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            out[int(tid)] = (names.get(int(tid), "?"), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _cpu_by_part(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+                 ) -> dict[str, float]:
+    """CPU seconds of the work loop's thread and DBOS's pool between two `_thread_cpu` readings.
+
+    Only threads alive at the second reading count: DBOS's queue threads end with their queue.
+    """
+    parts = {"loop": 0.0, "pool": 0.0}
+    for tid, (name, seconds) in after.items():
+        part = ("loop" if name == "rubric-work-loop"
+                else "pool" if name.startswith("dbos-executor") else None)
+        if part is not None:
+            parts[part] += seconds - before.get(tid, (name, 0.0))[1]
+    return parts
+
+
 def _loop(server: Server, rows: int, concurrency: int) -> float:
     """Wall seconds of creating and running the experiment through the rubric loop."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,12 +145,14 @@ def _loop(server: Server, rows: int, concurrency: int) -> float:
                                       grader_model="openai-compatible:g",
                                       rubric=f"- {CRITERION}", max_iterations=8,
                                       base_url=server.base_url)
+            threads = _thread_cpu()
             started = time.monotonic()
             exp = create_experiment(store, parse_dataset(data, name="bench"), [config],
                                     models=models)
             events = list(run_experiment(store, exp.experiment_id, concurrency=concurrency,
                                          backoff=backoff, models=models))
             wall = time.monotonic() - started
+            THREAD_CPU.append(_cpu_by_part(threads, _thread_cpu()))
             ENGINE_GAPS.append(_slot_gap(store, exp.experiment_id, concurrency))
         finally:
             shutdown_engine()  # the next run has a database of its own
@@ -163,6 +199,9 @@ def _plain(server: Server, rows: int, concurrency: int, passes: int) -> float:
 ENGINE_GAPS: list[float] = []
 """Per `_loop` run: the median slot gap in ms (`_slot_gap`)."""
 
+THREAD_CPU: list[dict[str, float]] = []
+"""Per `_loop` run: CPU seconds of the work loop's thread and DBOS's pool (`_cpu_by_part`)."""
+
 
 def _slot_gap(store: Store, experiment_id: str, concurrency: int) -> float:
     """The median time in ms from a cell's run ending to the next run starting in its slot.
@@ -187,8 +226,14 @@ def _measured(server: Server, run: Any, concurrency: int, delay_s: float, rows: 
     cpu = time.process_time() - cpu
     times, done, peak = server.stats()
     ideal = len(times) * delay_s / concurrency
-    return {"calls": len(times), "span_eff": ideal / (max(done) - min(times)),
-            "wall_eff": ideal / wall, "peak": peak, "cpu_ms": 1000 * cpu / rows}
+    out = {"calls": len(times), "span_eff": ideal / (max(done) - min(times)),
+           "wall_eff": ideal / wall, "peak": peak, "cpu_ms": 1000 * cpu / rows}
+    if THREAD_CPU:  # a loop run: its CPU split by thread
+        parts = THREAD_CPU.pop()
+        out["loop_ms"] = 1000 * parts["loop"] / rows
+        out["pool_ms"] = 1000 * parts["pool"] / rows
+        out["rest_ms"] = out["cpu_ms"] - out["loop_ms"] - out["pool_ms"]
+    return out
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -231,6 +276,10 @@ def main() -> int:
                   f"{loop['peak']:>5.0f} {loop['cpu_ms']:>8.1f} {plain['cpu_ms']:>9.1f}")
             print(f"    slot gap {statistics.median(ENGINE_GAPS):.0f} ms per cell (a cell's run "
                   "ended to the next run started in its slot: the engine's cost per cell)")
+            if "loop_ms" in loop:
+                print(f"    loop cpu by thread: event loop {loop['loop_ms']:.1f}, DBOS's pool "
+                      f"{loop['pool_ms']:.1f}, the rest {loop['rest_ms']:.1f} ms a row (the "
+                      "rest: DBOS's queue threads, the main thread)")
             if loop["peak"] > c:
                 print(f"FAIL: {loop['peak']:.0f} requests in flight with C = {c}")
                 failed = True

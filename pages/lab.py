@@ -171,20 +171,29 @@ if job_id is not None:
                      icon=":material/restart_alt:", on_click=run, args=(job_id,),
                      kwargs={"retry_errors": True}, disabled=busy or not view.errors)
 
-    # Polled while it runs, here or in another process (the CLI, another server).
-    @st.fragment(run_every=1.0 if view.running_here else 2.0 if view.running_elsewhere
-                 else None)
-    def progress() -> None:
-        now = sup.regrade_view(store, job_id)
+    def draw_progress(now: sup.RegradeView) -> None:
         for event in now.progress:
             st.progress(*sup.regrade_progress_text(event))
         show(now.message)
         st.caption(f"{now.job.status} · {now.job.set_name} v{now.job.set_version} · id {job_id}")
-        if (now.running_here, now.running_elsewhere) != (view.running_here,
-                                                         view.running_elsewhere):
-            st.rerun()  # it started or ended: redraw the buttons and the tables
 
-    progress()
+    if view.running_here or view.running_elsewhere:
+        # Polled while it runs, here or in another process (the CLI, another server).
+        @st.fragment(run_every=1.0 if view.running_here else 2.0)
+        def progress() -> None:
+            now = sup.regrade_view(store, job_id)
+            draw_progress(now)
+            if (now.running_here, now.running_elsewhere) != (view.running_here,
+                                                             view.running_elsewhere):
+                st.rerun()  # it started or ended: redraw the buttons and the tables
+
+        progress()
+    else:
+        # Drawn without a fragment: a full run that does not register the polling fragment
+        # makes Streamlit drop a poll already on its way. Streamlit 1.67 ran such a late
+        # fragment run after the redraw, and the browser then lost everything below the
+        # fragment (the tabs) until the next click.
+        draw_progress(view)
 
 label_tab, regrade_tab, health_tab, compare_tab, refine_tab, export_tab = st.tabs(
     ["Label", "Re-grade", "Health", "Compare", "Refine", "Export"], key="lab_tab",

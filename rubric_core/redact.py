@@ -191,6 +191,10 @@ def redact(text: str, *, secrets: Sequence[str] | None = None) -> str:
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
+    # The expression costs ~0.15 ms a KB (a traced grader prompt is several); the hint
+    # search that rules it out, a tenth of that. No surrogate is left to encode (above).
+    if not _may_hold_key(text.encode()):
+        return text
     return _KEY_SHAPES.sub(_shape, text)
 
 

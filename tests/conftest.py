@@ -19,7 +19,7 @@ from pg_support import create_database, drop_database, postgres_server
 from rubric_core.store import Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,3 +91,19 @@ def store(db_location: str | Path) -> Iterator[Store]:
     """A `Store` opened on ``db_location`` (on each backend), closed afterwards."""
     with Store(db_location) as opened:
         yield opened
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing browser test's report carries what its page showed (`page_state`)."""
+    report: pytest.TestReport = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            page = value[0] if isinstance(value, tuple) and value else value
+            if hasattr(page, "rubric_log_path"):
+                from browser_support import page_state
+
+                report.sections.append(("the page at the failure", page_state(page)))
+    return report

@@ -123,7 +123,7 @@ def test_history_row_opens_a_run_and_labels_feed_agreement(app_page: tuple[Any, 
     page.get_by_role("link", name="Run").click()
     page.locator(".st-key-run_button button").wait_for()
     wait_idle(page)
-    stop = page.get_by_role("button", name="Stop")
+    stop = page.get_by_test_id("stMain").get_by_role("button", name="Stop")  # not the toolbar's
     expect(stop).to_have_count(1)
     expect(stop).to_be_disabled()
     for done in (1, 2):
@@ -233,6 +233,9 @@ def test_a_reload_keeps_the_draft_and_a_run_link_opens_the_run(
     page.locator(".st-key-load_example button").click()
     prompt = page.locator(".st-key-prompt textarea")
     expect(prompt).to_have_value(re.compile("haiku"), timeout=TIMEOUT_MS)
+    # The rubric is drawn after the prompt: a key sent before it is would send the old, empty
+    # rubric back with the new prompt.
+    expect(page.locator(".st-key-rubric_text textarea")).to_have_value(re.compile("5-7-5"))
     wait_idle(page)
     prompt.fill("Write a haiku about spring rain.")
     prompt.press("Control+Enter")

@@ -88,7 +88,7 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     page.get_by_text("Experiment finished").wait_for()
     wait_idle(page)
     page.get_by_text("finished · 48/48 cells ended").wait_for()
-    expect(page.get_by_role("button", name="Stop")).to_be_disabled()
+    expect(page.get_by_test_id("stMain").get_by_role("button", name="Stop")).to_be_disabled()
     shot(page, "23-experiment-finished")
     seen = page.evaluate("() => window.__progress")
     counts = [int(m.group(1)) for t in seen

@@ -690,3 +690,42 @@ def test_a_ctrl_c_inside_an_exec_during_the_command_still_exits_130_under_python
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert (done.returncode, done.stdout) == (130, "interrupted\n"), done
+
+
+def test_a_ctrl_c_inside_the_database_pools_own_clean_up_still_exits_130(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C that lands inside psycopg_pool's ``connection()`` before it sets its timer
+    reaches the command as an ``UnboundLocalError`` from the pool's ``finally``, with the
+    KeyboardInterrupt as its context (seen once in the Ctrl-C drill of a fresh clone: eval
+    exited 1 with that traceback). It is still the Ctrl-C: "interrupted", exit 130."""
+    import psycopg_pool.pool
+
+    real = psycopg_pool.pool.monotonic
+    interrupted = []
+
+    def ctrl_c_as_connection_sets_its_timer() -> float:
+        if sys._getframe(1).f_code.co_name == "connection" and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return real()
+
+    monkeypatch.setattr(psycopg_pool.pool, "monotonic", ctrl_c_as_connection_sets_its_timer)
+    assert main(["datasets", "list", "--db", pg_url]) == 130
+    assert interrupted
+    assert capsys.readouterr().err.endswith("interrupted\n")
+
+
+def test_an_error_with_no_ctrl_c_behind_it_is_not_taken_for_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import rubric_core.cli.datasets as datasets_command
+
+    def broken(*args: object) -> int:
+        first, second = "first", "second"
+        try:
+            raise ValueError(first)
+        except ValueError:
+            raise RuntimeError(second) from None
+
+    monkeypatch.setattr(datasets_command, "datasets", broken)
+    with pytest.raises(RuntimeError, match="second"):
+        main(["datasets", "list"])

@@ -91,6 +91,30 @@ def test_engine_ends_every_cell_once_with_its_events(tmp_path: Path) -> None:
     assert (tmp_path / "runs.engine.sqlite3").exists()
 
 
+def test_the_engine_file_commits_in_wal_with_normal_sync(tmp_path: Path) -> None:
+    """DBOS's own SQLite defaults (a rollback journal, ``synchronous=FULL``) made each of its
+    several transactions a cell create, sync and delete a journal file; the engine file is in
+    WAL with ``synchronous=NORMAL`` like the store's, and keeps WAL for every later opener."""
+    import sqlite3
+
+    import sqlalchemy as sa
+    from dbos import _dbos
+
+    with Store(tmp_path / "runs.sqlite3") as store:
+        launch_engine(store, every_queue=False)
+        sys_db = _dbos._get_dbos_instance()._sys_db
+        with sys_db.engine.connect() as conn:
+            assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(sa.text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+        shutdown_engine()
+    engine_file = engine_database(str(tmp_path / "runs.sqlite3")).removeprefix("sqlite:///")
+    plain = sqlite3.connect(engine_file)
+    try:
+        assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        plain.close()
+
+
 def test_engine_database_is_a_sibling_file_or_the_same_database() -> None:
     assert engine_database("/data/runs.sqlite3") == "sqlite:////data/runs.engine.sqlite3"
     assert engine_database("/data/runs") == "sqlite:////data/runs.engine.sqlite3"

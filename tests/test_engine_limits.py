@@ -248,6 +248,10 @@ def test_stop_cancels_cells_and_their_levels_and_resume_twice_queues_nothing_twi
         assert len(server.fake.requests) == requests
         statuses = [c.status for c in store.experiment_cells(exp_id)]
         assert 1 <= statuses.count("satisfied") < rows and "running" not in statuses
+        # A cell stopped after its first step resumes later, beside others: its span from the
+        # first attempt to the second would overlap theirs. Spans are counted per session.
+        assert server.most_at_once("w") == 1
+        server.spans.clear()
 
         first = list(_events(store, exp_id, concurrency=4, per_model={W: 1, G: 3}))
         assert first[-1]["status"] == "finished"

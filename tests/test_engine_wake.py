@@ -12,6 +12,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import pytest
 from openai_server import DelayedServer, verdict
 from test_engine_orphans import one_config_experiment
 
@@ -77,6 +78,89 @@ def test_stop_ends_every_wait_and_says_so() -> None:
     assert stop.wakes == 0  # a stop is no wake
 
 
+def test_a_discover_ends_the_managers_wait_and_the_new_queues_first_one() -> None:
+    stop = wake.Wakeable(threading.Event())
+    manager: list[tuple[bool, float]] = []
+    other: list[tuple[bool, float]] = []
+    thread = _waiting(stop, "queue-manager", manager)
+    sleeper = _waiting(stop, "queue-worker-b", other, timeout=0.5)
+    time.sleep(0.1)
+    stop.discover("a")  # registered here: the manager looks for it now
+    thread.join(LONG_S)
+    assert manager and manager[0][0] is False and manager[0][1] < LONG_S / 2
+    first: list[tuple[bool, float]] = []
+    _waiting(stop, "queue-worker-a", first).join(LONG_S)  # the new queue's thread
+    assert first and first[0][0] is False and first[0][1] < LONG_S / 2
+    sleeper.join(LONG_S)
+    assert other and other[0][1] >= 0.5  # another queue's thread is not woken
+    assert stop.discoveries == 1
+
+
+def test_a_discover_before_the_managers_wait_is_not_lost() -> None:
+    stop = wake.Wakeable(threading.Event())
+    stop.discover("a")  # while the manager was listing the queues
+    results: list[tuple[bool, float]] = []
+    _waiting(stop, "queue-manager", results).join(LONG_S)
+    assert results and results[0][1] < LONG_S / 2
+
+
+class _Running:
+    """DBOS's set of the workflows running here, as a `Wakeable` reads it."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def count_for_queue(self, queue: str) -> int:
+        return self.count if queue == "a" else 0
+
+
+def _limited(monkeypatch: pytest.MonkeyPatch, concurrency: int, saturated_s: float) -> None:
+    monkeypatch.setattr(wake, "_limits", {})  # the module's own, restored after the test
+    monkeypatch.setattr(wake, "SATURATED_POLL_S", saturated_s)
+    wake.limit("a", concurrency)
+
+
+def test_a_queue_full_here_skips_its_timed_polls_until_a_slot_frees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every slot taken by a cell running here: a poll could start nothing, so the thread
+    sleeps on past its timeouts; the wake of a freed slot ends the wait at once."""
+    _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
+    stop = wake.Wakeable(threading.Event(), _Running(2))
+    results: list[tuple[bool, float]] = []
+    thread = _waiting(stop, "queue-worker-a", results, timeout=0.05)
+    time.sleep(0.3)
+    assert not results, "a full queue's thread polled at its timeout"
+    stop.wake("a")
+    thread.join(LONG_S)
+    assert results and results[0][0] is False and results[0][1] < LONG_S / 2
+    assert stop.skipped >= 1 and stop.wakes == 1
+
+
+def test_a_full_queue_is_still_polled_every_saturated_poll_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What nothing here announces (a limit raised elsewhere) is seen within SATURATED_POLL_S."""
+    _limited(monkeypatch, 2, saturated_s=0.6)
+    stop = wake.Wakeable(threading.Event(), _Running(3))
+    results: list[tuple[bool, float]] = []
+    _waiting(stop, "queue-worker-a", results, timeout=0.05).join(LONG_S)
+    assert results and results[0][0] is False and 0.6 <= results[0][1] < LONG_S / 2
+    assert stop.wakes == 0
+
+
+@pytest.mark.parametrize(("running", "queue"), [
+    pytest.param(1, "queue-worker-a", id="a-free-slot"),
+    pytest.param(2, "queue-worker-b", id="another-queue-no-limit"),
+])
+def test_a_queue_with_a_free_slot_polls_at_its_timeout(
+        monkeypatch: pytest.MonkeyPatch, running: int, queue: str) -> None:
+    _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
+    stop = wake.Wakeable(threading.Event(), _Running(running))
+    results: list[tuple[bool, float]] = []
+    _waiting(stop, queue, results, timeout=0.1).join(LONG_S)
+    assert results and 0.1 <= results[0][1] < LONG_S / 4  # a skip would take LONG_S / 2
+    assert stop.skipped == 0
+
+
 def test_the_pinned_dbos_has_both_hooks() -> None:
     """An upgrade of DBOS without them would silently bring back polling: it fails here."""
     assert wake._hooks() is not None
@@ -97,3 +181,34 @@ def test_an_experiments_cells_are_dequeued_on_wakes(tmp_path: Path) -> None:
     assert stop is not None, "the engine was launched without its wakes"
     # Two slots, eight cells: each of the six cells after the first two can start on a wake.
     assert stop.wakes >= 1
+    # The experiment's queue was looked for when the driver listened to it, not up to a
+    # second later at the manager thread's next round.
+    assert stop.discoveries >= 1
+    # Both slots were taken for most of the run: the queue's timed polls were left out.
+    assert stop.skipped >= 1
+
+
+def test_a_launch_on_postgresql_after_one_on_sqlite_polls_as_dbos_does(
+        tmp_path: Path, pg_url: str) -> None:
+    """DBOS's queue thread stays replaced after a launch on SQLite; a later launch on
+    PostgreSQL in the same process (the app switching databases, a test run) must still have
+    no wakes: between processes they are unfair (the module docstring), and a queue registered
+    here would be polled at once here while the other processes find it a second later."""
+    from rubric_core.engine.launch import launch_engine, listen, shutdown_engine
+
+    with Store(tmp_path / "db.sqlite3") as store:
+        launch_engine(store, every_queue=False)
+        try:
+            assert wake.installed() is not None
+        finally:
+            shutdown_engine(settle_s=0)
+    with Store(pg_url) as store:
+        engine = launch_engine(store, every_queue=False)
+        try:
+            listen(engine, "some-queue")
+            deadline = time.monotonic() + 3  # DBOS's queue manager thread has started by then
+            while time.monotonic() < deadline:
+                assert wake.installed() is None
+                time.sleep(0.05)
+        finally:
+            shutdown_engine(settle_s=0)

@@ -50,6 +50,41 @@ def test_key_shaped_tokens_are_redacted(text: str, gone: str) -> None:
     assert gone not in cleaned and REDACTED in cleaned
 
 
+def test_the_hint_search_never_skips_what_the_full_expression_scrubs() -> None:
+    """`redact` runs its expression only over text holding a hint of a key shape: over 4,000
+    texts built from every kind of key shape, with letters flipped in case or swapped for the
+    ones case-insensitive matching folds to ASCII, amid noise, it gives what the expression
+    alone gives (and most of them are scrubbed, so the comparison is not of untouched text)."""
+    import random
+
+    shapes = ["Bearer abcdefgh12", "bearer\u00a0abc.DEF-12", "sk-ABCDEFGHIJKLMN",
+              "sk-ant-api03-ABCDEFGHIJKL", "gsk_ABCDEFGHIJKLMN", "xai-ABCDEFGHIJKLMN",
+              "AIza" + "b" * 31, '"api_key": "hunter2hunter2"', "api-key=hunter22",
+              "apikey: hunter22", "API-key: hunter22", "?key=abc", "&token=abc",
+              "?x-secret=abc", "?password=abc", "&passwd=abc", "?sig=abc", "&signature=abc",
+              "http://user:pass@host", "postgresql://u:p@h/db", "redis://:hunter22@h"]
+    folds = {"k": "\u212a", "s": "\u017f", "i": "\u0131", "I": "\u0130"}
+    noise = [" ", "\n", "x", "text ", "\\", "'", '"', "***", "=", ":", "@", "/"]
+    rng = random.Random(20261206)
+    scrubbed = 0
+    for _ in range(4000):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            shape = list(rng.choice(shapes))
+            for i, char in enumerate(shape):
+                roll = rng.random()
+                if roll < 0.1:
+                    shape[i] = char.swapcase()
+                elif roll < 0.13 and char in folds:
+                    shape[i] = folds[char]
+            parts += [rng.choice(noise), "".join(shape)]
+        text = "".join(parts)
+        expected = redact._KEY_SHAPES.sub(redact._shape, text)
+        assert redact.redact(text, secrets=[]) == expected, text
+        scrubbed += expected != text
+    assert scrubbed > 3000
+
+
 def test_configured_values_are_redacted_wherever_they_appear(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -133,10 +133,31 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except USAGE_ERRORS as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:
+        if not _raised_during_ctrl_c(exc):
+            raise
         sys.stderr.write("interrupted\n")
         return 130
     return status
+
+
+def _raised_during_ctrl_c(exc: BaseException) -> bool:
+    """Whether `exc` is a Ctrl-C or was raised while one was being handled.
+
+    A KeyboardInterrupt lands between any two bytecodes, also inside a library's own clean-up:
+    psycopg_pool 3.3's ``connection()`` raises ``UnboundLocalError`` from its ``finally`` when
+    the Ctrl-C arrives before it set its timer, so the Ctrl-C reaches us as that error with
+    the KeyboardInterrupt as its context (the Ctrl-C drill saw it once in a fresh clone's run).
+    It is still the Ctrl-C: the command stops as for one.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def program() -> None:

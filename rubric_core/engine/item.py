@@ -28,8 +28,11 @@ or one built here from the stored re-grade (a worker: models from this process's
 
 Stop: each process watches the items it runs (one query every `CANCEL_POLL_S` while items
 run) and cancels the grading in flight of an item whose workflow was cancelled: nothing of
-it is recorded. A process that leaves (a worker stopped by a signal) cancels its gradings and
-leaves its items' workflows ``PENDING``, for recovery (`rubric_core.engine.regrade_queue`).
+it is recorded. An item the queue handed out just before the Stop's cancel can start after
+it: one cancelled by this process (`note_cancelled`) grades nothing, even once the driver
+that stopped has gone. A process that leaves (a worker stopped by a signal) cancels its
+gradings and leaves its items' workflows ``PENDING``, for recovery
+(`rubric_core.engine.regrade_queue`).
 
 Liveness: while items of a re-grade run here, this process touches the re-grade's row every
 `rubric_core.session.HEARTBEAT_S` (`Store.touch_regrade`), which is how another machine's
@@ -96,6 +99,7 @@ _contexts: dict[str, RegradeContext] = {}
 _running: dict[str, _Running] = {}  # item's workflow id -> its grading task
 _watcher: list[asyncio.Task[None]] = []
 _leaving: list[bool] = [False]  # this process stops taking part: items left for recovery
+_cancelled: set[str] = set()  # item workflows this process cancelled (`note_cancelled`)
 
 
 def attach(context: RegradeContext) -> None:
@@ -125,6 +129,14 @@ def stop_here(job_id: str) -> int:
             running.task.cancel()
             count += 1
     return count
+
+
+def note_cancelled(workflow_ids: list[str]) -> None:
+    """Remember items this process is cancelling (a Stop).
+
+    One that starts here all the same (dequeued just before its cancel) grades nothing.
+    """
+    _cancelled.update(workflow_ids)
 
 
 def rejoin() -> None:
@@ -240,6 +252,9 @@ async def item_workflow(job_id: str, config_index: int, item_id: str) -> dict[st
         msg = "the queue engine is not launched in this process"
         raise RuntimeError(msg)
     own_id = DBOS.workflow_id or ""
+    if own_id in _cancelled:  # dequeued just before this process's Stop cancelled it
+        _cancelled.discard(own_id)
+        return {"graded": 0, "stopped": True}
     if _leaving[0]:
         await asyncio.Event().wait()  # left PENDING here: recovery hands it on
     store = engine.store
@@ -280,4 +295,4 @@ async def item_workflow(job_id: str, config_index: int, item_id: str) -> dict[st
 
 
 __all__ = ["CANCEL_POLL_S", "ITEM_ID_PREFIX", "ITEM_WORKFLOW", "RegradeContext", "attach",
-           "detach", "item_workflow", "leave", "rejoin", "stop_here"]
+           "detach", "item_workflow", "leave", "note_cancelled", "rejoin", "stop_here"]

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, SetEnqueueOptions, SetWorkflowID
 
+from rubric_core.engine import wake
 from rubric_core.engine.cell import (
     ACTIVE_STATUSES,
     CELL_ID_PREFIX,
@@ -220,18 +221,16 @@ async def register_queue(experiment_id: str, *, concurrency: int,
     """
     names = [queue_name(experiment_id)]
     partition = route.partition if route is not None else None
-    await DBOS.register_queue_async(
-        names[0], global_concurrency=concurrency, limiter=_limiter(rate_limit),
+    await wake.register_queue(
+        names[0], concurrency=concurrency, limiter=_limiter(rate_limit),
         partition_concurrency=(None if partition is None or partition.concurrency is None
                                else min(partition.concurrency, concurrency)),
         partition_limiter=None if partition is None else _limiter(partition.rate),
-        polling_interval_sec=POLL_S, on_conflict="always_update")
+        polling_interval_sec=POLL_S)
     for model, limit in sorted((route.models if route is not None else {}).items()):
         names.append(model_queue_name(experiment_id, model))
-        await DBOS.register_queue_async(names[-1], global_concurrency=limit.concurrency,
-                                        limiter=_limiter(limit.rate),
-                                        polling_interval_sec=POLL_S,
-                                        on_conflict="always_update")
+        await wake.register_queue(names[-1], concurrency=limit.concurrency,
+                                  limiter=_limiter(limit.rate), polling_interval_sec=POLL_S)
     return names
 
 
@@ -240,8 +239,8 @@ async def delete_queue(experiment_id: str) -> None:
     prefix = model_queue_prefix(experiment_id)
     for queue in await DBOS.list_queues_async():
         if queue.name.startswith(prefix):
-            await DBOS.delete_queue_async(queue.name)
-    await DBOS.delete_queue_async(queue_name(experiment_id))
+            await wake.delete_queue(queue.name)
+    await wake.delete_queue(queue_name(experiment_id))
 
 
 def _route_of(workflow: Any) -> tuple[str | None, list[str]]:

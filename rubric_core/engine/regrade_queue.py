@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS
 
-from rubric_core.engine.item import ITEM_ID_PREFIX, ITEM_WORKFLOW, item_workflow
+from rubric_core.engine import wake
+from rubric_core.engine.item import ITEM_ID_PREFIX, ITEM_WORKFLOW, item_workflow, note_cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -82,14 +83,13 @@ def parse_id(workflow: str) -> tuple[str, int, int, str] | None:
 async def register_queue(job_id: str, *, concurrency: int) -> str:
     """Create (or update) a re-grade's queue with its limit over every process; its name."""
     name = queue_name(job_id)
-    await DBOS.register_queue_async(name, global_concurrency=concurrency,
-                                    polling_interval_sec=POLL_S, on_conflict="always_update")
+    await wake.register_queue(name, concurrency=concurrency, polling_interval_sec=POLL_S)
     return name
 
 
 async def delete_queue(job_id: str) -> None:
     """Remove a re-grade's queue (no process polls it any more)."""
-    await DBOS.delete_queue_async(queue_name(job_id))
+    await wake.delete_queue(queue_name(job_id))
 
 
 async def latest_attempts(job_id: str) -> dict[tuple[int, str], tuple[int, str]]:
@@ -149,6 +149,7 @@ async def cancel_items(job_id: str) -> int:
     """
     ids = [w.workflow_id for w in await active_items(job_id)]
     if ids:
+        note_cancelled(ids)  # one dequeued here before the cancel lands grades nothing
         await DBOS.cancel_workflows_async(ids)
     return len(ids)
 

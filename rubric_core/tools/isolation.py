@@ -426,16 +426,19 @@ def _probe(mode: str) -> SandboxStatus:
         argv = _bwrap_argv(bwrap, work_bytes=1024 * 1024, seccomp_fd=fd)
         argv += ["-I", "-S", "-B", "-c", "import os; assert os.getcwd() == '/work'"]
         pass_fds = () if fd is None else (fd,)
+
+        def start() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(argv, capture_output=True, timeout=30, pass_fds=pass_fds,
+                                  stdin=subprocess.DEVNULL, check=False)
+
         try:
             try:
-                done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=pass_fds,
-                                      stdin=subprocess.DEVNULL, check=False)
+                done = start()
             except OSError:
                 # Once more before the answer is cached for the process's life: a start that
                 # failed once (seen: EFAULT from the spawn, in one fresh-clone test run) need
                 # not fail again; a missing or broken bubblewrap does.
-                done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=pass_fds,
-                                      stdin=subprocess.DEVNULL, check=False)
+                done = start()
         except (OSError, subprocess.TimeoutExpired) as exc:
             return SandboxStatus(
                 "unavailable", False, f"Graded code is not run: bubblewrap ({bwrap}) could not "
