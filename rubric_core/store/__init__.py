@@ -15,6 +15,7 @@ from rubric_core.store._copy import copy_store
 from rubric_core.store._core import default_db_path, shown_location
 from rubric_core.store._fence import Fence
 from rubric_core.store._labels import check_label_text
+from rubric_core.store._pairwise import PairwiseItem, PairwiseRecord
 from rubric_core.store._pg_url import is_url, mask_url
 from rubric_core.store._records import (
     AnswerItem,
@@ -61,6 +62,8 @@ __all__ = [
     "ExperimentRecord",
     "Fence",
     "ItemLabel",
+    "PairwiseItem",
+    "PairwiseRecord",
     "PassVerdicts",
     "RegradeJob",
     "RegradeResult",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DB_ENV_VAR = "RUBRIC_STUDIO_DB"
 """Environment variable naming the database: a SQLite file, or a ``postgresql://`` URL."""
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """Version of our own tables; stored in ``meta`` and checked on open.
 
 Version 2 added the runs' ``worker_system_prompt``, ``grader_system_prompt`` and
@@ -59,6 +59,9 @@ holds it, `Store.hold_regrade`, so two resumers never both pay for its gradings)
 Version 13 dropped the cells' ``lease_owner`` and ``lease_expires_at`` and the re-grades'
 ``owner`` and ``hold_expires_at`` (`DROPPED_COLUMNS`): which process runs a cell or grades a
 re-grade is the queue engine's (`rubric_core.engine`), kept in its own tables.
+Version 14 added ``pairwise_judgements``, ``pairwise_pairs`` and ``pairwise_calls`` (two answers
+judged against a rubric in both orders, with every call: `rubric_core.store._pairwise`; new
+tables only: older files gain them in place).
 """
 
 APP_ID = "rubric-studio"
@@ -221,6 +224,30 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS drafts (
         draft_id TEXT PRIMARY KEY, data_json TEXT NOT NULL, updated_at TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS rs_drafts_updated ON drafts (updated_at)",
+    # Schema 14: pairwise judgements (`rubric_core.store._pairwise`).
+    """CREATE TABLE IF NOT EXISTS pairwise_judgements (
+        judgement_id TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT NOT NULL,
+        grader_model TEXT NOT NULL, base_url TEXT, rubric TEXT NOT NULL, label_a TEXT NOT NULL,
+        label_b TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rs_pairwise_created ON pairwise_judgements (created_at)",
+    """CREATE TABLE IF NOT EXISTS pairwise_pairs (
+        judgement_id TEXT NOT NULL REFERENCES pairwise_judgements (judgement_id)
+            ON DELETE CASCADE,
+        seq INTEGER NOT NULL, pair_id TEXT NOT NULL, prompt TEXT NOT NULL,
+        answer_a TEXT NOT NULL, answer_b TEXT NOT NULL, rubric TEXT NOT NULL,
+        criteria_json TEXT NOT NULL, error TEXT, duration_s {real}, input_tokens INTEGER,
+        output_tokens INTEGER, created_at TEXT NOT NULL, PRIMARY KEY (judgement_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS pairwise_calls (
+        judgement_id TEXT NOT NULL, pair_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
+        call_id TEXT NOT NULL, role TEXT NOT NULL, iteration INTEGER NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 0, provider TEXT, model TEXT NOT NULL,
+        status TEXT NOT NULL, error TEXT, started_at TEXT NOT NULL, latency_s {real},
+        first_token_s {real}, input_tokens INTEGER, cached_input_tokens INTEGER,
+        cache_creation_tokens INTEGER, output_tokens INTEGER,
+        http_retries INTEGER NOT NULL DEFAULT 0, content_json TEXT,
+        content_chars INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (judgement_id, pair_seq, seq),
+        FOREIGN KEY (judgement_id, pair_seq) REFERENCES pairwise_pairs (judgement_id, seq)
+            ON DELETE CASCADE)""",
 )
 
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
@@ -244,7 +271,8 @@ held: nothing reads them)."""
 
 TABLES = ("datasets", "rubrics", "rubric_versions", "runs", "evaluations", "labels",
           "experiments", "experiment_cells", "retired_cell_threads", "answer_sets",
-          "answer_items", "answer_labels", "regrade_jobs", "regrade_results", "model_calls")
+          "answer_items", "answer_labels", "regrade_jobs", "regrade_results", "model_calls",
+          "pairwise_judgements", "pairwise_pairs", "pairwise_calls")
 """Our tables other than ``meta`` (and ``drafts``, an unsent form that stays with its server),
 each after the ones it refers to: what `rubric_core.store.copy_store` copies."""
 

@@ -11,6 +11,7 @@ One database holds them all (`rubric_core.store._core.StoreCore`: SQLite or Post
 - ``experiments`` and ``experiment_cells`` (`rubric_core.store._experiments`);
 - the lab's answer sets and re-grades (`rubric_core.store._lab`);
 - the app's ``drafts`` (`rubric_core.store._drafts`);
+- pairwise judgements and their calls (`rubric_core.store._pairwise`);
 - ``meta``: which application owns the database and its schema version
   (`rubric_core.store._schema`).
 
@@ -27,12 +28,14 @@ from rubric_core.store._experiments import ExperimentStore
 from rubric_core.store._lab import LabStore
 from rubric_core.store._labels import LabelStore
 from rubric_core.store._library import LibraryStore
+from rubric_core.store._pairwise import PairwiseStore
 from rubric_core.store._runs import RunStore
 
 __all__ = ["Store"]
 
 
-class Store(CallStore, RunStore, LibraryStore, LabelStore, ExperimentStore, LabStore, DraftStore):
+class Store(CallStore, RunStore, LibraryStore, LabelStore, ExperimentStore, LabStore, DraftStore,
+            PairwiseStore):
     """The Rubric Studio database: runs and their calls, library, labels, experiments, the lab.
 
     Nothing touches the database until :meth:`open` (or the first operation, which opens
