@@ -1,6 +1,7 @@
 """Command line: ``rubric-studio run|eval|regrade|answers|datasets|db|examples|analytics|app``.
 
-Also the queue engine's ``worker``, ``recover`` and ``queue``.
+Also ``pairwise`` (two answers judged in both orders), and the queue engine's ``worker``,
+``recover`` and ``queue``.
 
 ``python -m rubric_core`` is the same command.
 
@@ -10,8 +11,8 @@ when interrupted.
 
 This module assembles the parser: each sub-command's arguments and handler (``func``) come
 from the module of its command group (`rubric_core.cli.run`, `.eval`, `.analytics`,
-`.datasets`, `.db`, `.app`, `.engine`, `.queue`); `main` calls the handler and turns errors
-into exit statuses.
+`.pairwise`, `.datasets`, `.db`, `.app`, `.engine`, `.queue`); `main` calls the handler and
+turns errors into exit statuses.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rubric_core.cli import app as app_command
 from rubric_core.cli import engine as engine_command
 from rubric_core.cli import eval as eval_command
 from rubric_core.cli import lab as lab_command
+from rubric_core.cli import pairwise as pairwise_command
 from rubric_core.cli import queue as queue_command
 from rubric_core.cli import run as run_command
 from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError
@@ -73,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     ans = sub.add_parser("answers", help="list, import, show, export or delete answer sets")
     lab_command.add_answers_arguments(ans)
     ans.set_defaults(func=lab_command.answers)
+
+    pw = sub.add_parser(
+        "pairwise", help="judge two answers per row in both orders; print the flip rate",
+        description=pairwise_command.DESCRIPTION)
+    pairwise_command.add_pairwise_arguments(pw)
+    pw.set_defaults(func=pairwise_command.pairwise)
 
     ds = sub.add_parser("datasets", help="list, show or delete stored datasets")
     datasets.add_datasets_arguments(ds)
