@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from pages._pairwise_view import draw_head_to_head
 from rubric_core import app_support as sup
 from rubric_core.experiments import BudgetError, SharedBackoff, experiment_results, retry_cell
 
@@ -454,6 +455,8 @@ if compare_tab.open:
             st.caption(view.meaning)
             st.dataframe(view.flips, hide_index=True, width="stretch", key="exp_flips",
                          column_config=sup.column_labels(view.flips))
+            draw_head_to_head(store, sup.experiment_head_to_head(store, results, a, b, labels),
+                              key="exp")
 if export_tab.open:
     with export_tab:
         st.caption("One row per dataset row × configuration × repeat × pass × criterion, with "

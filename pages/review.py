@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._calls_view import draw_calls
+from pages._pairwise_view import draw_head_to_head
 from rubric_core import app_support as sup
 from rubric_core import session
 from rubric_core.costs import store_costs
@@ -189,6 +190,7 @@ with compare_tab:
                             format_func=lambda i: f"Pass {i}")
         side_by_side(f"Pass {a}", sup.evaluation_at(evaluations, a),
                      f"Pass {b}", sup.evaluation_at(evaluations, b))
+        draw_head_to_head(store, sup.passes_head_to_head(record, evaluations, a, b), key="review")
     elif mode == "Final answers of two runs":
         others = [rid for rid in by_id if rid != run_id and by_id[rid].iterations]
         other = st.selectbox("Compare with", others, key="cmp_run",
@@ -197,6 +199,8 @@ with compare_tab:
         if evaluations and other_evs:
             side_by_side("This run", evaluations[-1], "Other run", other_evs[-1],
                          rubrics=(record.rubric, by_id[other].rubric))
+            draw_head_to_head(store, sup.runs_head_to_head(record, evaluations, by_id[other],
+                                                           other_evs), key="review")
         else:
             st.info("Pick another graded run on this page of the history to compare with.")
     else:
