@@ -111,11 +111,14 @@ def test_a_criterion_the_rules_cannot_check_is_a_recorded_failure_not_a_guess() 
 
 
 def test_each_order_is_one_call_with_the_verdict_tool_forced() -> None:
-    with FakeOpenAI() as server:
-        server.enqueue(tool_call(PAIRWISE_TOOL, verdict(dict.fromkeys(CRITERIA, "a"))
-                                 .tool_calls[0]["args"]),
-                       tool_call(PAIRWISE_TOOL, verdict(dict.fromkeys(CRITERIA, "b"))
-                                 .tool_calls[0]["args"]))
+    def respond(body: dict[str, Any]) -> Any:  # the spring haiku wins wherever it is shown
+        payload = parse_pairwise_payload(body["messages"][-1]["content"])
+        assert payload is not None
+        winner = "a" if payload.first == GOOD else "b"
+        return tool_call(PAIRWISE_TOOL, verdict(dict.fromkeys(CRITERIA, winner))
+                         .tool_calls[0]["args"])
+
+    with FakeOpenAI(default=respond) as server:
         model = ChatOpenAI(base_url=server.base_url, api_key="test-key",  # type: ignore[arg-type]
                            model="fake", max_retries=0)
         judged = asyncio.run(judge_pair(model, Pair("1", "p", GOOD, BAD), RUBRIC))
@@ -271,3 +274,12 @@ def test_the_verdict_schema_names_every_criterion_and_nothing_else() -> None:
     assert entry["properties"]["criterion"]["enum"] == [CRITERIA[1]]
     assert entry["properties"]["winner"]["enum"] == ["a", "b", "tie"]
     assert entry["required"] == ["criterion", "winner", "reason"]
+
+
+def test_a_hybrid_grader_judges_pairwise_with_its_llm() -> None:
+    llm = ScriptedChatModel(default=prefers_good)
+    grader = resolve_model("hybrid:demo")
+    grader = grader.model_copy(update={"llm": llm})
+    [judged] = judge(grader, [Pair("1", "p", BAD, GOOD, rubric="- The poem is vivid")])
+    assert [c["winner"] for c in judged.criteria] == ["b"]
+    assert [t["function"]["name"] for t in llm.bound_tools] == [PAIRWISE_TOOL]

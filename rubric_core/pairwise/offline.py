@@ -6,8 +6,8 @@ with the rules grader's own checks (`rubric_core.offline.check_criterion`), and 
 one ``PairwiseVerdict`` tool call. A criterion the rules cannot check is never guessed: it is
 left out of the verdict and named in the reply's text, so the judge records it as not judged,
 with that text. Being a chat model, its calls are traced and costed like any grader call's
-(at $0). `pairwise_grader` turns the ``rules`` grader into this one and leaves any other model
-as it is.
+(at $0). `pairwise_grader` turns the ``rules`` grader into this one, a ``hybrid:`` grader into
+its LLM, and leaves any other model as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 from typing_extensions import override
 
 from rubric_core.grader import message_text
-from rubric_core.offline import RulesGrader, check_criterion
+from rubric_core.offline import HybridGrader, RulesGrader, check_criterion
 from rubric_core.offline.graders import UNRECOGNISED_GAP
 from rubric_core.pairwise.prompt import PAIRWISE_TOOL, parse_pairwise_payload
 
@@ -115,9 +115,15 @@ class RulesPairwiseGrader(BaseChatModel):
 
 
 def pairwise_grader(model: BaseChatModel) -> BaseChatModel:
-    """The model a pairwise call is sent to: `RulesPairwiseGrader` for ``rules``, else `model`."""
+    """The model a pairwise call is sent to.
+
+    `RulesPairwiseGrader` for ``rules``; a ``hybrid:`` grader's LLM, which judges every
+    criterion (its rules merge into single-answer verdicts only); any other model as it is.
+    """
     if isinstance(model, RulesGrader):
         return RulesPairwiseGrader(tools=list(model.tools), pause_s=model.pause_s)
+    if isinstance(model, HybridGrader):
+        return model.llm
     return model
 
 
