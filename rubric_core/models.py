@@ -259,7 +259,7 @@ def _openai_compatible(
     if not base_url.startswith(("http://", "https://")):
         msg = f"Base URL {base_url!r} must start with http:// or https://"
         raise ModelConfigError(msg)
-    from langchain_openai import ChatOpenAI
+    from rubric_core.openai_compat import CompatibleChatOpenAI
 
     # Never None: ChatOpenAI would read OPENAI_API_KEY itself and send it to this URL.
     key = api_key or "not-needed"
@@ -268,8 +268,10 @@ def _openai_compatible(
     # Under stream_events both models stream, and ChatOpenAI asks a non-OpenAI base URL for
     # usage only when told to: without this the evaluations' token counts stay empty.
     kwargs.setdefault("stream_usage", True)
-    return ChatOpenAI(model=model_id, base_url=base_url, api_key=key,  # type: ignore[arg-type]
-                      timeout=timeout_s, **kwargs)
+    # Messages every OpenAI-compatible server accepts (rubric_core.openai_compat).
+    return CompatibleChatOpenAI(model=model_id, base_url=base_url,
+                                api_key=key,  # type: ignore[arg-type]
+                                timeout=timeout_s, **kwargs)
 
 
 def _init_provider(
