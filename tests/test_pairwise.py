@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_openai import ChatOpenAI
-from openai_server import FakeOpenAI, error, tool_call
+from openai_server import FakeOpenAI, error, text, tool_call
 from scripted import ScriptedChatModel
 
 from rubric_core.models import resolve_model
@@ -283,3 +283,19 @@ def test_a_hybrid_grader_judges_pairwise_with_its_llm() -> None:
     [judged] = judge(grader, [Pair("1", "p", BAD, GOOD, rubric="- The poem is vivid")])
     assert [c["winner"] for c in judged.criteria] == ["b"]
     assert [t["function"]["name"] for t in llm.bound_tools] == [PAIRWISE_TOOL]
+
+
+def test_after_prose_the_correction_forces_the_call_as_required() -> None:
+    # llama.cpp's llama-server reads a tool_choice naming a tool as "auto"; "required" holds.
+    ok = verdict(dict.fromkeys(CRITERIA, "a")).tool_calls[0]["args"]
+    with FakeOpenAI() as server:
+        server.enqueue(text("A is better."), tool_call(PAIRWISE_TOOL, ok),
+                       tool_call(PAIRWISE_TOOL, ok))
+        model = ChatOpenAI(base_url=server.base_url, api_key="test-key",  # type: ignore[arg-type]
+                           model="fake", max_retries=0)
+        judged = asyncio.run(judge_pair(model, Pair("1", "p", GOOD, BAD), RUBRIC,
+                                        gate=asyncio.Semaphore(1)))
+        choices = [body["tool_choice"] for body in server.requests]
+    assert choices == [{"type": "function", "function": {"name": PAIRWISE_TOOL}}, "required",
+                       {"type": "function", "function": {"name": PAIRWISE_TOOL}}]
+    assert [c["winner_a_first"] for c in judged.criteria] == ["a", "a"]

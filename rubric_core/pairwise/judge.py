@@ -82,11 +82,20 @@ def criterion_judgements(criteria: Sequence[str], a_first: OrderVerdict,
     return out
 
 
-def _bind(grader: BaseChatModel, criteria: Sequence[str]) -> Any:
-    return grader.bind_tools([verdict_tool(criteria)], tool_choice=PAIRWISE_TOOL)
+def _bind(grader: BaseChatModel, criteria: Sequence[str]) -> tuple[Any, Any]:
+    """The grader with the verdict tool forced by name, and forced as ``"required"``.
+
+    The second only for models on the OpenAI client, whose OpenAI-compatible servers may read
+    only ``"required"`` (`rubric_core.pairwise.steps.Correction`); None for other models.
+    """
+    tool = verdict_tool(criteria)
+    named = grader.bind_tools([tool], tool_choice=PAIRWISE_TOOL)
+    if "BaseChatOpenAI" not in {cls.__name__ for cls in type(grader).__mro__}:
+        return named, None
+    return named, grader.bind_tools([tool], tool_choice="required")
 
 
-async def _order(bound: Any, pair: Pair, criteria: list[str], order: Order, *,
+async def _order(bound: tuple[Any, Any], pair: Pair, criteria: list[str], order: Order, *,
                  max_retries: int, backoff_s: float) -> OrderVerdict:
     first, second = (pair.a, pair.b) if order == "a_first" else (pair.b, pair.a)
     messages = build_pairwise_messages(pair.prompt, criteria, first, second)
@@ -96,7 +105,8 @@ async def _order(bound: Any, pair: Pair, criteria: list[str], order: Order, *,
                    "run_name": f"pairwise {order}"}
     try:
         verdict = await drive(order_steps(messages, criteria, order, max_retries=max_retries,
-                                          backoff_s=backoff_s), bound, config)
+                                          backoff_s=backoff_s), bound[0], config,
+                              required=bound[1])
     finally:
         calls = log.drain()
         close_log(thread, log)

@@ -10,9 +10,10 @@ What it trusts, and what it does not:
 - the reply is read by name against the rubric (`rubric_core.pairwise.schema.read_reply`); a
   reply with no usable verdict, or one that leaves criteria out, is asked once more, with what
   was wrong, in a fresh call (the bad reply is not sent back: a server that takes only plain
-  text messages accepts the correction). What the first reply judged stands; the correction
-  fills in only the criteria it lacked, and what is still missing is recorded as missing, with
-  the reason, never guessed.
+  text messages accepts the correction; after a reply that called no tool, with
+  ``tool_choice="required"`` where the model takes it: `Correction`). What the first reply
+  judged stands; the correction fills in only the criteria it lacked, and what is still
+  missing is recorded as missing, with the reason, never guessed.
 
 Verdicts come back in the pair's own terms: with B shown first, the grader's ``a`` is the
 pair's ``b``.
@@ -21,6 +22,7 @@ pair's ``b``.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -48,18 +50,34 @@ ERROR_CHAR_LIMIT = 4_000
 _SWAP: dict[Winner, Winner] = {"a": "b", "b": "a", "tie": "tie"}
 
 
+@dataclass(frozen=True)
+class Correction(CallModel):
+    """Step: the one correction call of an order.
+
+    ``required`` after a reply that called no tool at all: a server may ignore a
+    ``tool_choice`` naming the tool (llama.cpp's ``llama-server`` takes only the strings
+    ``auto``, ``none`` and ``required`` there, and reads anything else as ``auto``), so the
+    driver sends this call with ``tool_choice="required"`` where the model takes it (one tool
+    is bound: it forces the same call).
+    """
+
+    required: bool = False
+
+
 def in_pair_terms(order: Order, winner: Winner) -> Winner:
     """A winner as the grader named it in `order` (``a``: shown first), in the pair's terms."""
     return winner if order == "a_first" else _SWAP[winner]
 
 
 def _call(messages: list[BaseMessage], max_retries: int, backoff_s: float,
-          retries: list[int]) -> Generator[Step, Any, AIMessage | Exception]:
+          retries: list[int], *, correction: bool = False, required: bool = False,
+          ) -> Generator[Step, Any, AIMessage | Exception]:
     """One model call, transient errors retried: the reply, or the error that ended the tries."""
     attempt = 0
     while True:
         try:
-            reply = yield CallModel(messages, attempt)
+            reply = yield (Correction(messages, attempt, required) if correction
+                           else CallModel(messages, attempt))
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -106,7 +124,9 @@ def order_steps(
     reading = first
     if first.error is not None or first.problems:
         asked = [*messages, HumanMessage(correction(criteria, first))]
-        again = yield from _call(asked, max_retries, backoff_s, retries)
+        no_call = not reply.tool_calls and not reply.invalid_tool_calls
+        again = yield from _call(asked, max_retries, backoff_s, retries, correction=True,
+                                 required=no_call)
         if isinstance(again, Exception):
             if first.error is not None:
                 return OrderVerdict(order, {}, error=_failure(again, retries[0]))
@@ -142,8 +162,12 @@ def _config(config: RunnableConfig | None, step: CallModel) -> RunnableConfig | 
 
 
 async def drive(steps: Generator[Step, Any, OrderVerdict], bound: Any,
-                config: RunnableConfig | None = None) -> OrderVerdict:
-    """Run one order's steps on `bound` (the grader with the verdict tool bound)."""
+                config: RunnableConfig | None = None, *, required: Any = None) -> OrderVerdict:
+    """Run one order's steps on `bound` (the grader with the verdict tool bound).
+
+    `required`, when given, is the grader bound with ``tool_choice="required"``: it takes a
+    `Correction` that asks for it.
+    """
     send: Any = None
     error: BaseException | None = None
     while True:
@@ -155,11 +179,13 @@ async def drive(steps: Generator[Step, Any, OrderVerdict], bound: Any,
         send, error = None, None
         try:
             if isinstance(step, CallModel):
-                send = await bound.ainvoke(step.messages, _config(config, step))
+                target = (required if isinstance(step, Correction) and step.required
+                          and required is not None else bound)
+                send = await target.ainvoke(step.messages, _config(config, step))
             elif isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
         except Exception as exc:
             error = exc
 
 
-__all__ = ["ERROR_CHAR_LIMIT", "drive", "in_pair_terms", "order_steps"]
+__all__ = ["ERROR_CHAR_LIMIT", "Correction", "drive", "in_pair_terms", "order_steps"]
