@@ -76,8 +76,8 @@ def _call(messages: list[BaseMessage], max_retries: int, backoff_s: float,
     attempt = 0
     while True:
         try:
-            reply = yield (Correction(messages, attempt, required) if correction
-                           else CallModel(messages, attempt))
+            reply = yield (Correction(messages, attempt=attempt, required=required) if correction
+                           else CallModel(messages, attempt=attempt))
         except GraphBubbleUp:
             raise
         except Exception as exc:
