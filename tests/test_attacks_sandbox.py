@@ -13,7 +13,6 @@ import os
 import socket
 import stat
 import textwrap
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +116,6 @@ def test_an_inode_flood_is_stopped_early(where: str) -> None:
     # Empty files and directories cost no tmpfs bytes but ~1 KB of kernel memory each: 360,000
     # in 5 s, millions within the tool's 30 s cap. Progress goes to stderr, whose tail the
     # result keeps, to show how far it got before the sandbox was killed.
-    started = time.monotonic()
     result = run_probe(f"""
     import os, sys
     n = 0
@@ -127,13 +125,13 @@ def test_an_inode_flood_is_stopped_early(where: str) -> None:
         if n % 500 == 0:
             print(n, file=sys.stderr, flush=True)
     """, timeout_s=30)
-    elapsed = time.monotonic() - started
     assert result["ok"] is False
     assert result["error"] == (f"file limit exceeded (more than {WORK_DIR_FILE_LIMIT:,} files "
                                f"and directories in {where})"), result
     made = int(result["stderr"].split()[-1])
+    # Stopped by the file limit (the error says so), soon after it was passed: not by the
+    # 30 s timeout, nor after millions of entries.
     assert WORK_DIR_FILE_LIMIT <= made < WORK_DIR_FILE_LIMIT * 3, result
-    assert elapsed < 15, elapsed
 
 
 def test_files_under_the_file_limit_are_fine() -> None:

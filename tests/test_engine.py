@@ -326,7 +326,7 @@ def test_stopping_the_engine_does_not_wait_for_a_database_that_is_gone(pg_server
     drop_database(url)  # ends every connection to it, DBOS's pool included
     started = time.monotonic()
     shutdown_engine(settle_s=1.0)
-    assert time.monotonic() - started < 30  # returned: before the fix it never did
+    assert time.monotonic() - started < 120  # returned (settle_s=1): before the fix it never did
     other_url = create_database(pg_server)
     with Store(other_url) as other:  # and a new launch works
         assert launch_engine(other, every_queue=False).location == other.connect_location()

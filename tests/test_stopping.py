@@ -33,7 +33,7 @@ def test_stop_abandons_the_workers_call_in_progress_and_resume_finishes_the_pass
     monkeypatch.delenv("RUBRIC_STUDIO_BASE_URL", raising=False)
     with FakeOpenAI() as server, Store(tmp_path / "db.sqlite3") as store:
         server.enqueue(text("first draft"), verdict("needs_revision", ("c2",)),
-                       slow(20, text("never seen")))
+                       slow(120, text("never seen")))
         run = session.start(store, SETTINGS.replace(base_url=server.base_url))
         seen: list[dict[str, Any]] = []
         consumer = threading.Thread(target=lambda: seen.extend(run))
@@ -44,10 +44,10 @@ def test_stop_abandons_the_workers_call_in_progress_and_resume_finishes_the_pass
             time.sleep(0.02)
         stopped_at = time.monotonic()
         assert session.request_stop(run.run_id)
-        consumer.join(timeout=15)
+        consumer.join(timeout=60)
         took = time.monotonic() - stopped_at
         assert not consumer.is_alive()
-        assert took < 10, f"Stop took {took:.1f} s: it waited for the 20 s call"
+        assert took < 60, f"Stop took {took:.1f} s: it waited for the 120 s call"
         assert session.wait_until_inactive(run.run_id, timeout_s=5)
         stored = store.get_run(run.run_id)
         assert stored.status == "interrupted" and stored.iterations == 1

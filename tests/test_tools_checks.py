@@ -153,8 +153,8 @@ def test_text_must_be_a_string() -> None:
 def test_catastrophic_regex_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checks, "REGEX_TIMEOUT_S", 0.2)
     started = time.monotonic()
-    result = run_check("a" * 40 + "b", "regex", r"(a|aa)+$")
-    assert time.monotonic() - started < 2
+    result = run_check("a" * 80 + "b", "regex", r"(a|aa)+$")  # unbounded: ages
+    assert time.monotonic() - started < 30
     assert result["ok"] is False
     assert "took longer than 0.2 s" in result["detail"]
 

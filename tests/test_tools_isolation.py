@@ -323,9 +323,8 @@ def test_installed_packages_are_hidden() -> None:
 
 
 def test_cpu_limit_is_enforced_and_reported() -> None:
-    started = time.monotonic()
-    result = run_probe("while True:\n    pass", timeout_s=20, cpu_s=1)
-    assert time.monotonic() - started < 10
+    result = run_probe("while True:\n    pass", timeout_s=60, cpu_s=1)
+    # The CPU limit ended it (its signal, not the 60 s timeout).
     assert result["error"] == "CPU time limit exceeded (killed by signal SIGXCPU)", result
 
 
