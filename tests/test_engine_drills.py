@@ -1,8 +1,9 @@
 """Drills of ``rubric-studio eval --workers N`` on PostgreSQL, with real processes.
 
-- Ctrl-C (SIGINT to the process group, as a terminal sends it) at different moments, 20 times
-  on one experiment: exit 130 every time, no process left, every cell stopped cleanly and
-  resumable, no cell queued twice; then a Resume ends every cell exactly once.
+- Ctrl-C (SIGINT to the process group, as a terminal sends it) at each of three moments, each
+  round resuming the last, on one experiment: exit 130 every time, no process left, every cell
+  stopped cleanly and resumable, no cell queued twice; then a Resume ends every cell exactly
+  once. (`scripts/soak.sh` repeats the drills many times, for rarer races.)
 - Three workers, one killed with SIGKILL mid-cell: its supervisor restarts it under its
   executor ID, DBOS's launch-time recovery for that ID hands its cells back long before any
   heartbeat could (`RUBRIC_STUDIO_STALE_AFTER_S` is 60 here), every cell ends exactly once, and
@@ -189,13 +190,13 @@ def _evaluations_per_run(store: Store) -> Counter[int]:
     return Counter(len(store.evaluations(run.run_id)) for run in store.list_runs(limit=None))
 
 
-ROUNDS = 20
 MOMENTS = ("started", "mid-call", "queued", "mid-call")
-CTRL_C_ROWS = 72  # each round ends at most a step of CTRL_C_CONCURRENCY cells: some are left
+ROUNDS = len(MOMENTS)  # each moment, each round a resume of the last: `scripts/soak.sh` repeats
+CTRL_C_ROWS = 24  # each round ends at most a step of CTRL_C_CONCURRENCY cells: some are left
 CTRL_C_CONCURRENCY = 3
 
 
-@pytest.mark.timeout(600)  # 21 runs of three processes each (about 2 min on 2 loaded cores)
+@pytest.mark.timeout(600)  # 5 runs of three processes each
 def test_ctrl_c_of_eval_workers_exits_130_every_time_and_resume_ends_each_cell_once(
     pg_url: str, tmp_path: Path
 ) -> None:
