@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with the dev requirements and run every check:
-# ruff (lint), mypy (types of rubric_core) and the pytest suite, browser test included.
+# ruff (lint), mypy (types of rubric_core) and the pytest suite, browser tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -33,6 +33,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
-echo "== ruff"; .venv/bin/ruff check .
-echo "== mypy"; .venv/bin/mypy
-echo "== pytest"; .venv/bin/python -m pytest "$@"
+# ruff and mypy run beside pytest, not before it; their verdicts are printed after its own.
+# pytest runs on every core (pytest-xdist: one worker process per core, each with its own
+# PostgreSQL cluster, ports and temporary directories); RUBRIC_STUDIO_TEST_WORKERS overrides.
+checks="$(mktemp -d)"
+trap 'rm -rf "$checks"' EXIT
+( .venv/bin/ruff check . >"$checks/ruff.out" 2>&1; echo $? >"$checks/ruff.rc" ) &
+( .venv/bin/mypy >"$checks/mypy.out" 2>&1; echo $? >"$checks/mypy.rc" ) &
+echo "== pytest (ruff and mypy beside it)"
+status=0
+.venv/bin/python -m pytest -n "${RUBRIC_STUDIO_TEST_WORKERS:-auto}" "$@" || status=$?
+wait
+for check in ruff mypy; do
+  echo "== $check"
+  cat "$checks/$check.out"
+  rc="$(cat "$checks/$check.rc")"
+  if [ "$rc" != 0 ]; then
+    echo "$check failed (exit $rc)" >&2
+    [ "$status" != 0 ] || status="$rc"
+  fi
+done
+exit "$status"
