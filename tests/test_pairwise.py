@@ -299,3 +299,13 @@ def test_after_prose_the_correction_forces_the_call_as_required() -> None:
     assert choices == [{"type": "function", "function": {"name": PAIRWISE_TOOL}}, "required",
                        {"type": "function", "function": {"name": PAIRWISE_TOOL}}]
     assert [c["winner_a_first"] for c in judged.criteria] == ["a", "a"]
+
+
+def test_a_grader_that_cannot_take_the_verdict_tool_is_a_recorded_failure() -> None:
+    class NoTools(ScriptedChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            msg = "this model does not call tools"
+            raise NotImplementedError(msg)
+
+    [judged] = judge(NoTools(), [Pair("1", "p", GOOD, BAD)])
+    assert judged.criteria == [] and "does not call tools" in (judged.error or "")

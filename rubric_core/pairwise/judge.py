@@ -34,6 +34,7 @@ from rubric_core.pairwise.types import (
     Pair,
     PairJudgement,
 )
+from rubric_core.redact import error_text
 from rubric_core.rubric import RubricError, parse_criteria, validate_rubric
 from rubric_core.types import DEFAULT_CONCURRENCY, PASS_ITERATION_KEY
 
@@ -149,7 +150,11 @@ async def judge_pair(grader: BaseChatModel, pair: Pair, rubric: str, *,
                                                    "one criterion, one per line")
     model = pairwise_grader(grader)
     attach(model)
-    bound = _bind(model, criteria)
+    try:
+        bound = _bind(model, criteria)
+    except Exception as exc:  # a chat model without tool calling: said, not raised
+        return PairJudgement(pair, used, [], error="the grader cannot be given the verdict "
+                                                   f"tool: {error_text(exc)}")
     gate = gate or asyncio.Semaphore(len(ORDERS))
 
     async def one(order: Order) -> OrderVerdict:
