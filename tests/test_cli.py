@@ -327,12 +327,21 @@ def test_examples_command_lists_the_bundled_examples(capsys: pytest.CaptureFixtu
     assert [line.split()[0] for line in out.splitlines()] == EXAMPLE_NAMES
 
 
-@pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_subprocess_bundled_example_runs_offline_and_is_satisfied(name: str) -> None:
-    proc = cli("run", "--example", name)
+def test_subprocess_bundled_example_runs_offline_and_is_satisfied() -> None:
+    proc = cli("run", "--example", "haiku")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "status: satisfied" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_each_bundled_example_runs_offline_and_is_satisfied(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_main(["run", "--example", name], capsys)
+    assert code == 0, out[-2000:] + err[-2000:]
+    assert "status: satisfied" in out
+    assert "Traceback" not in err
 
 
 def test_unknown_example_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -383,30 +392,34 @@ def test_non_utf8_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 2 and "is not UTF-8 text" in err
 
 
-def test_an_unusable_database_exits_2_with_the_store_message(tmp_path: Path) -> None:
+def test_an_unusable_database_exits_2_with_the_store_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "notes.txt"
     db.write_text("my notes, not a database\n" * 50)
     before = db.read_bytes()
-    proc = cli("run", "--example", "haiku", "--db", str(db))
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    code, _, err = run_main(["run", "--example", "haiku", "--db", str(db)], capsys)
+    assert code == 2, err
+    assert err.startswith("error: ") and "Traceback" not in err
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-def test_analytics_over_a_database_of_real_runs(tmp_path: Path) -> None:
+def test_analytics_over_a_database_of_real_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db, csv = tmp_path / "runs.sqlite3", tmp_path / "stats.csv"
     for example in ("haiku", "photosynthesis"):
-        assert cli("run", "--example", example, "--db", str(db), "--quiet").returncode == 0
-    proc = cli("analytics", "--db", str(db), "--csv", str(csv))
-    assert proc.returncode == 0, proc.stderr
-    assert "2 run(s)" in proc.stdout and "first_pass_fail_rate" in proc.stdout
+        assert run_main(["run", "--example", example, "--db", str(db), "--quiet"], capsys)[0] == 0
+    code, out, err = run_main(["analytics", "--db", str(db), "--csv", str(csv)], capsys)
+    assert code == 0, err
+    assert "2 run(s)" in out and "first_pass_fail_rate" in out
     rows = pd.read_csv(csv)
     assert "Lines follow a 5-7-5 syllable pattern" in set(rows["criterion"])
     fixed = rows.set_index("criterion").loc["Lines follow a 5-7-5 syllable pattern"]
     assert fixed["first_pass_fail_rate"] == 1.0 and fixed["mean_passes_to_fix"] == 1.0
-    missing = cli("analytics", "--db", str(tmp_path / "none.sqlite3"))
-    assert missing.returncode == 2 and "no database at" in missing.stderr
+    code, _, err = run_main(["analytics", "--db", str(tmp_path / "none.sqlite3")], capsys)
+    assert code == 2 and "no database at" in err
 
 
 def test_analytics_of_one_run_a_rubric_or_an_experiment(
@@ -459,39 +472,40 @@ def test_resume_takes_the_prompt_and_settings_from_the_record(
 
 
 def test_run_records_in_the_apps_database_like_eval(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 24.7: `run` without --db stored nothing while `eval` wrote to the app's database.
     db = tmp_path / "app.sqlite3"
     monkeypatch.setenv(DB_ENV_VAR, str(db))
-    proc = cli("run", "--example", "haiku", "--quiet", "--thread", "t1")
-    assert proc.returncode == 0, proc.stderr
-    assert "recorded as run" in proc.stdout and str(db) in proc.stdout
+    code, out, err = run_main(["run", "--example", "haiku", "--quiet", "--thread", "t1"], capsys)
+    assert code == 0, err
+    assert "recorded as run" in out and str(db) in out
     with Store(db) as store:
         [run] = store.list_runs()
     assert run.status == "satisfied" and run.thread_id == "t1"
-    again = cli("run", "--example", "haiku", "--quiet", "--no-db")
-    assert again.returncode == 0 and "recorded as run" not in again.stdout
+    code, out, _ = run_main(["run", "--example", "haiku", "--quiet", "--no-db"], capsys)
+    assert code == 0 and "recorded as run" not in out
     with Store(db) as store:
         assert len(store.list_runs()) == 1
 
 
 def test_resume_moves_a_run_to_another_server_and_models_and_records_it(
-    scripted: Any, tmp_path: Path
+    scripted: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 24.2: a run that ended on a dead port is finished elsewhere, through the real
     # command; the new endpoint and models are recorded in the run's settings.
     db = str(tmp_path / "studio.sqlite3")
-    first = cli("run", "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
-                "--base-url", "http://127.0.0.1:9/v1", "--prompt", "p", "--rubric", RUBRIC,
-                "--db", db, "--thread", "th")
-    assert first.returncode == 1 and "status: error" in first.stdout, first.stderr
+    code, out, err = run_main(
+        ["run", "--model", "openai-compatible:w", "--grader", "openai-compatible:g",
+         "--base-url", "http://127.0.0.1:9/v1", "--prompt", "p", "--rubric", RUBRIC,
+         "--db", db, "--thread", "th"], capsys)
+    assert code == 1 and "status: error" in out, err
     s = scripted(["a draft"], [PASS])
-    again = cli("run", "--db", db, "--thread", "th", "--resume", "--base-url",
-                s.server.base_url, "--model", "openai-compatible:w2", "--grader",
-                "openai-compatible:g2")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "status: satisfied" in again.stdout
+    code, out, err = run_main(
+        ["run", "--db", db, "--thread", "th", "--resume", "--base-url", s.server.base_url,
+         "--model", "openai-compatible:w2", "--grader", "openai-compatible:g2"], capsys)
+    assert code == 0, out + err
+    assert "status: satisfied" in out
     assert [r["model"] for r in s.server.requests] == ["w2", "g2"]
     with Store(db) as store:
         [run] = store.list_runs()
@@ -625,20 +639,24 @@ def test_best_attempt_is_labelled_when_the_last_is_worse(
     assert "── best attempt (pass 1 of 2) · 1/1 criteria pass ──\nbetter" in out
 
 
-def test_judging_options_reach_the_run_and_are_kept_for_resume(tmp_path: Path) -> None:
+def test_judging_options_reach_the_run_and_are_kept_for_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "runs.sqlite3"
-    proc = cli("run", "--example", "haiku", "--grader-repeats", "3", "--consensus",
-               "unanimous", "--return-best", "--db", str(db), "--thread", "t1", "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    assert "(3 repeats, unanimous.)" in proc.stdout
+    code, out, err = run_main(
+        ["run", "--example", "haiku", "--grader-repeats", "3", "--consensus", "unanimous",
+         "--return-best", "--db", str(db), "--thread", "t1", "--quiet"], capsys)
+    assert code == 0, err
+    assert "(3 repeats, unanimous.)" in out
     with Store(db) as store:
         [run] = store.list_runs()
         evaluations = store.evaluations(run.run_id)
     assert (run.settings.grader_repeats, run.settings.consensus, run.settings.return_best) == (
         3, "unanimous", True)
     assert {ev.get("repeats") for ev in evaluations} == {3}
-    again = cli("run", "--db", str(db), "--thread", "t1", "--resume", "--grader-repeats", "1")
-    assert again.returncode == 2 and "another grader-repeats" in again.stderr
+    code, _, err = run_main(["run", "--db", str(db), "--thread", "t1", "--resume",
+                             "--grader-repeats", "1"], capsys)
+    assert code == 2 and "another grader-repeats" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -646,9 +664,14 @@ def test_judging_options_reach_the_run_and_are_kept_for_resume(tmp_path: Path) -
     pytest.param(["--grader-repeats", "0"], "grader_repeats must be from 1 to 9", id="zero"),
     pytest.param(["--consensus", "most"], "invalid choice: 'most'", id="consensus"),
 ])
-def test_bad_judging_options_exit_2(args: list[str], message: str) -> None:
-    proc = cli("run", "--example", "haiku", *args)
-    assert proc.returncode == 2 and message in proc.stderr
+def test_bad_judging_options_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code, _, err = run_main(["run", "--example", "haiku", *args], capsys)
+    except SystemExit as exiting:  # argparse's own refusal
+        code, err = int(exiting.code or 0), capsys.readouterr().err
+    assert code == 2 and message in err
 
 
 def test_a_late_ctrl_c_after_an_interrupted_command_changes_nothing() -> None:
