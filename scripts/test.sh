@@ -35,14 +35,16 @@ fi
 
 # ruff and mypy run beside pytest, not before it; their verdicts are printed after its own.
 # pytest runs on every core (pytest-xdist: one worker process per core, each with its own
-# PostgreSQL cluster, ports and temporary directories); RUBRIC_STUDIO_TEST_WORKERS overrides.
+# PostgreSQL cluster, ports and temporary directories; RUBRIC_STUDIO_TEST_WORKERS overrides),
+# handed one test at a time, the long ones first (tests/conftest.py, LONG_FIRST).
 checks="$(mktemp -d)"
 trap 'rm -rf "$checks"' EXIT
 ( .venv/bin/ruff check . >"$checks/ruff.out" 2>&1; echo $? >"$checks/ruff.rc" ) &
 ( .venv/bin/mypy >"$checks/mypy.out" 2>&1; echo $? >"$checks/mypy.rc" ) &
 echo "== pytest (ruff and mypy beside it)"
 status=0
-.venv/bin/python -m pytest -n "${RUBRIC_STUDIO_TEST_WORKERS:-auto}" "$@" || status=$?
+.venv/bin/python -m pytest -n "${RUBRIC_STUDIO_TEST_WORKERS:-auto}" --dist load \
+  --maxschedchunk 1 "$@" || status=$?
 wait
 for check in ruff mypy; do
   echo "== $check"

@@ -36,6 +36,24 @@ SUMMARY = (
 CODE_OK = "```python\ndef add(a, b):\n    return a + b\n```"
 
 
+# Test files whose tests start processes, servers or a browser, longest first. Under
+# pytest-xdist (scripts/test.sh schedules one test at a time) they start first, so no worker
+# is left running a long test at the end while the others idle; the rest keep their order.
+LONG_FIRST = (
+    "test_engine_drills", "test_browser_two_servers", "test_fenced_takeover", "test_browser",
+    "test_browser_lab", "test_browser_experiments", "test_browser_engine", "test_app_limits",
+    "test_browser_first_run", "test_lab_cli", "test_engine_limits", "test_engine_sigstop",
+    "test_engine_fencing", "test_engine_workers", "test_engine_exit", "test_regrade_engine",
+    "test_attacks_experiments", "test_calls", "test_cli", "test_pg_outage_experiment",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of `LONG_FIRST` first, in its order (a stable sort: nothing else moves)."""
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(LONG_FIRST)))
+
+
 @pytest.fixture(autouse=True)
 def own_data_home(tmp_path_factory: pytest.TempPathFactory,
                   monkeypatch: pytest.MonkeyPatch) -> None:
