@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from rubric_core.ids import unique_id
 from rubric_core.rubric import normalize_name
 from rubric_core.usage import token_sum
 
@@ -302,19 +303,6 @@ class ScopedAnalytics:
     """Grading passes (evaluations) read."""
 
 
-def _unique(kind: str, key: str, ids: Iterable[str]) -> str:
-    """The one id equal to ``key`` or starting with it (Review and the CLI show 8 characters)."""
-    known = list(ids)
-    if key in known:
-        return key
-    matches = [i for i in known if key and i.startswith(key)]
-    if len(matches) == 1:
-        return matches[0]
-    msg = (f"no {kind} {key!r} in this database" if not matches else
-           f"{kind} id {key!r} is ambiguous ({len(matches)} match): give more characters")
-    raise ValueError(msg)
-
-
 def scope_runs(store: Store, scope: str, key: str = "") -> list[RunRecord]:
     """The runs a scope covers.
 
@@ -332,10 +320,10 @@ def scope_runs(store: Store, scope: str, key: str = "") -> list[RunRecord]:
         run = store.get_run(key)
         if run is None:
             known = (r.run_id for r in store.list_runs(limit=None))
-            run = store.get_run(_unique("run", key, known))
+            run = store.get_run(unique_id("run", key, known))
         return [run] if run is not None else []
     if scope == "experiment":
-        experiment_id = key if store.get_experiment(key) is not None else _unique(
+        experiment_id = key if store.get_experiment(key) is not None else unique_id(
             "experiment", key, (e.experiment_id for e in store.list_experiments(limit=None)))
         return [cell.run for cell in store.experiment_cells(experiment_id)
                 if cell.run is not None]

@@ -215,12 +215,3 @@ def test_a_scope_that_names_nothing_is_refused(scoped_store: Any, scope: str, ke
 
     with pytest.raises(ValueError, match=message):
         scoped_analytics(scoped_store[0], scope, key)
-
-
-def test_an_ambiguous_prefix_is_refused_and_an_exact_id_always_wins() -> None:
-    from rubric_core.analytics import _unique
-
-    with pytest.raises(ValueError, match="ambiguous \\(2 match\\)"):
-        _unique("run", "ab", ["abc1", "abd2"])
-    assert _unique("run", "ab", ["ab", "abd2"]) == "ab"
-    assert _unique("run", "abd", ["abc1", "abd2"]) == "abd2"
