@@ -56,13 +56,11 @@ store, store_error = _open_store(db_path)
 state["store"] = store
 state["store_error"] = sup.store_error_message(store_error) if store_error else None
 # What was typed survives a reload (a draft in the database, its id in the URL), and a
-# ?run= or ?experiment= link opens that run or experiment, once per browser session.
+# ?run= or ?experiment= link opens that run or experiment: in a new session, and whenever the
+# URL names another than the page shows (the browser's Back and Forward keep the session).
 draft_notice = sup.sync_draft(state, st.query_params, store) if store is not None else None
-if not state.get("_link_opened"):
-    state["_link_opened"] = True
-    if (link := sup.link_request(st.query_params)) is not None:
-        sup.open_link(state, link)
-        state["_wanted_page"] = link.page
+if (link := sup.follow_link(state, st.query_params)) is not None:
+    state["_wanted_page"] = link.page
 
 with st.sidebar:
     st.markdown("### Models")
@@ -172,8 +170,10 @@ pages = [
 page = st.navigation(pages)
 if draft_notice:
     st.toast(draft_notice, icon=":material/restore:")
-if wanted := state.pop("_wanted_page", None):
-    st.switch_page(wanted)  # a page that was opened before the router ran (see pages/)
+if (wanted := state.pop("_wanted_page", None)) and not wanted.endswith(f"/{page.url_path}.py"):
+    # A page that was opened before the router ran (see pages/), or a link's; the URL's link
+    # stays in the address bar (a switch would clear it).
+    st.switch_page(wanted, query_params=st.query_params.to_dict())
 for param, linked_page in sup.LINK_PAGES.items():
     # The address bar links to what is on screen: another page's link goes.
     if param in st.query_params and not linked_page.endswith(f"/{page.url_path}.py"):

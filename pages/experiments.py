@@ -290,13 +290,30 @@ if not experiments:
     st.stop()
 st.subheader("Experiment")
 by_id = {e.experiment_id: e for e in experiments}
+if (requested := state.pop(sup.OPEN_EXPERIMENT, None)) is not None:
+    found = sup.find_experiment(store, requested)  # a link's id may be a prefix
+    if found.target_id is not None:
+        state["exp_pick"] = found.target_id
+    else:
+        state.pop("exp_pick", None)  # never another experiment in the place of the linked one
+    state["exp_link_problem"] = found.problem
+elif state.get("exp_pick") is not None:
+    state.pop("exp_link_problem", None)  # one was picked (or started) since
+picked_exp = state.get("exp_pick")
+if picked_exp not in by_id and (linked := store.get_experiment(picked_exp or "")) is not None:
+    by_id = {linked.experiment_id: linked, **by_id}  # older than the list shows
 if state.get("exp_pick") not in by_id:
-    state.pop("exp_pick", None)  # a link to an experiment that is not (or no longer) here
+    state.pop("exp_pick", None)  # deleted since
+if exp_link_problem := state.get("exp_link_problem"):
+    st.warning(exp_link_problem, icon=":material/link_off:")
 exp_id = st.selectbox("Experiment", list(by_id), key="exp_pick",
+                      index=None if exp_link_problem else 0,
+                      placeholder="Pick an experiment",
                       format_func=lambda eid: sup.experiment_label(by_id[eid]),
                       label_visibility="collapsed")
-if st.query_params.get("experiment") != exp_id:
-    st.query_params["experiment"] = exp_id  # the address bar links to this experiment
+if exp_id is None:
+    st.stop()
+sup.show_link(state, st.query_params, "experiment", exp_id)  # the address bar links to it
 link = sup.link_for("experiment", exp_id)
 st.caption(f"Link to this experiment: [{link}]({link}) (or copy the address bar)")
 stopping = not sup.wait_experiment_inactive(exp_id, timeout_s=5.0) and not started

@@ -107,22 +107,32 @@ if picked is not None and picked != state.get("history_opened"):
 state["history_opened"] = picked
 
 by_id = {r.run_id: r for r in runs}
-if (requested := state.pop("open_request", None)) is not None and (
-        requested in by_id or store.get_run(requested) is not None):
-    # Kept in the picker even when the history filters or page would hide it.
-    state["pinned_run"] = state["review_run"] = requested
+if (requested := state.pop("open_request", None)) is not None:
+    found = sup.find_run(store, requested)  # a link's id may be a prefix or a thread's
+    if found.target_id is not None:
+        # Kept in the picker even when the history filters or page would hide it.
+        state["pinned_run"] = state["review_run"] = found.target_id
+    else:
+        state.pop("review_run", None)  # never another run in the place of the linked one
+    state["review_link_problem"] = found.problem
+elif state.get("review_run") is not None:
+    state.pop("review_link_problem", None)  # a run was picked since
 pinned = state.get("pinned_run")
 if pinned and pinned not in by_id and (pinned_record := store.get_run(pinned)) is not None:
     by_id = {pinned: pinned_record, **by_id}
+if link_problem := state.get("review_link_problem"):
+    st.warning(link_problem, icon=":material/link_off:")
 if not by_id:
     st.info("No runs match these filters. Clear them (or show every run above), or start a "
             "run on the Run page.")
     st.stop()
 run_id = st.selectbox("Run to review", list(by_id), key="review_run",
+                      index=None if link_problem else 0, placeholder="Pick a run to review",
                       format_func=lambda rid: sup.run_label(by_id[rid]))
+if run_id is None:
+    st.stop()
 record = by_id[run_id]
-if st.query_params.get("run") != run_id:
-    st.query_params["run"] = run_id  # the address bar links to this run
+sup.show_link(state, st.query_params, "run", run_id)  # the address bar links to this run
 link = sup.link_for("run", run_id)
 st.caption(f"Link to this run: [{link}]({link}) (or copy the address bar)")
 evaluations = store.evaluations(run_id)

@@ -7,7 +7,7 @@ is re-exported here.
 
 Modules, in page order: ``settings`` (settings and database: the sidebar), ``authoring``
 (lint, the criteria table, examples, grader tools), ``drafts`` (drafts kept across
-reloads, links to a run or an experiment), ``running`` (the form as run settings,
+reloads), ``links`` (links to a run or an experiment), ``running`` (the form as run settings,
 form checks, the app's models, progress and next-step advice), ``review`` (tables,
 heatmap, diff, export), ``experimenting`` (datasets, experiment configurations, live
 runs with Stop, the results grid, comparisons and downloads), ``viewer`` (the grid's
@@ -88,12 +88,7 @@ from rubric_core.app_support.costs import (
 )
 from rubric_core.app_support.drafts import (
     DRAFT_KEYS,
-    LINK_PAGES,
-    LinkRequest,
     draft_of,
-    link_for,
-    link_request,
-    open_link,
     restore_draft,
     sync_draft,
 )
@@ -218,6 +213,19 @@ from rubric_core.app_support.lab import (
     suggest_rewrite,
     wait_regrade,
 )
+from rubric_core.app_support.links import (
+    LINK_PAGES,
+    OPEN_EXPERIMENT,
+    LinkRequest,
+    LinkTarget,
+    find_experiment,
+    find_run,
+    follow_link,
+    link_for,
+    link_request,
+    open_link,
+    show_link,
+)
 from rubric_core.app_support.pairwise import (
     REASON_COLUMNS,
     TALLY_HEADERS,
@@ -341,6 +349,7 @@ __all__ = [
     "MIN_ITERATIONS",
     "MODEL_LIMITS_KEY",
     "MODEL_LIMIT_COLUMNS",
+    "OPEN_EXPERIMENT",
     "ORIGIN_CHOICES",
     "PACED_GRADER_PAUSE_S",
     "PACED_TOKEN_DELAY_S",
@@ -366,6 +375,7 @@ __all__ = [
     "LabelView",
     "Level",
     "LinkRequest",
+    "LinkTarget",
     "LiveRegrade",
     "ModelChoice",
     "QueueView",
@@ -449,7 +459,10 @@ __all__ = [
     "export_data",
     "failed_cells",
     "filtered_pairs",
+    "find_experiment",
+    "find_run",
     "flips_frame",
+    "follow_link",
     "form_defaults",
     "form_models",
     "format_dollars",
@@ -551,6 +564,7 @@ __all__ = [
     "session_key",
     "session_prices",
     "settings_from_state",
+    "show_link",
     "shown_answers",
     "shown_frame",
     "shown_grid",

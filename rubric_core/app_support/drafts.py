@@ -1,15 +1,11 @@
-"""Drafts and links: a reload or a closed tab loses nothing, and a result can be shared.
+"""Drafts: a reload or a closed tab loses nothing.
 
 The form (prompt, rubric, prompts, tools, the sidebar's models and options, the Experiments
 page's budget) is kept in the database as a draft (`rubric_core.store.Store.save_draft`) under
 a random id the page's URL carries (``?draft=ID``); a reload, or the same URL opened again,
 restores it. A key is never part of a draft: only `DRAFT_KEYS` are kept, and none of them
 holds one. A restored draft is saved on under a new id, so two tabs opened from one URL never
-write the same draft.
-
-Links: ``?run=ID`` opens that run on the Review page and ``?experiment=ID`` that experiment on
-the Experiments page; the pages put the open run's or experiment's link in the URL, so the
-address bar is always a link to what is on screen.
+write the same draft. Links to a run or an experiment are `rubric_core.app_support.links`.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.app_support._common import FORM_DEFAULTS
@@ -43,9 +38,6 @@ DRAFT_KEYS: tuple[str, ...] = (
 DRAFT_PARAM = "draft"
 """The URL query parameter holding the draft id."""
 
-LINK_PAGES = {"run": "pages/review.py", "experiment": "pages/experiments.py"}
-"""URL query parameters that open a page, and the page each opens."""
-
 _ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -55,7 +47,7 @@ def new_draft_id() -> str:
 
 
 def param_id(value: object) -> str | None:
-    """A run, experiment or draft id from a URL parameter; None when it is not one."""
+    """A draft id from a URL parameter; None when it is not one."""
     text = value.strip().lower() if isinstance(value, str) else ""
     return text if _ID.fullmatch(text) else None
 
@@ -116,40 +108,6 @@ def restore_draft(state: MutableMapping[str, Any], draft: Mapping[str, Any]) -> 
             state[key] = _widget_value(key, draft[key])
             restored += 1
     return restored
-
-
-@dataclass(frozen=True)
-class LinkRequest:
-    """What a URL asked to open: the page, and the id of the run or experiment."""
-
-    page: str
-    """The page file (`LINK_PAGES`)."""
-    param: str
-    """``run`` or ``experiment``."""
-    target_id: str
-    """The run's or experiment's id."""
-
-
-def link_request(params: Mapping[str, Any]) -> LinkRequest | None:
-    """The run or experiment a URL's query parameters ask to open (the first valid one)."""
-    for param, page in LINK_PAGES.items():
-        target = param_id(params.get(param))
-        if target is not None:
-            return LinkRequest(page, param, target)
-    return None
-
-
-def open_link(state: MutableMapping[str, Any], link: LinkRequest) -> None:
-    """Make the linked page open the linked run or experiment when it is drawn."""
-    if link.param == "run":
-        state["open_request"] = link.target_id  # the Review page's run picker takes it
-    else:
-        state["exp_pick"] = link.target_id
-
-
-def link_for(param: str, target_id: str) -> str:
-    """The relative link that opens a run (``run``) or an experiment (``experiment``)."""
-    return f"?{param}={target_id}"
 
 
 def sync_draft(state: MutableMapping[str, Any], params: MutableMapping[str, Any],
