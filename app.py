@@ -143,6 +143,18 @@ with st.sidebar:
             help="When the run ends at the iteration cap, end with the answer of the pass that "
             "met the most criteria instead of the last answer.",
         )
+    with st.expander("Output limits", expanded=bool(state["worker_max_tokens"]
+                                                    or state["grader_max_tokens"])):
+        for key, label, default in (
+                ("worker_max_tokens", "Worker max tokens", sup.DEFAULT_WORKER_MAX_TOKENS),
+                ("grader_max_tokens", "Grader max tokens", sup.DEFAULT_GRADER_MAX_TOKENS)):
+            st.number_input(
+                label, min_value=0, max_value=sup.MAX_OUTPUT_TOKENS, step=256, key=key,
+                help=f"The longest reply, in tokens. 0: {default:,} for a model on a base URL "
+                "(a small local model may never stop), the provider's own limit for others. "
+                "A reply cut at the limit (finish_reason: length) is marked as cut; the "
+                "worker is asked for a shorter answer, the grader for a shorter verdict.",
+            )
     # Kept while another page is shown (Streamlit drops an undrawn widget's state); never stored.
     state[sup.PRICES_KEY] = state.get(sup.PRICES_KEY, "")
     session_prices = sup.session_prices(state)

@@ -34,6 +34,7 @@ from rubric_core.rubric import normalize_name, parse_criteria
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from rubric_core.grader import VerdictMode
     from rubric_core.labels import LabelledVerdict
 
 MAX_EXAMPLES = 8
@@ -170,13 +171,16 @@ Grade = Callable[[Item, str], dict[str, bool]]
 
 def model_grader(model: BaseChatModel) -> Grade:
     """A `Grade` that asks ``model`` through the same grading pass the middleware uses."""
-    bound = bind_grader(model, [])
+    modes: list[VerdictMode | None] = [None]  # how the last verdict call was forced
 
     def grade(item: Item, system_prompt: str) -> dict[str, bool]:
         criteria = parse_criteria(item.rubric)
+        bound = bind_grader(model, [], criteria)
         messages = build_grader_messages([HumanMessage(item.prompt), AIMessage(item.answer)],
                                          criteria, system_prompt=system_prompt)
-        outcome = drive_sync(grade_steps(list(messages), criteria, []), bound)
+        outcome = drive_sync(grade_steps(list(messages), criteria, [],
+                                         modes=bound.ladder(modes[0])), bound)
+        modes[0] = outcome.mode
         return {normalize_name(c["name"]): bool(c["passed"]) for c in outcome.criteria}
 
     return grade

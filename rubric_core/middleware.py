@@ -35,12 +35,15 @@ from rubric_core.consensus import (
 )
 from rubric_core.grader import (
     GradeOutcome,
+    GraderBinding,
     bind_grader,
     build_grader_messages,
     drive_async,
     drive_sync,
     grade_steps,
+    grader_failure,
     latest_attempt,
+    was_cut,
 )
 from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
@@ -66,10 +69,17 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.runtime import Runtime
 
+    from rubric_core.grader import VerdictMode
+
 logger = logging.getLogger(__name__)
 
 NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked again next pass."
 
+
+ANSWER_CUT_NOTE = (
+    "Your last answer was cut off at the output token limit (max_tokens) before it ended, so "
+    "it was graded incomplete: write a complete answer that is shorter.")
+"""What the revision turn tells a worker whose answer stopped at its output token limit."""
 
 BEST_ATTEMPT_NAME = "rubric_best_attempt"
 """Name of the message ``return_best`` appends (the best attempt's answer)."""
@@ -79,7 +89,8 @@ def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
     """The feedback turn that sends a failing evaluation back to the agent.
 
     It lists the failing criteria with their gaps, the passing ones to keep, the criteria the
-    last revision broke (``regressed``), says so when the answer did not change (``stalled``),
+    last revision broke (``regressed``), says so when the answer did not change (``stalled``)
+    or was cut at the worker's output token limit (``answer_cut``),
     and, for an unverified pass, names the criteria the grader never checked as a verification
     gap rather than a defect: it does not ask the agent to keep passes nobody verified.
     """
@@ -92,6 +103,8 @@ def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
         "The grader checked your last answer against the rubric and it needs revision.",
         f"Grader's summary: {evaluation['explanation']}",
     ]
+    if evaluation.get("answer_cut"):
+        parts.append(ANSWER_CUT_NOTE)
     if evaluation.get("stalled"):
         parts.append("Your answer did not change from the previous attempt, so the same "
                      "criteria still fail: change the answer where the gaps below say.")
@@ -216,6 +229,14 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             the request and the latest attempt as usual. The agent's state is not changed. A
             rewrite that raises, or returns anything but a list of messages, ends the pass
             as ``grader_error``, its explanation naming the exception.
+        force_tools: Each pass calls every evidence tool once, each call forced, before the
+            verdict (for small models that never choose a tool). Off by default: the grader
+            chooses. Either way the verdict call is forced once the evidence is in
+            (`rubric_core.grader.verdict`).
+
+    The grader's verdict tool is built per rubric, with every criterion by name, and the
+    verdict call is forced where the provider allows it; the way that worked is kept for the
+    grader's later passes (`rubric_core.grader.verdict.VerdictMode`).
 
     """
 
@@ -236,6 +257,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         return_best: bool = False,
         prepare_messages_for_grader: Callable[[list[AnyMessage]], list[AnyMessage]]
         | None = None,
+        force_tools: bool = False,
     ) -> None:
         super().__init__()
         if not model:
@@ -274,6 +296,10 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         if prepare_messages_for_grader is not None and not callable(prepare_messages_for_grader):
             msg = "prepare_messages_for_grader must be callable"
             raise TypeError(msg)
+        if not isinstance(force_tools, bool):
+            msg = "force_tools must be True or False"
+            raise TypeError(msg)
+        self.force_tools = force_tools
         self._prepare_messages = prepare_messages_for_grader
         self.grader_repeats = grader_repeats
         self.consensus: Consensus = consensus
@@ -285,7 +311,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         self._on_evaluation = on_evaluation
         self._max_retries = max_retries
         self._retry_backoff_s = retry_backoff_s
-        self._bound: Any = None
+        self._grader: BaseChatModel | None = None
+        # How the verdict call was forced on the last pass: where the next one starts.
+        self._verdict_mode: VerdictMode | None = None
         # Verdicts whose on_evaluation raised an interrupt: replayed when the node re-runs on
         # resume, so a person reviewing a verdict does not cause a second grader call.
         self._awaiting_review: dict[tuple[str, int], RubricEvaluation] = {}
@@ -332,15 +360,15 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             state.get("_rubric_status") not in TERMINAL_STATUSES
         )
 
-    def _bound_grader(self) -> Any:
-        if self._bound is None:
+    def _grader_model(self) -> BaseChatModel:
+        if self._grader is None:
             model = self._model_spec
             if isinstance(model, str):
                 from rubric_core.models import resolve_model  # lazy: providers import slowly
 
                 model = resolve_model(model)
-            self._bound = bind_grader(model, self._grader_tools)
-        return self._bound
+            self._grader = model
+        return self._grader
 
     def _grader_transcript(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
         """The conversation the grader is shown: the agent's, or what the rewrite returns."""
@@ -358,7 +386,8 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         msg = f"prepare_messages_for_grader must return a list of LangChain messages, got {got}"
         raise TypeError(msg)
 
-    def _steps(self, transcript: list[AnyMessage], criteria: list[str]) -> Any:
+    def _steps(self, transcript: list[AnyMessage], criteria: list[str],
+               binding: GraderBinding) -> Any:
         messages = build_grader_messages(transcript, criteria, system_prompt=self._system_prompt)
         return grade_steps(
             messages,
@@ -366,29 +395,34 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             self._grader_tools,
             max_retries=self._max_retries,
             backoff_s=self._retry_backoff_s,
+            modes=binding.ladder(self._verdict_mode),
+            force_tools=self.force_tools,
         )
+
+    def _graded(self, outcomes: list[GradeOutcome], criteria: list[str]
+                ) -> GradeOutcome | Combined:
+        self._verdict_mode = outcomes[-1].mode
+        return outcomes[0] if len(outcomes) == 1 else combine(outcomes, criteria, self.consensus)
 
     def _grade_sync(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
         transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
-        if self.grader_repeats == 1:
-            return drive_sync(self._steps(transcript, criteria), self._bound_grader())
-        outcomes = [drive_sync(self._steps(transcript, criteria), self._bound_grader())
+        binding = bind_grader(self._grader_model(), self._grader_tools, criteria)
+        outcomes = [drive_sync(self._steps(transcript, criteria, binding), binding)
                     for _ in range(self.grader_repeats)]
-        return combine(outcomes, criteria, self.consensus)
+        return self._graded(outcomes, criteria)
 
     async def _grade_async(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
         transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
-        if self.grader_repeats == 1:
-            return await drive_async(self._steps(transcript, criteria), self._bound_grader())
-        if REPEATS_IN_SEQUENCE.get():
-            outcomes = [await drive_async(self._steps(transcript, criteria), self._bound_grader())
+        binding = bind_grader(self._grader_model(), self._grader_tools, criteria)
+        if self.grader_repeats == 1 or REPEATS_IN_SEQUENCE.get():
+            outcomes = [await drive_async(self._steps(transcript, criteria, binding), binding)
                         for _ in range(self.grader_repeats)]
-            return combine(outcomes, criteria, self.consensus)
+            return self._graded(outcomes, criteria)
         outcomes = await asyncio.gather(*(
-            drive_async(self._steps(transcript, criteria), self._bound_grader())
+            drive_async(self._steps(transcript, criteria, binding), binding)
             for _ in range(self.grader_repeats)
         ))
-        return combine(outcomes, criteria, self.consensus)
+        return self._graded(list(outcomes), criteria)
 
     def _evaluation(
         self,
@@ -415,6 +449,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             result = "grader_error"
             explanation = f"{type(outcome).__name__}: {outcome}"
             verdicts = []
+            if (failure := grader_failure(outcome)) is not None:  # what its calls cost
+                tokens = (failure.input_tokens, failure.output_tokens,
+                          failure.cached_input_tokens)
         else:
             result = outcome.response.result
             explanation = outcome.response.explanation
@@ -447,6 +484,11 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         }
         if unknown:
             evaluation["unknown_criteria"] = unknown
+        if isinstance(outcome, GradeOutcome):
+            evaluation["verdict_mode"] = outcome.mode
+        final = state["messages"][-1] if state["messages"] else None
+        if isinstance(final, AIMessage) and was_cut(final):
+            evaluation["answer_cut"] = True
         if combined is not None:
             for verdict in verdicts:
                 if verdict["name"] in combined.agreement:

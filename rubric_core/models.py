@@ -190,6 +190,44 @@ def resolve_model(
     return _init_provider(provider, model_id, api_key, timeout_s, **kwargs)
 
 
+OUTPUT_LIMIT_FIELDS = {"ChatOllama": "num_predict", "ChatGoogleGenerativeAI": "max_output_tokens"}
+"""Chat model classes whose output token limit is not their ``max_tokens`` field."""
+
+
+def limit_output(model: BaseChatModel, max_tokens: int | None, *, default: int | None = None
+                 ) -> BaseChatModel:
+    """``model`` with its replies stopped at ``max_tokens`` output tokens.
+
+    Args:
+        model: A chat model (a ``hybrid:`` grader's LLM is limited inside it).
+        max_tokens: The limit; None: ``default`` for a model on an OpenAI-compatible base URL
+            (a local server, whose small model may never stop) built without a limit of its
+            own, and the provider's own limit for every other model.
+        default: The limit a base-URL model gets when ``max_tokens`` is None.
+
+    Returns:
+        A copy with the limit set (its clients shared), or ``model`` itself when nothing is
+        to be set or the model has no output limit (the offline models).
+
+    """
+    from rubric_core.endpoint import class_names, is_openai_compatible
+    from rubric_core.offline.graders import HybridGrader
+
+    if isinstance(model, HybridGrader):
+        inner = limit_output(model.llm, max_tokens, default=default)
+        return model if inner is model.llm else model.model_copy(update={"llm": inner})
+    names = class_names(model)
+    field = next((f for c, f in OUTPUT_LIMIT_FIELDS.items() if c in names), "max_tokens")
+    if field not in type(model).model_fields:
+        return model
+    if max_tokens is None:  # the default never replaces a limit the model was built with
+        own = getattr(model, field, None) is not None
+        max_tokens = default if is_openai_compatible(model) and not own else None
+    if max_tokens is None or getattr(model, field, None) == max_tokens:
+        return model
+    return model.model_copy(update={field: max_tokens})
+
+
 def model_resolver(
     *,
     api_key: str | None = None,

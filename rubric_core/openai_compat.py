@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 from langchain_openai import ChatOpenAI
 from typing_extensions import override
 
+from rubric_core.endpoint import OPENAI_HOSTS, model_host
+
 if TYPE_CHECKING:
     from langchain_core.language_models import LanguageModelInput
-
-OPENAI_HOSTS = ("api.openai.com",)
-"""Hosts that take ``max_completion_tokens`` (and need it for reasoning models)."""
 
 
 def _text_only(parts: list[Any]) -> bool:
@@ -76,6 +75,4 @@ class CompatibleChatOpenAI(ChatOpenAI):
     @property
     def host(self) -> str | None:
         """The host the client sends to (None before the client exists)."""
-        base_url = getattr(self.root_client, "base_url", None)
-        host = getattr(base_url, "host", None)
-        return host if isinstance(host, str) else None
+        return model_host(self)

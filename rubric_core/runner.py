@@ -27,11 +27,13 @@ from typing_extensions import TypedDict
 from rubric_core.calls import attach, close_log, open_log
 from rubric_core.grader import message_text
 from rubric_core.middleware import RubricMiddleware
-from rubric_core.models import resolve_model
+from rubric_core.models import limit_output, resolve_model
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.settings import validate_judging, validate_run_text
 from rubric_core.store import is_unavailable
 from rubric_core.types import (
+    DEFAULT_GRADER_MAX_TOKENS,
+    DEFAULT_WORKER_MAX_TOKENS,
     MAX_ITERATIONS,
     TERMINAL_STATUSES,
     ModelCallRecord,
@@ -150,6 +152,14 @@ class RunSpec:
     grader_repeats: int = 1
     consensus: Consensus = "majority"
     return_best: bool = False
+    worker_max_tokens: int | None = None
+    """The worker's output token limit (`rubric_core.models.limit_output`; None: the default
+    for the model)."""
+    grader_max_tokens: int | None = None
+    """The grader's output token limit, likewise."""
+    force_grader_tools: bool = False
+    """The grader calls each evidence tool once, forced, before its verdict
+    (`RubricMiddleware` ``force_tools``)."""
     watch_worker: bool = True
     """Stream the worker's answers as `WorkerToken` / `WorkerMessage` events (LangGraph's v3
     event stream). False, for runs nobody watches (experiment cells): only the graph's custom
@@ -202,7 +212,8 @@ def _agent_key(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> tuple[An
     return (id(run.worker), id(run.grader), run.worker_system_prompt,
             run.grader_system_prompt, tuple(id(t) for t in run.grader_tools),
             run.max_iterations, run.max_retries, run.base_url, run.api_key, run.token_delay_s,
-            run.grader_repeats, run.consensus, run.return_best, id(checkpointer))
+            run.grader_repeats, run.consensus, run.return_best, run.worker_max_tokens,
+            run.grader_max_tokens, run.force_grader_tools, id(checkpointer))
 
 
 def build_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
@@ -230,10 +241,10 @@ def build_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
 
 
 def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
-    grader: str | BaseChatModel = run.grader
-    if isinstance(grader, str):
-        grader = _model(grader, run)
-    worker = _model(run.worker, run)
+    grader = limit_output(_model(run.grader, run), run.grader_max_tokens,
+                          default=DEFAULT_GRADER_MAX_TOKENS)
+    worker = limit_output(_model(run.worker, run), run.worker_max_tokens,
+                          default=DEFAULT_WORKER_MAX_TOKENS)
     for model in (worker, grader):
         attach(model)  # call traces (rubric_core.calls): records only on traced threads
     middleware = RubricMiddleware(
@@ -245,6 +256,7 @@ def _compile_agent(run: RunSpec, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         grader_repeats=run.grader_repeats,
         consensus=run.consensus,
         return_best=run.return_best,
+        force_tools=run.force_grader_tools,
     )
     return create_agent(
         model=worker,

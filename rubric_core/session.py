@@ -132,7 +132,9 @@ def build_spec(settings: RunSettings, models: ModelResolver | None = None) -> Ru
         max_iterations=settings.max_iterations, base_url=settings.base_url,
         grader_repeats=settings.grader_repeats,
         consensus=cast("Consensus", settings.consensus),  # checked by settings.validate()
-        return_best=settings.return_best,
+        return_best=settings.return_best, worker_max_tokens=settings.worker_max_tokens,
+        grader_max_tokens=settings.grader_max_tokens,
+        force_grader_tools=settings.force_grader_tools,
     )
     spec.validate()
     return spec
@@ -386,15 +388,20 @@ def resumed_settings(
     base_url: str | None = None,
     worker_model: str | None = None,
     grader_model: str | None = None,
+    worker_max_tokens: int | None = None,
+    grader_max_tokens: int | None = None,
 ) -> RunSettings | None:
     """A stored run's settings with the endpoint or models a resume changes; None: unchanged.
 
-    A run that ended on "Connection error" can only be finished against another server: a
-    resume may change where it is sent and by which models, never what it asks or how it is
-    judged. None keeps a value; an empty ``base_url`` means the provider's own endpoint.
+    A run that ended on "Connection error" can only be finished against another server, and
+    one whose replies were cut at their output token limit with a higher one: a resume may
+    change where it is sent, by which models and how long their replies may be, never what it
+    asks or how it is judged. None keeps a value; an empty ``base_url`` means the provider's
+    own endpoint.
 
     Raises:
-        ValueError: The changed settings cannot run (a blank model, a URL with a password).
+        ValueError: The changed settings cannot run (a blank model, a URL with a password, a
+            token limit out of range).
 
     """
     changes: dict[str, Any] = {}
@@ -403,6 +410,10 @@ def resumed_settings(
     for field, value in (("worker_model", worker_model), ("grader_model", grader_model)):
         if value is not None and value.strip() != getattr(settings, field):
             changes[field] = value.strip()
+    for field, limit in (("worker_max_tokens", worker_max_tokens),
+                         ("grader_max_tokens", grader_max_tokens)):
+        if limit is not None and limit != getattr(settings, field):
+            changes[field] = limit
     if not changes:
         return None
     changed = settings.replace(**changes)
@@ -429,10 +440,13 @@ def resume(
     worker_model: str | None = None,
     grader_model: str | None = None,
     watch: bool = True,
+    worker_max_tokens: int | None = None,
+    grader_max_tokens: int | None = None,
 ) -> Session:
     """Continue a stored run on its thread with the settings it was started with.
 
-    The endpoint and the models may change (`resumed_settings`): the change is recorded in
+    The endpoint, the models and their output token limits may change (`resumed_settings`):
+    the change is recorded in
     the run's settings when the resume takes the run, so Review, export and a later Resume
     see where it was finished. Keys are never stored: ``models`` carries them.
 
@@ -446,6 +460,8 @@ def resume(
         worker_model: Continue with this worker model.
         grader_model: Continue with this grader model.
         watch: As for `start`.
+        worker_max_tokens: Continue with this output token limit for the worker.
+        grader_max_tokens: Continue with this output token limit for the grader.
 
     Raises:
         KeyError: No such run.
@@ -456,7 +472,8 @@ def resume(
     """
     record = _resumable(store, run_id, store.get_run(run_id))
     changed = resumed_settings(record.settings, base_url=base_url, worker_model=worker_model,
-                               grader_model=grader_model)
+                               grader_model=grader_model, worker_max_tokens=worker_max_tokens,
+                               grader_max_tokens=grader_max_tokens)
     record, spec = _resumed(record, models, changed, watch=watch)
     return Session(store, record, spec, resume=True, owner=new_owner(),
                    changed=changed is not None)

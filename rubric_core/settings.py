@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from rubric_core.redact import redact, redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
-from rubric_core.types import CONSENSUS_MODES, MAX_GRADER_REPEATS, MAX_ITERATIONS
+from rubric_core.types import (
+    CONSENSUS_MODES,
+    DEFAULT_GRADER_MAX_TOKENS,
+    DEFAULT_WORKER_MAX_TOKENS,
+    MAX_GRADER_REPEATS,
+    MAX_ITERATIONS,
+    MAX_OUTPUT_TOKENS,
+)
 
 if TYPE_CHECKING:
     from rubric_core.datasets import DatasetRow
@@ -85,6 +92,30 @@ def validate_judging(grader_repeats: int, consensus: str) -> None:
         raise ValueError(msg)
 
 
+MAX_TOKENS_FIELDS = ("worker_max_tokens", "grader_max_tokens")
+"""The output token limits a run or a configuration sets (None: the default for the model)."""
+
+
+def check_max_tokens(name: str, value: object) -> None:
+    """An output token limit: None (the model's default) or a whole number of tokens.
+
+    Raises:
+        TypeError: Not None and not a whole number.
+        ValueError: Below 1 or above ``MAX_OUTPUT_TOKENS``.
+
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name} must be a whole number of tokens or None, got {type(value).__name__}"
+        raise TypeError(msg)
+    if not 1 <= value <= MAX_OUTPUT_TOKENS:
+        msg = (f"{name} must be from 1 to {MAX_OUTPUT_TOKENS:,} tokens, got {value} (None: "
+               f"{DEFAULT_WORKER_MAX_TOKENS:,} for a worker and {DEFAULT_GRADER_MAX_TOKENS:,} "
+               "for a grader on a base URL, the provider's own limit for other models)")
+        raise ValueError(msg)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunSettings:
     """Everything that describes one run; JSON-round-tripping, never a credential.
@@ -123,9 +154,27 @@ class RunSettings:
     """How repeats combine: ``majority`` (a tie fails) or ``unanimous``."""
     return_best: bool = False
     """At the cap, end with the best attempt's answer instead of the last one."""
+    worker_max_tokens: int | None = None
+    """The worker's output token limit per reply; None: `DEFAULT_WORKER_MAX_TOKENS` for a
+    model on a base URL, the provider's own limit for others (`rubric_core.models.
+    limit_output`). A reply cut at it is recorded as such (``answer_cut``)."""
+    grader_max_tokens: int | None = None
+    """The grader's output token limit per reply; None: `DEFAULT_GRADER_MAX_TOKENS` for a
+    model on a base URL, the provider's own limit for others."""
+    force_grader_tools: bool = False
+    """The grader calls each of its tools once, each call forced, before its verdict (for
+    small models that never choose a tool; `RubricMiddleware` ``force_tools``)."""
 
     def __post_init__(self) -> None:
         _check_judging_types(self.grader_repeats, self.consensus, self.return_best)
+        if not isinstance(self.force_grader_tools, bool):
+            msg = f"force_grader_tools must be true or false, got {self.force_grader_tools!r}"
+            raise TypeError(msg)
+        for name in MAX_TOKENS_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                msg = f"{name} must be a whole number of tokens or None, got {value!r}"
+                raise TypeError(msg)
         for name in _TEXT_FIELDS:
             if not isinstance(getattr(self, name), str):
                 msg = f"{name} must be a string, got {type(getattr(self, name)).__name__}"
@@ -163,11 +212,14 @@ class RunSettings:
 
         Raises:
             ValueError: Empty prompt or rubric, a bad rubric, a bad iteration cap, a model
-                left blank, or grader repeats or a consensus mode the middleware refuses.
+                left blank, grader repeats or a consensus mode the middleware refuses, or an
+                output token limit out of range.
 
         """
         validate_run_text(self.prompt, self.rubric, self.max_iterations)
         validate_judging(self.grader_repeats, self.consensus)
+        for name in MAX_TOKENS_FIELDS:
+            check_max_tokens(name, getattr(self, name))
         if not self.worker_model.strip() or not self.grader_model.strip():
             msg = "worker_model and grader_model must name a model, e.g. 'openai:gpt-4o-mini'"
             raise ValueError(msg)
@@ -283,6 +335,7 @@ ASSIGNMENT_KEYS = {
     "system": "worker_system_prompt", "tools": "grader_tools", "cap": "max_iterations",
     "max_iterations": "max_iterations", "label": "label", "base_url": "base_url",
     "grader_repeats": "grader_repeats", "consensus": "consensus", "return_best": "return_best",
+    "max_tokens": "worker_max_tokens", "grader_max_tokens": "grader_max_tokens",
 }
 """The keys `ExperimentConfig.from_assignments` reads, by the field each one sets."""
 
@@ -346,6 +399,10 @@ class ExperimentConfig:
     """How repeats combine (`RunSettings.consensus`)."""
     return_best: bool = False
     """At the cap, end with the best attempt (`RunSettings.return_best`)."""
+    worker_max_tokens: int | None = None
+    """The worker's output token limit (`RunSettings.worker_max_tokens`)."""
+    grader_max_tokens: int | None = None
+    """The grader's output token limit (`RunSettings.grader_max_tokens`)."""
 
     def __post_init__(self) -> None:
         _check_judging_types(self.grader_repeats, self.consensus, self.return_best)
@@ -389,7 +446,8 @@ class ExperimentConfig:
             worker_system_prompt=self.worker_system_prompt, grader_tools=self.grader_tools,
             max_iterations=self.max_iterations, dataset_row=record,
             grader_repeats=self.grader_repeats, consensus=self.consensus,
-            return_best=self.return_best,
+            return_best=self.return_best, worker_max_tokens=self.worker_max_tokens,
+            grader_max_tokens=self.grader_max_tokens,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -416,7 +474,8 @@ class ExperimentConfig:
         """A configuration written as ``worker=M,grader=G,cap=3,...`` (the CLI's ``--config``).
 
         Keys are those of `ASSIGNMENT_KEYS`; ``tools`` takes names joined by ``+``, ``cap``
-        and ``grader_repeats`` whole numbers, ``return_best`` yes/no (true/false, 1/0,
+        and ``grader_repeats`` whole numbers, ``max_tokens`` and ``grader_max_tokens`` whole
+        numbers of tokens (0: the model's default), ``return_best`` yes/no (true/false, 1/0,
         on/off). Ranges are checked where every configuration's are, by `RunSettings.validate`
         (`rubric_core.experiments.create_experiment` calls it).
 
@@ -443,12 +502,14 @@ class ExperimentConfig:
                 values[field] = read_text(value, key) if read_text else value
             elif field == "grader_tools":
                 values[field] = tuple(t for t in value.split("+") if t)
-            elif field in ("max_iterations", "grader_repeats"):
+            elif field in ("max_iterations", "grader_repeats", *MAX_TOKENS_FIELDS):
                 try:
                     values[field] = int(value)
                 except ValueError:
                     msg = f"{text!r}: {key} must be a whole number"
                     raise ConfigSyntaxError(msg) from None
+                if field in MAX_TOKENS_FIELDS:
+                    values[field] = values[field] or None  # 0: the model's default
             elif field == "return_best":
                 if value.lower() not in _YES | _NO:
                     msg = f"{text!r}: return_best must be yes or no"

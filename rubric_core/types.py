@@ -98,6 +98,19 @@ it is (`rubric_core.grader.steps.CallModel.attempt`). A first try carries none."
 MAX_ITERATIONS = 50
 """The hard ceiling on ``max_iterations``: a grader that never passes still stops."""
 
+DEFAULT_WORKER_MAX_TOKENS = 2_048
+"""The worker's output token limit for a model on a base URL (a local server), when a run
+sets none: a small model may never stop (one rambled past 3,800 tokens into a timeout). Models
+of hosted providers keep the provider's own limit unless one is set (`rubric_core.models.
+limit_output`): reasoning models spend thousands of tokens before they answer."""
+
+DEFAULT_GRADER_MAX_TOKENS = 2_048
+"""The grader's output token limit for a model on a base URL, when none is set (its verdict
+strings are bounded there too: `rubric_core.grader.verdict`)."""
+
+MAX_OUTPUT_TOKENS = 1_000_000
+"""The largest output token limit accepted for a worker or a grader."""
+
 LABEL_NOTE_CHAR_LIMIT = 2_000
 """The most characters a label's note may hold: the app refuses a longer one before the store,
 and the store refuses it too (Align also cuts what it sends of each note)."""
@@ -310,6 +323,13 @@ class RubricEvaluation(TypedDict):
     """Criteria that passed on the previous pass of this grading run and fail now."""
     stalled: NotRequired[bool]
     """True when the answer is the previous attempt's, unchanged (whitespace aside)."""
+    verdict_mode: NotRequired[str]
+    """How the grader was made to give its verdict (`rubric_core.grader.VerdictMode`:
+    ``tool_choice``, ``json_schema`` or ``prompt``); absent after a ``grader_error`` and from
+    evaluations recorded before it was kept."""
+    answer_cut: NotRequired[bool]
+    """True when the graded answer stopped at the worker's output token limit
+    (``finish_reason: length``): it is incomplete, and the revision turn says so."""
 
 
 class EvaluationStartEvent(TypedDict):

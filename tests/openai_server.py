@@ -52,6 +52,8 @@ class Text:
 
     content: str
     """The message text."""
+    finish_reason: str = "stop"
+    """Why the reply ended: ``length`` for one cut at the request's output token limit."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,13 @@ class ToolCall:
 
     name: str
     """The function name."""
-    args: dict[str, Any]
-    """The function arguments; sent JSON-encoded as OpenAI does."""
+    args: dict[str, Any] | str
+    """The function arguments; sent JSON-encoded as OpenAI does (a string: sent as it is,
+    e.g. arguments cut short)."""
     call_id: str | None = None
     """The tool call id; a fresh ``call_...`` id when not given."""
+    finish_reason: str = "tool_calls"
+    """Why the reply ended: ``length`` for one cut at the request's output token limit."""
 
 
 @dataclass(frozen=True)
@@ -107,14 +112,15 @@ Responder = Callable[[dict[str, Any]], Reply]
 """Computes a reply from the request body, for use as `FakeOpenAI.default`."""
 
 
-def text(content: str) -> Text:
-    """Script an assistant text reply."""
-    return Text(content)
+def text(content: str, *, finish_reason: str = "stop") -> Text:
+    """Script an assistant text reply (``finish_reason="length"``: one cut short)."""
+    return Text(content, finish_reason)
 
 
-def tool_call(name: str, args: dict[str, Any], *, call_id: str | None = None) -> ToolCall:
-    """Script an assistant reply that calls tool ``name`` with ``args``."""
-    return ToolCall(name, dict(args), call_id)
+def tool_call(name: str, args: dict[str, Any] | str, *, call_id: str | None = None,
+              finish_reason: str = "tool_calls") -> ToolCall:
+    """Script an assistant reply that calls tool ``name`` with ``args`` (a string: raw)."""
+    return ToolCall(name, args if isinstance(args, str) else dict(args), call_id, finish_reason)
 
 
 def verdict(
@@ -182,6 +188,10 @@ def _usage(body: dict[str, Any], completion: str) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def _arguments(reply: ToolCall) -> str:
+    return reply.args if isinstance(reply.args, str) else json.dumps(reply.args)
 
 
 def _pieces(value: str) -> list[str]:
@@ -444,9 +454,9 @@ class FakeOpenAI:
         message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
         if isinstance(reply, Text):
             message["content"] = reply.content
-            finish, produced = "stop", reply.content
+            finish, produced = reply.finish_reason, reply.content
         else:
-            arguments = json.dumps(reply.args)
+            arguments = _arguments(reply)
             message["tool_calls"] = [
                 {
                     "id": self._call_id(reply),
@@ -454,7 +464,7 @@ class FakeOpenAI:
                     "function": {"name": reply.name, "arguments": arguments},
                 }
             ]
-            finish, produced = "tool_calls", reply.name + arguments
+            finish, produced = reply.finish_reason, reply.name + arguments
         return {
             **self._envelope(body, "chat.completion", self._new_id()),
             "choices": [
@@ -478,10 +488,10 @@ class FakeOpenAI:
         if isinstance(reply, Text):
             events = [chunk({"role": "assistant", "content": "", "refusal": None})]
             events += [chunk({"content": piece}) for piece in _pieces(reply.content)]
-            events.append(chunk({}, "stop"))
+            events.append(chunk({}, reply.finish_reason))
             produced = reply.content
         else:
-            arguments = json.dumps(reply.args)
+            arguments = _arguments(reply)
             head = {
                 "index": 0,
                 "id": self._call_id(reply),
@@ -493,7 +503,7 @@ class FakeOpenAI:
                 chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
                 for piece in _pieces(arguments)
             ]
-            events.append(chunk({}, "tool_calls"))
+            events.append(chunk({}, reply.finish_reason))
             produced = reply.name + arguments
         if include_usage:
             events.append({**envelope, "choices": [], "usage": _usage(body, produced)})

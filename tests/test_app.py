@@ -1179,6 +1179,17 @@ def test_the_sidebars_judging_options_reach_the_run(app: AppTest) -> None:
     assert {ev.get("repeats") for ev in store.evaluations(run.run_id)} == {3}
 
 
+def test_the_sidebars_output_limits_reach_the_run(app: AppTest) -> None:
+    load_example(app, "haiku")
+    assert app.sidebar.number_input(key="worker_max_tokens").value == 0  # the model's default
+    app.sidebar.number_input(key="worker_max_tokens").set_value(512).run()
+    app.sidebar.number_input(key="grader_max_tokens").set_value(256).run()
+    store = run_loop(app)
+    run = store.get_run(app.session_state["last_run_id"])
+    assert run is not None and run.status == "satisfied"
+    assert (run.settings.worker_max_tokens, run.settings.grader_max_tokens) == (512, 256)
+
+
 def test_an_experiment_configuration_carries_its_judging_options(app: AppTest,
                                                                  db_path: Path) -> None:
     goto(app, "experiments")

@@ -813,8 +813,12 @@ PUBLIC_NAMES = [
     "raw_reply_text", "retry_after_s", "shorten", "verdict_args",
 ]
 """Every public name rubric_core.grader had when it was one module; callers import them."""
-ADDED_NAMES = ["GraderMessageSplit", "cache_hints", "grader_system_prompt", "split_grader_message"]
-"""Public names added since: the cacheable prompt layout and its provider hints."""
+ADDED_NAMES = ["GraderMessageSplit", "cache_hints", "grader_system_prompt", "split_grader_message",
+               "CUT_FINISH_REASONS", "VERDICT_MODES", "GraderBinding", "VerdictMode",
+               "forced_reply", "keyed_verdict", "refused", "verdict_modes", "verdict_schema",
+               "verdict_tool", "was_cut"]
+"""Public names added since: the cacheable prompt layout and its provider hints; the verdict
+schema built per rubric and the forced verdict call."""
 
 
 def test_the_package_keeps_every_public_name_of_the_old_module() -> None:

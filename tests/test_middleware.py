@@ -323,7 +323,8 @@ def test_grader_uses_evidence_tools() -> None:
     assert state(agent)["_rubric_status"] == "satisfied"
     result = grader.calls[1][-1]
     assert isinstance(result, ToolMessage) and result.content == "3"
-    names = [getattr(t, "name", getattr(t, "__name__", None)) for t in grader.bound_tools]
+    names = [t["function"]["name"] if isinstance(t, dict) else t.name
+             for t in grader.bound_tools]
     assert names == ["count_words", "GraderResponse"]
 
 

@@ -289,6 +289,7 @@ from rubric_core.app_support.settings import (
     demo_pacing,
     env_token_delay,
     judging_from_widgets,
+    max_tokens_from_widgets,
     model_label,
     model_options,
     model_problem,
@@ -318,6 +319,11 @@ from rubric_core.app_support.viewer import (
     styled,
 )
 from rubric_core.consensus import CONSENSUS_MODES, MAX_GRADER_REPEATS
+from rubric_core.types import (
+    DEFAULT_GRADER_MAX_TOKENS,
+    DEFAULT_WORKER_MAX_TOKENS,
+    MAX_OUTPUT_TOKENS,
+)
 
 __all__ = [
     "ACTIVE_REGRADES",
@@ -327,7 +333,9 @@ __all__ = [
     "CHART_MEASURES",
     "CONSENSUS_MODES",
     "CORRECT_CHOICES",
+    "DEFAULT_GRADER_MAX_TOKENS",
     "DEFAULT_TOKEN_DELAY_S",
+    "DEFAULT_WORKER_MAX_TOKENS",
     "DRAFT_KEYS",
     "FORM_DEFAULTS",
     "HEATMAP_COLORS",
@@ -344,6 +352,7 @@ __all__ = [
     "MAX_GRADER_REPEATS",
     "MAX_ITERATIONS",
     "MAX_LAB_CONFIGS",
+    "MAX_OUTPUT_TOKENS",
     "MAX_RATE_CELLS",
     "MAX_REPEATS",
     "MIN_ITERATIONS",
@@ -503,6 +512,7 @@ __all__ = [
     "live_experiment",
     "load_example_into",
     "load_library_rubric",
+    "max_tokens_from_widgets",
     "model_label",
     "model_limits_editor_key",
     "model_limits_frame",

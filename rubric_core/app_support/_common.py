@@ -44,6 +44,8 @@ FORM_DEFAULTS: dict[str, Any] = {
     "grader_repeats": 1,
     "consensus": "majority",
     "return_best": False,
+    "worker_max_tokens": 0,
+    "grader_max_tokens": 0,
     "pace_demo": True,
     "example_select": "haiku",
     "example_name": None,
@@ -89,8 +91,10 @@ def criterion_note(row: Mapping[str, Any], repeats: int | None) -> str:
 
 
 def pass_notes(evaluation: Mapping[str, Any]) -> str:
-    """What a pass's headline adds: an unchanged answer, criteria the repeats disagreed on."""
+    """What a pass's headline adds: a cut or unchanged answer, criteria repeats disagreed on."""
     notes = []
+    if evaluation.get("answer_cut"):
+        notes.append("answer cut off at the worker's max tokens (finish_reason: length)")
     if evaluation.get("stalled"):
         notes.append("answer unchanged from the previous pass")
     unstable = evaluation.get("unstable") or []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rubric_core.app_support._common import FORM_DEFAULTS
 from rubric_core.app_support.settings import check_max_iterations
 from rubric_core.store import StoreError
-from rubric_core.types import CONSENSUS_MODES, MAX_GRADER_REPEATS
+from rubric_core.types import CONSENSUS_MODES, MAX_GRADER_REPEATS, MAX_OUTPUT_TOKENS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
@@ -29,7 +29,7 @@ DRAFT_KEYS: tuple[str, ...] = (
     "prompt", "rubric_text", "worker_system_prompt", "grader_system_prompt", "grader_tools",
     "example_name", "rubric_name", "worker_model", "grader_model", "base_url",
     "max_iterations", "grader_repeats", "consensus", "return_best", "pace_demo",
-    "exp_budget",
+    "exp_budget", "worker_max_tokens", "grader_max_tokens",
 )
 """The session-state keys a draft keeps (never ``session_api_key`` or another secret).
 
@@ -85,6 +85,9 @@ def _valid(key: str, value: Any) -> bool:
         return value in CONSENSUS_MODES
     if key in ("return_best", "pace_demo"):
         return isinstance(value, bool)
+    if key in ("worker_max_tokens", "grader_max_tokens"):  # 0: the model's default
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and 0 <= value <= MAX_OUTPUT_TOKENS)
     if key == "exp_budget":  # the number field's own range: dollars from 0 (no budget) up
         return (isinstance(value, int | float) and not isinstance(value, bool)
                 and math.isfinite(value) and value >= 0)

@@ -24,6 +24,7 @@ from rubric_core.app_support.settings import (
     check_judging,
     check_max_iterations,
     judging_from_widgets,
+    max_tokens_from_widgets,
     model_problem,
 )
 from rubric_core.costs import experiment_cost
@@ -221,9 +222,14 @@ def keep_form(state: MutableMapping[str, Any]) -> None:
 
 
 def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
-    """The configuration blocks as `ExperimentConfig` values (the sidebar's base URL)."""
+    """The configuration blocks as `ExperimentConfig` values.
+
+    Each takes the sidebar's base URL and output token limits.
+    """
     count = int(state.get("exp_config_count") or 1)
     base_url = str(state.get("base_url") or "").strip() or None
+    limits = max_tokens_from_widgets(state.get("worker_max_tokens"),
+                                     state.get("grader_max_tokens"))
     rubric = str(state.get("exp_rubric") or "")
     out = []
     for index in range(min(max(count, 1), MAX_CONFIGS)):
@@ -236,7 +242,7 @@ def configs_from_state(state: Mapping[str, Any]) -> list[ExperimentConfig]:
             rubric=rubric, worker_system_prompt=str(get("system") or ""),
             grader_tools=tuple(get("tools") or ()),
             max_iterations=get("cap") or FORM_DEFAULTS["max_iterations"],
-            base_url=base_url, label=str(get("label") or ""),
+            base_url=base_url, label=str(get("label") or ""), **limits,
             **judging_from_widgets(get("repeats"), get("consensus"), get("best"))))
     return out
 

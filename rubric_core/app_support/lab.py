@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rubric_core.app_support._common import UiMessage
-from rubric_core.app_support.settings import model_problem
+from rubric_core.app_support.settings import max_tokens_from_widgets, model_problem
 from rubric_core.export import write_csv, write_json
 from rubric_core.lab import (
     BUNDLED_NAME,
@@ -280,8 +280,12 @@ def keep_lab_form(state: MutableMapping[str, Any]) -> None:
 def grader_configs_from_state(state: Mapping[str, Any], store: Store, *,
                        secrets: Mapping[str, Any],
                        session_key: str | None) -> tuple[list[GraderConfig], list[UiMessage]]:
-    """The configuration blocks as `GraderConfig` values, and what stops them (errors)."""
+    """The configuration blocks as `GraderConfig` values, and what stops them (errors).
+
+    Each takes the sidebar's base URL and grader output token limit.
+    """
     base_url = str(state.get("base_url") or "").strip() or None
+    limit = max_tokens_from_widgets(None, state.get("grader_max_tokens"))["grader_max_tokens"]
     configs: list[GraderConfig] = []
     problems: list[UiMessage] = []
     for i in range(min(int(state.get("lab_cfg_count") or 1), MAX_LAB_CONFIGS)):
@@ -300,7 +304,7 @@ def grader_configs_from_state(state: Mapping[str, Any], store: Store, *,
             rubric=text, grader_model=str(get("grader", "rules")).strip(), base_url=base_url,
             grader_repeats=int(get("repeats", 1)), consensus=str(get("consensus", "majority")),
             few_shot=bool(get("few_shot")), rubric_name=None if name == TYPED_RUBRIC else name,
-            rubric_version=None if name == TYPED_RUBRIC else version)
+            rubric_version=None if name == TYPED_RUBRIC else version, max_tokens=limit)
         try:
             config.validate()
         except ValueError as exc:

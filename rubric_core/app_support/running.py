@@ -23,6 +23,7 @@ from rubric_core.app_support.settings import (
     check_judging,
     check_max_iterations,
     judging_from_widgets,
+    max_tokens_from_widgets,
     model_key,
     model_problem,
     same_url,
@@ -67,6 +68,8 @@ def settings_from_state(state: Mapping[str, Any]) -> RunSettings:
         base_url=text("base_url").strip() or None,
         **judging_from_widgets(*(state.get(k, FORM_DEFAULTS[k])
                                  for k in ("grader_repeats", "consensus", "return_best"))),
+        **max_tokens_from_widgets(state.get("worker_max_tokens"),
+                                  state.get("grader_max_tokens")),
     )
 
 

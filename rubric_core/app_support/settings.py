@@ -117,6 +117,20 @@ def judging_from_widgets(repeats: object, consensus: object, best: object) -> di
             "return_best": best is True}
 
 
+def max_tokens_from_widgets(worker: object, grader: object) -> dict[str, Any]:
+    """The sidebar's output token limits as `RunSettings` fields (0 or not a number: None).
+
+    None is the model's default (`rubric_core.models.limit_output`); a number the settings
+    refuse (above `rubric_core.types.MAX_OUTPUT_TOKENS`) is passed on for them to report.
+    """
+    def limit(value: object) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return int(value) if float(value).is_integer() and value > 0 else None
+
+    return {"worker_max_tokens": limit(worker), "grader_max_tokens": limit(grader)}
+
+
 def check_judging(grader_repeats: int, consensus: str) -> str | None:
     """What is wrong with the verdict-stability options, said for the page; None when fine."""
     try:

@@ -123,6 +123,51 @@ def add_judging_arguments(parser: argparse.ArgumentParser, whose: str) -> None:
                         f"instead of the last one{whose}")
 
 
+def add_max_tokens_arguments(parser: argparse.ArgumentParser, whose: str,
+                             *, worker: bool = True) -> None:
+    """--max-tokens (the worker's) and --grader-max-tokens: output token limits per reply.
+
+    Args:
+        parser: The command's parser.
+        whose: Appended to the help texts (which configurations they apply to).
+        worker: Whether the command runs a worker (a re-grade has only a grader).
+
+    """
+    from rubric_core.types import DEFAULT_GRADER_MAX_TOKENS, DEFAULT_WORKER_MAX_TOKENS
+
+    cut = ("; a reply cut at it (finish_reason: length) is recorded as cut, and the revision "
+           "or the grader's correction asks for a shorter one")
+    if worker:
+        parser.add_argument(
+            "--max-tokens", type=int, default=None, metavar="N", dest="worker_max_tokens",
+            help=f"the worker's output token limit per reply{whose} (default: "
+            f"{DEFAULT_WORKER_MAX_TOKENS:,} for a model on a base URL, the provider's own "
+            f"for others; 0: that default){cut}")
+    parser.add_argument(
+        "--grader-max-tokens", type=int, default=None, metavar="N",
+        help=f"the grader's output token limit per reply{whose} (default: "
+        f"{DEFAULT_GRADER_MAX_TOKENS:,} for a model on a base URL, the provider's own for "
+        "others; 0: that default)")
+
+
+def max_tokens(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """The worker's and the grader's output token limits given (None: not given, or 0).
+
+    Raises:
+        UsageError: A negative limit.
+
+    """
+    limits: list[int | None] = []
+    for field, flag in (("worker_max_tokens", "--max-tokens"),
+                        ("grader_max_tokens", "--grader-max-tokens")):
+        value = getattr(args, field, None)
+        if value is not None and value < 0:
+            msg = f"{flag} must be a whole number of tokens (0: the model's default)"
+            raise UsageError(msg)
+        limits.append(value or None)
+    return limits[0], limits[1]
+
+
 def add_price_arguments(parser: argparse.ArgumentParser) -> None:
     """``--price MODEL=IN,CACHED,OUT`` (repeatable): a person's prices for the costs shown."""
     parser.add_argument(

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rubric_core.cli._common import (
     UsageError,
     add_judging_arguments,
+    add_max_tokens_arguments,
     add_price_arguments,
     check_output,
     judging,
+    max_tokens,
     prices_from,
     text_arg,
 )
@@ -63,11 +65,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-iterations", type=int, default=None,
         help="grader passes per cell for the --model configurations (default 3)")
     add_judging_arguments(parser, " (for the --model configurations)")
+    add_max_tokens_arguments(parser, " (for the --model configurations)")
     add("--config", action="append", default=[], metavar="KEY=VALUE,...",
         help="worker=M,grader=G[,rubric=@FILE][,system=@FILE][,tools=a+b][,cap=N]"
         "[,label=L][,base_url=URL][,grader_repeats=K][,consensus=unanimous]"
-        "[,return_best=yes]: a configuration in full; repeat for more. With "
-        "no --model and no --config: worker=demo,grader=rules")
+        "[,return_best=yes][,max_tokens=N][,grader_max_tokens=N]: a configuration in full; "
+        "repeat for more. With no --model and no --config: worker=demo,grader=rules")
     add("--repeats", type=int, default=1,
         help="run every row × configuration this many times (default 1), to see "
         "how stable the verdicts are")
@@ -326,6 +329,10 @@ def configurations(args: argparse.Namespace) -> list[ExperimentConfig]:
     if args.max_iterations is not None:
         shared["max_iterations"] = args.max_iterations
     shared.update(judging(args))
+    for field, limit in zip(("worker_max_tokens", "grader_max_tokens"), max_tokens(args),
+                            strict=True):
+        if limit is not None:
+            shared[field] = limit
     if args.model:
         configs = [ExperimentConfig(worker_model=m, **shared) for m in args.model]
     elif args.config and not shared:
@@ -386,10 +393,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(msg)
     if args.resume is not None and (
             args.dataset or args.config or args.model or args.grader
-            or args.max_iterations is not None or judging(args)):
+            or args.max_iterations is not None or judging(args) or any(max_tokens(args))):
         msg = ("--resume continues an experiment as it was created: drop --dataset, "
                "--model, --grader, --max-iterations, --grader-repeats, --consensus, "
-               "--return-best and --config")
+               "--return-best, --max-tokens, --grader-max-tokens and --config")
         raise UsageError(msg)
 
 

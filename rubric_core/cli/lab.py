@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rubric_core.cli._common import (
     UsageError,
+    add_max_tokens_arguments,
     add_price_arguments,
     check_output,
     existing_database,
+    max_tokens,
     prices_from,
     text_arg,
 )
@@ -86,6 +88,7 @@ def add_regrade_arguments(parser: argparse.ArgumentParser) -> None:
         help="how repeats combine (default majority; a tie fails)")
     add("--few-shot", action="store_true",
         help="add people's labelled verdicts as few-shot examples (never an answer's own)")
+    add_max_tokens_arguments(parser, "", worker=False)
     add("--concurrency", type=int, default=None, metavar="C",
         help="gradings (requests) at once (default 4)")
     add("--min-kappa", type=float, default=None, metavar="K",
@@ -187,7 +190,7 @@ def _configs(args: argparse.Namespace, store: Store) -> list[GraderConfig]:
             rubric=rubric, grader_model=args.grader, base_url=args.base_url,
             grader_system_prompt=system, grader_tools=tools, grader_repeats=args.repeats,
             consensus=args.consensus, few_shot=args.few_shot, rubric_name=name,
-            rubric_version=version))
+            rubric_version=version, max_tokens=max_tokens(args)[1]))
     return configs
 
 

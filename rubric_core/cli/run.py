@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rubric_core.cli._common import (
     UsageError,
     add_judging_arguments,
+    add_max_tokens_arguments,
     add_price_arguments,
     check_output,
     judging,
+    max_tokens,
     prices_from,
     text_arg,
 )
@@ -70,6 +72,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker system prompt, TEXT or @FILE")
     parser.add_argument("--max-iterations", type=int, default=None)
     add_judging_arguments(parser, "")
+    add_max_tokens_arguments(parser, " (with --resume: continue with it, recorded in the run's "
+                             "settings)")
+    parser.add_argument("--force-grader-tools", action="store_true",
+                        help="the grader calls each of its tools once, each call forced, "
+                        "before its verdict (for small models that never choose a tool)")
     parser.add_argument("--base-url", default=None,
                         help="OpenAI-compatible server URL (with --resume: continue the run on "
                         "this server, recorded in its settings)")
@@ -131,11 +138,14 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise UsageError(msg)
     if args.max_iterations is not None:
         max_iterations = args.max_iterations
+    worker_max_tokens, grader_max_tokens = max_tokens(args)
     settings = RunSettings(
         prompt=prompt, rubric=rubric, worker_model=args.model or "demo",
         grader_model=args.grader or "rules", base_url=args.base_url,
         worker_system_prompt=system or "", grader_tools=tools, max_iterations=max_iterations,
-        example_name=args.example, **judging(args),
+        example_name=args.example, force_grader_tools=args.force_grader_tools,
+        worker_max_tokens=worker_max_tokens, grader_max_tokens=grader_max_tokens,
+        **judging(args),
     )
     try:
         settings.validate()
@@ -174,6 +184,10 @@ def _print_event(event: RunEvent, out: TextIO, quiet: bool) -> None:
     elif event["type"] == "evaluation_finished":
         ev = event["evaluation"]
         flag = " (unverified)" if ev.get("unverified") else ""
+        if ev.get("answer_cut"):
+            lines.append("  (the answer was cut off at the worker's output token limit, "
+                         "finish_reason: length: graded as it stands; raise --max-tokens for "
+                         "longer answers)\n")
         lines.append(f"verdict: {ev['result']}{flag} — {ev['explanation']}\n")
         for row in criterion_rows(ev):
             if row["index"] is None:
@@ -220,8 +234,11 @@ def _run_recorded(args: argparse.Namespace, settings: RunSettings | None, out: T
                 raise UsageError(msg)
             _check_resume_arguments(args, record.settings)
             try:
+                worker_limit, grader_limit = max_tokens(args)
                 run = session.resume(store, record.run_id, base_url=args.base_url,
-                                     worker_model=args.model, grader_model=args.grader)
+                                     worker_model=args.model, grader_model=args.grader,
+                                     worker_max_tokens=worker_limit,
+                                     grader_max_tokens=grader_limit)
             except (KeyError, RuntimeError, ValueError) as exc:
                 raise UsageError(str(exc.args[0] if exc.args else exc)) from exc
         else:

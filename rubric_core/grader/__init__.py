@@ -5,7 +5,11 @@
   a message back (`parse_grader_payload`, `split_grader_message`);
 - `cache`: the provider prompt-cache hints the drivers add to each grader call (`cache_hints`);
 - `transcript`: message text, revision turns, the latest attempt, `shorten`;
-- `reply`: the verdict a reply carries (`verdict_args`) and the reply kept for the record;
+- `reply`: the verdict a reply carries (`verdict_args`), whether it obeyed a forced call
+  (`forced_reply`) or was cut at its output limit (`was_cut`), and the reply kept for the
+  record;
+- `verdict`: the verdict tool built per rubric (`verdict_schema`, `verdict_tool`) and how a
+  model is made to call it (`GraderBinding`, `bind_grader`, the `VerdictMode` ladder);
 - `criteria`: matching a verdict's criteria to the rubric's by name (`match_criteria`);
 - `failure`: the facts a failed pass attaches to its exception (`grader_failure`);
 - `steps`: one grading pass as a generator of steps (`grade_steps`) and the two tiny drivers
@@ -45,7 +49,16 @@ from rubric_core.grader.prompt import (
     parse_grader_payload,
     split_grader_message,
 )
-from rubric_core.grader.reply import VERDICT_TOOL, parse_text_verdict, raw_reply_text, verdict_args
+from rubric_core.grader.reply import (
+    CUT_FINISH_REASONS,
+    VERDICT_TOOL,
+    forced_reply,
+    keyed_verdict,
+    parse_text_verdict,
+    raw_reply_text,
+    verdict_args,
+    was_cut,
+)
 from rubric_core.grader.steps import (
     MAX_TOOL_ROUNDS,
     CallModel,
@@ -53,10 +66,10 @@ from rubric_core.grader.steps import (
     GradeOutcome,
     Sleep,
     Step,
-    bind_grader,
     drive_async,
     drive_sync,
     grade_steps,
+    refused,
 )
 from rubric_core.grader.transcript import (
     Attempt,
@@ -65,10 +78,20 @@ from rubric_core.grader.transcript import (
     message_text,
     shorten,
 )
+from rubric_core.grader.verdict import (
+    VERDICT_MODES,
+    GraderBinding,
+    VerdictMode,
+    bind_grader,
+    verdict_modes,
+    verdict_schema,
+    verdict_tool,
+)
 from rubric_core.http_retry import RETRY_AFTER_MAX_S, is_transient, retry_after_s
 
 __all__ = [
     "ANSWER_CHAR_LIMIT",
+    "CUT_FINISH_REASONS",
     "EXPLANATION_CHAR_LIMIT",
     "GAP_CHAR_LIMIT",
     "GRADER_SYSTEM_PROMPT",
@@ -78,6 +101,7 @@ __all__ = [
     "RETRY_AFTER_MAX_S",
     "TOOL_OUTPUT_CHAR_LIMIT",
     "UNKNOWN_NAMES_LIMIT",
+    "VERDICT_MODES",
     "VERDICT_TOOL",
     "WORK_MESSAGE_CHAR_LIMIT",
     "Attempt",
@@ -85,12 +109,14 @@ __all__ = [
     "CallTool",
     "CriteriaMatch",
     "GradeOutcome",
+    "GraderBinding",
     "GraderFailure",
     "GraderMessageSplit",
     "GraderOutputError",
     "GraderPayload",
     "Sleep",
     "Step",
+    "VerdictMode",
     "assign_answers",
     "bind_grader",
     "build_grader_messages",
@@ -98,11 +124,13 @@ __all__ = [
     "criterion_key",
     "drive_async",
     "drive_sync",
+    "forced_reply",
     "grade_steps",
     "grader_failure",
     "grader_system_prompt",
     "is_revision_turn",
     "is_transient",
+    "keyed_verdict",
     "latest_attempt",
     "match_criteria",
     "message_text",
@@ -110,8 +138,13 @@ __all__ = [
     "parse_grader_payload",
     "parse_text_verdict",
     "raw_reply_text",
+    "refused",
     "retry_after_s",
     "shorten",
     "split_grader_message",
     "verdict_args",
+    "verdict_modes",
+    "verdict_schema",
+    "verdict_tool",
+    "was_cut",
 ]

@@ -42,6 +42,12 @@ class GraderFailure:
     """Retries made after transient errors during the pass."""
     raw_reply: str | None = None
     """The unusable reply as received, capped at `RAW_REPLY_CHAR_LIMIT` characters."""
+    input_tokens: int | None = None
+    """Input tokens the pass's calls used before it failed (None: no usage reported)."""
+    output_tokens: int | None = None
+    """Output tokens the pass's calls used before it failed (None: no usage reported)."""
+    cached_input_tokens: int | None = None
+    """Of the input tokens, those read from the provider's prompt cache."""
 
     def render(self) -> str:
         """The exception message: its own text, the facts in parentheses, then the reply.

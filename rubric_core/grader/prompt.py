@@ -92,7 +92,8 @@ Call the GraderResponse tool exactly once with:
 and a revision could fix it; "failed" only when the rubric cannot be judged against this \
 request (contradictory, meaningless, or about something the transcript cannot show).
 - explanation: one or two sentences summarising the verdict.
-- criteria: [{name, passed, gap}] for every criterion.
+- criteria: every criterion, named by its exact text, with passed (true or false) and gap \
+(what is missing or wrong; required when it fails).
 </verdict>
 """
 """The built-in grader instructions; `RubricMiddleware(system_prompt=...)` replaces them.

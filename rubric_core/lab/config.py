@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rubric_core.rubric import normalize_name, parse_criteria, validate_rubric
-from rubric_core.settings import check_known_fields, validate_judging
+from rubric_core.settings import check_known_fields, check_max_tokens, validate_judging
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +51,9 @@ class GraderConfig:
     label_criteria: tuple[tuple[str, str], ...] = ()
     """(criterion, labelled criterion) pairs: whose people's verdicts a reworded or split
     criterion is judged against."""
+    max_tokens: int | None = None
+    """The grader's output token limit per reply (`rubric_core.settings.RunSettings.
+    grader_max_tokens`; None: the default for the model)."""
 
     def __post_init__(self) -> None:
         tools = self.grader_tools
@@ -73,8 +76,8 @@ class GraderConfig:
         """Refuse a configuration that cannot grade, before anything is stored.
 
         Raises:
-            ValueError: An empty or oversized rubric, no grader model, repeats or consensus
-                out of range (each message says what to change).
+            ValueError: An empty or oversized rubric, no grader model, repeats, consensus or
+                output token limit out of range (each message says what to change).
 
         """
         validate_rubric(self.rubric)
@@ -88,6 +91,10 @@ class GraderConfig:
             msg = f"grader_repeats must be a whole number, got {self.grader_repeats!r}"
             raise ValueError(msg)
         validate_judging(self.grader_repeats, self.consensus)
+        try:
+            check_max_tokens("max_tokens", self.max_tokens)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from exc
 
     def labelled_as(self, criterion: str) -> str:
         """The labelled criterion (normalised) whose people's verdicts judge ``criterion``."""

@@ -17,21 +17,31 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from langchain_core.messages import AIMessage, HumanMessage
 
 from rubric_core.align import MAX_EXAMPLES, Example, aligned_prompt
-from rubric_core.grader import bind_grader, build_grader_messages, drive_async, grade_steps
-from rubric_core.models import model_resolver
+from rubric_core.grader import (
+    GraderBinding,
+    GraderFailure,
+    bind_grader,
+    build_grader_messages,
+    drive_async,
+    grade_steps,
+    grader_failure,
+)
+from rubric_core.models import limit_output, model_resolver
 from rubric_core.redact import error_text
 from rubric_core.rubric import normalize_name
 from rubric_core.session import build_grader_tools
 from rubric_core.store import RegradeResult, is_unavailable
+from rubric_core.types import DEFAULT_GRADER_MAX_TOKENS
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
+    from rubric_core.grader import VerdictMode
     from rubric_core.http_retry import SharedBackoff
     from rubric_core.lab.config import GraderConfig
     from rubric_core.store import AnswerItem, ItemLabel, RegradeJob, Store
@@ -51,14 +61,16 @@ class PreparedConfig:
     """The configuration as stored."""
     criteria: list[str]
     """Its criteria."""
-    bound: Any
-    """Its grader model, bound to its tools."""
+    bound: GraderBinding
+    """Its grader model, bound to its tools and its rubric's verdict tool."""
     tools: list[BaseTool]
     """Its evidence tools."""
     examples: list[Example] = dataclasses.field(default_factory=list)
     """Few-shot examples (`few_shot_examples`), when the configuration asks for them."""
     shared_prompt: str | None = None
     """The few-shot prompt for an answer that is none of the examples."""
+    verdict_mode: VerdictMode | None = None
+    """How the last grading's verdict call was forced: where the next one starts."""
 
     def system_prompt(self, item_id: str) -> str | None:
         """The grader prompt for one answer: never with that answer's own labels."""
@@ -73,8 +85,10 @@ class PreparedConfig:
 def prepare(config: GraderConfig, models: ModelResolver) -> PreparedConfig:
     """A configuration's grader and tools (raises as `check_config` does for a bad one)."""
     tools = build_grader_tools(config.grader_tools)
-    model = models(config.grader_model, "grader", config.base_url)
-    return PreparedConfig(config, config.criteria, bind_grader(model, tools), tools)
+    model = limit_output(models(config.grader_model, "grader", config.base_url),
+                         config.max_tokens, default=DEFAULT_GRADER_MAX_TOKENS)
+    return PreparedConfig(config, config.criteria, bind_grader(model, tools, config.criteria),
+                          tools)
 
 
 def few_shot_examples(config: GraderConfig, labels: list[ItemLabel],
@@ -129,14 +143,21 @@ async def grade(prepared: PreparedConfig, index: int, item: AnswerItem,
         messages = build_grader_messages(
             [HumanMessage(item.request), AIMessage(item.answer)], prepared.criteria,
             system_prompt=prepared.system_prompt(item.id))
+        modes = prepared.bound.ladder(prepared.verdict_mode)
         outcome = await drive_async(
-            grade_steps(messages, prepared.criteria, prepared.tools), prepared.bound)
+            grade_steps(messages, prepared.criteria, prepared.tools, modes=modes),
+            prepared.bound)
     except Exception as exc:
         if is_unavailable(exc):
             raise
         error = error_text(exc)
+        # The calls made before the failure were spent too: their usage is counted.
+        failure = grader_failure(exc) or GraderFailure(message=error)
         return RegradeResult(index, item.id, repeat, "grader_error", error, [], [], error,
-                             None, None, round(time.perf_counter() - started, 6))
+                             failure.input_tokens, failure.output_tokens,
+                             round(time.perf_counter() - started, 6),
+                             failure.cached_input_tokens)
+    prepared.verdict_mode = outcome.mode
     result = outcome.response.result
     if outcome.missing and result != "failed":
         result = "needs_revision"  # unverified, as the middleware records it

@@ -39,7 +39,7 @@ from rubric_core.offline.rules import check_criterion
 from rubric_core.types import CriterionVerdict, GradedCriterion, GraderResponse
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from langchain_core.callbacks import (
         AsyncCallbackManagerForLLMRun,
@@ -300,6 +300,9 @@ class HybridGrader(BaseChatModel):
     """The LLM grader for unrecognised criteria."""
     tools: list[BaseTool] = Field(default_factory=list, exclude=True)
     """Evidence tools bound with `bind_tools`; also bound on the LLM."""
+    llm_binding: Any = Field(default=None, exclude=True)
+    """How the LLM is bound for a call (`with_llm_binding`); None: the tools and the generic
+    ``GraderResponse``, nothing forced."""
 
     @property
     def _llm_type(self) -> str:
@@ -315,7 +318,17 @@ class HybridGrader(BaseChatModel):
         self, tools: Sequence[Any], **kwargs: Any
     ) -> HybridGrader:
         """A copy that remembers the evidence tools; the LLM is bound at call time."""
-        return self.model_copy(update={"tools": _tool_list(tools)})
+        return self.model_copy(update={"tools": _tool_list(tools), "llm_binding": None})
+
+    def with_llm_binding(self, tools: Sequence[Any],
+                         bind: Callable[[BaseChatModel], Runnable[Any, BaseMessage]]
+                         ) -> HybridGrader:
+        """A copy whose LLM is bound by ``bind`` for each call.
+
+        The grading pass binds it to this rubric's verdict tool, forced as the pass asks
+        (`rubric_core.grader.verdict`).
+        """
+        return self.model_copy(update={"tools": _tool_list(tools), "llm_binding": bind})
 
     def _prepare(
         self, messages: list[BaseMessage]
@@ -341,6 +354,9 @@ class HybridGrader(BaseChatModel):
         return None, convo, verdicts, payload.criteria
 
     def _bound_llm(self) -> Runnable[Any, BaseMessage]:
+        if self.llm_binding is not None:
+            bound: Runnable[Any, BaseMessage] = self.llm_binding(self.llm)
+            return bound
         return self.llm.bind_tools([*self.tools, GraderResponse])
 
     def _result(self, message: BaseMessage) -> ChatResult:
