@@ -29,9 +29,10 @@ from rubric_core.cli import lab as lab_command
 from rubric_core.cli import pairwise as pairwise_command
 from rubric_core.cli import queue as queue_command
 from rubric_core.cli import run as run_command
-from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError
+from rubric_core.cli._common import MAX_TEXT_FILE_BYTES, UsageError, add_log_arguments
 from rubric_core.cli.app import app_root, start_app
 from rubric_core.cli.run import NEXT_STEPS
+from rubric_core.library_logs import send_library_logs
 from rubric_core.models import ModelConfigError
 from rubric_core.redact import install_log_redaction, install_traceback_redaction, redact
 from rubric_core.rubric import RubricError
@@ -113,15 +114,24 @@ def build_parser() -> argparse.ArgumentParser:
     app = sub.add_parser("app", help="start the Streamlit app (streamlit run serve.py)",
                          description=app_command.DESCRIPTION)
     app.set_defaults(func=app_command.app)
+    # Every command that runs (``db copy``, not ``db``): where DBOS's and psycopg's records go.
+    for command in (*sub.choices.values(), *actions.choices.values()):
+        if command not in (database, app):  # 'app' hands its arguments to streamlit
+            add_log_arguments(command)
     return parser
 
 
-def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+def main(argv: list[str] | None = None, out: TextIO | None = None, *,
+         keep_log_routing: bool = False) -> int:
     """Entry point (the ``rubric-studio`` console script); returns the exit status.
 
     Args:
         argv: The arguments (``sys.argv[1:]`` when None).
         out: Where results go (standard output when None); errors go to standard error.
+        keep_log_routing: Keep DBOS's and psycopg's records where ``--verbose`` and
+            ``--log-file`` send them after the command, until the process exits (`program`:
+            the engine's threads may still log as the interpreter exits); otherwise they go
+            back to where they went before it.
 
     """
     out = out or sys.stdout
@@ -136,7 +146,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     install_log_redaction()
     install_traceback_redaction()
+    restore_logs = None
     try:
+        restore_logs = send_library_logs(verbose=args.verbose, log_file=args.log_file)
         status: int = args.func(args, out)
     except USAGE_ERRORS as exc:
         sys.stderr.write(f"error: {redact(str(exc))}\n")
@@ -146,6 +158,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             raise
         sys.stderr.write("interrupted\n")
         return 130
+    finally:
+        if restore_logs is not None and not keep_log_routing:
+            restore_logs()
     return status
 
 
@@ -187,7 +202,7 @@ def program() -> None:
     """
     import signal
 
-    status = main()
+    status = main(keep_log_routing=True)
     if status == 130:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     exec("pass")  # clears the flag above (a constant string: nothing to inject)

@@ -198,3 +198,16 @@ def judging(args: argparse.Namespace) -> dict[str, Any]:
     values = {"grader_repeats": args.grader_repeats, "consensus": args.consensus,
               "return_best": args.return_best}
     return {k: v for k, v in values.items() if v is not None}
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` and ``--log-file``: where DBOS's and psycopg's own log records go.
+
+    Without either they go nowhere: what they say about a lost database, our own message says
+    once (`rubric_core.library_logs`).
+    """
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the queue engine's (DBOS's) and the PostgreSQL driver's "
+                        "own warnings on standard error")
+    parser.add_argument("--log-file", default=None, metavar="PATH",
+                        help="append those warnings to PATH")

@@ -45,7 +45,6 @@ import dataclasses
 import logging
 import os
 import sqlite3
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rubric_core.background import work_loop
+from rubric_core.library_logs import CurrentStderr, library_logs_routed
 from rubric_core.registry import new_owner
 
 if TYPE_CHECKING:
@@ -372,26 +372,18 @@ DBOS_CONSOLE_HANDLER = "__dbos_console_log_handler__"
 that has no handler yet (and whose level its ``consoleLogLevel`` setting changes)."""
 
 
-class _CurrentStderr(logging.StreamHandler):
-    """Writes each record to the ``sys.stderr`` of the moment.
+class _CurrentStderr(CurrentStderr):
+    """`CurrentStderr` under the name of DBOS's console handler, in its place.
 
     DBOS's own console handler keeps the ``sys.stderr`` of the first launch in the process,
     and DBOS flushes it on every later launch: once that stream is closed (a test's captured
     stderr, an app that redirected its output), the next launch fails with "I/O operation on
-    closed file", and its warnings go nowhere. A CLI user still sees them on the terminal.
+    closed file", and its warnings go nowhere.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.name = DBOS_CONSOLE_HANDLER
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        """Ignored: the stream is always the current ``sys.stderr``."""
 
 
 def _dbos_logs_to_current_stderr() -> None:
@@ -401,13 +393,17 @@ def _dbos_logs_to_current_stderr() -> None:
     and adds its own only when the ``dbos`` logger has none. Its records do not propagate to
     the root logger, as DBOS sets up itself: an app's own logging configuration does not show
     them twice. DBOS logs every queue it registers at INFO, and our commands print their own
-    progress: WARNING and above only.
+    progress: WARNING and above only. A command that chose where library records go
+    (`rubric_core.library_logs`, ``--verbose`` or ``--log-file``) keeps its choice.
     """
     dbos_logger = logging.getLogger("dbos")
     dbos_logger.setLevel(logging.WARNING)
     for handler in list(dbos_logger.handlers):
         if handler.name == DBOS_CONSOLE_HANDLER and not isinstance(handler, _CurrentStderr):
             dbos_logger.removeHandler(handler)
+    if library_logs_routed():  # a command chose where they go: a file, stderr or nowhere
+        dbos_logger.propagate = False
+        return
     if not any(isinstance(h, _CurrentStderr) for h in dbos_logger.handlers):
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s (%(name)s) %(message)s",

@@ -143,8 +143,10 @@ class Supervisor:
     def _spawn(self, slot: Slot) -> None:
         """Start the slot's worker under its executor ID (the lock held)."""
         env = {**os.environ, DB_ENV_VAR: str(self.db)}
+        # --verbose: its standard error is the log quoted when it fails, not a terminal.
         cmd = [sys.executable, "-m", "rubric_core", "worker", "--experiment",
-               self.experiment_id, "--executor-id", slot.executor_id, "--supervised"]
+               self.experiment_id, "--executor-id", slot.executor_id, "--supervised",
+               "--verbose"]
         log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the slot
         try:
             slot.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
