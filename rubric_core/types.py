@@ -498,6 +498,9 @@ class CellFinished(TypedDict):
     """The run's status (`RunStatus`)."""
     error: str | None
     """The error of a run that ended ``error``."""
+    lost_database: NotRequired[bool]
+    """True when the database went away under the cell: it ended ``interrupted`` where it
+    stood, and a Resume continues it (`rubric_core.engine.outage`)."""
 
 
 class ExperimentBackoff(TypedDict):
@@ -528,6 +531,10 @@ class ExperimentFinished(TypedDict):
     """With a budget: whether it stopped the session (a cell would have spent past it)."""
     spent_usd: NotRequired[str]
     """With a budget: the dollars its cells' recorded calls cost, as a decimal string."""
+    lost_database: NotRequired[str]
+    """When the database went away during the session (cells were cut, or the session's own
+    reads failed): what the store said then. Cells it cut are ``interrupted`` unless they ended
+    since; a Resume continues them (`rubric_core.engine.outage`)."""
 
 
 ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished

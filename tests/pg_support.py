@@ -10,6 +10,7 @@ tests are never skipped.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -110,6 +111,16 @@ class Cluster:
         """Stop the server at once, as a crash would."""
         subprocess.run(self.stop_command, capture_output=True, timeout=60, check=False)
 
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m MODE``: every session is ended, then the server starts again.
+
+        Returns once it accepts connections again.
+        """
+        subprocess.run([*self._pg_ctl, "-l", str(self._log), "-o", self._options, "-m", mode,
+                        "-w", "-t", "60", "restart"], check=True, capture_output=True,
+                       timeout=120)
+        _wait_ready(self.port)
+
 
 @contextmanager
 def postgres_cluster() -> Iterator[Cluster]:
@@ -183,6 +194,41 @@ def drop_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def writes_held(url: str, table: str, waiting: int, timeout_s: float = 120.0) -> Iterator[None]:
+    """Hold every write to ``table`` until ``waiting`` sessions wait for it; then yield.
+
+    A ``SHARE ROW EXCLUSIVE`` lock lets reads through and makes each INSERT, UPDATE and DELETE
+    wait: so a server restart in the block finds that many writes in flight, at once, whatever
+    the machine's speed (the outage tests). The lock ends with its session (a restart ends it).
+
+    Raises:
+        TimeoutError: Fewer sessions came to wait within ``timeout_s``.
+
+    """
+    import psycopg
+
+    holder = psycopg.connect(url)
+    try:
+        holder.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+        deadline = time.monotonic() + timeout_s
+        with psycopg.connect(url, autocommit=True) as watch:
+            while True:
+                row = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()").fetchone()
+                if row is not None and row[0] >= waiting:
+                    break
+                if time.monotonic() > deadline:
+                    msg = f"{row[0] if row else 0} of {waiting} writes came to wait on {table}"
+                    raise TimeoutError(msg)
+                time.sleep(0.05)
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # ended by the restart already
+            holder.close()
 
 
 def scalar(location: str | Path, sql: str) -> object:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING, TextIO
 
 from rubric_core.store import default_db_path, shown_location
@@ -27,6 +28,9 @@ WORKER_DESCRIPTION = (
     "its running cells then stop after their step and its gradings in flight are dropped, "
     "handed to another worker. Exit 130 when stopped."
 )
+OUTAGE_S = 60.0
+"""Cuts of one experiment's cells this close together belong to one outage, said once."""
+
 RECOVER_DESCRIPTION = (
     "Re-queue now the cells held by queue-engine processes that stopped (exited on this "
     "machine, or without a run heartbeat for RUBRIC_STUDIO_STALE_AFTER_S seconds elsewhere)."
@@ -70,7 +74,13 @@ def _stop_when_stdin_closes(stop: threading.Event) -> None:
 
 
 def worker(args: argparse.Namespace, out: TextIO) -> int:
-    """``worker``: run queued cells until stopped; 130 when stopped by a signal."""
+    """``worker``: run queued cells until stopped; 130 when stopped by a signal.
+
+    A lost database is said once per outage and experiment (`rubric_core.engine.outage`);
+    the worker goes on once the database is back.
+    """
+    from rubric_core.cli.eval import resume_command
+    from rubric_core.engine.outage import worker_cut
     from rubric_core.engine.worker import serve
     from rubric_core.store import Store
 
@@ -95,12 +105,22 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
                   "(an outage cut their start or end)\n")
         out.flush()
 
+    told: dict[str, float] = {}  # experiment -> when a cut of it was last seen
+
+    def cut(experiment_id: str, _error: str) -> None:
+        # Once per outage and experiment: the cells of one outage are cut within seconds.
+        now = time.monotonic()
+        last, told[experiment_id] = told.get(experiment_id), now
+        if last is None or now - last > OUTAGE_S:
+            out.write(worker_cut([experiment_id], lambda e: resume_command(e, db)) + "\n")
+            out.flush()
+
     with Store(db) as store:
         out.write(f"worker on {shown_location(db)}: running queued cells until Ctrl-C\n")
         out.flush()
         try:
             executor = serve(store, stop, on_recovered=recovered, on_orphans=orphans,
-                             experiment_id=getattr(args, "experiment", None),
+                             on_cut=cut, experiment_id=getattr(args, "experiment", None),
                              executor_id=getattr(args, "executor_id", None))
         finally:
             for sig, handler in previous.items():

@@ -27,7 +27,7 @@ from rubric_core.cli._common import (
     text_arg,
 )
 from rubric_core.redact import redact
-from rubric_core.store import default_db_path, is_url, shown_location
+from rubric_core.store import StoreError, default_db_path, is_unavailable, is_url, shown_location
 
 if TYPE_CHECKING:
     import argparse
@@ -43,9 +43,14 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "Every dataset row runs the rubric loop under every --config (and every repeat), recorded "
     "in --db; prints progress and a summary. Exit 0 when every configuration's satisfied rate "
-    "reaches --min-pass-rate, 1 otherwise, 2 for bad input."
+    "reaches --min-pass-rate, 1 otherwise, 2 for bad input, 130 when interrupted (Ctrl-C, or "
+    "the database went away: the message says how to resume)."
 )
 """``eval --help``'s description."""
+
+INTERRUPTED = 130
+"""The exit status of an experiment cut short, resumable with ``--resume``: after a Ctrl-C
+(`rubric_core.cli.main`), and when the database went away with cells not ended."""
 
 PROGRESS_EVERY_S = 2.0
 """Longest a configuration's progress goes unprinted while cells end (see `ProgressPrinter`)."""
@@ -128,10 +133,19 @@ class ProgressPrinter:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.shown: dict[int, tuple[float, int]] = {}  # config -> (when, errors) last printed
+        self.lost: str | None = None
+        """What the store said when the database went away (said once, at the end)."""
 
     def __call__(self, event: Any) -> None:
-        """Print one `run_experiment` event (or nothing, for a throttled progress line)."""
+        """Print one `run_experiment` event (or nothing, for a throttled progress line).
+
+        A cell cut by a lost database prints nothing: the end says it once for all of them.
+        """
         out = self.out
+        if event["type"] == "cell_finished" and event.get("lost_database"):
+            return
+        if event["type"] == "experiment_finished" and event.get("lost_database"):
+            self.lost = event["lost_database"]
         if event["type"] == "experiment_progress":
             index, now = event["config_index"], time.monotonic()
             last = self.shown.get(index)
@@ -400,10 +414,36 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(msg)
 
 
+def resume_command(exp_id: str, db: str | Path) -> str:
+    """The command that continues an experiment (its password masked)."""
+    return f"rubric-studio eval --resume {exp_id} --db {shown_location(db)}"
+
+
+def cut_short(left: int | None, total: int | None, exp_id: str, db: str | Path,
+              out: TextIO) -> int:
+    """Say that the database went away with ``left`` cells not ended; `INTERRUPTED`.
+
+    ``left`` and ``total`` are None when the database is still away (nothing could be read).
+    """
+    from rubric_core.engine.outage import experiment_cut_short
+
+    out.write(experiment_cut_short(left, total, "Once the database is back, continue them "
+                                   f"with:\n  {resume_command(exp_id, db)}") + "\n")
+    out.write(f"interrupted: exit {INTERRUPTED}\n")
+    return INTERRUPTED
+
+
 def _exit_status(rows: list[dict[Any, Any]], args: argparse.Namespace, exp_id: str,
-                 out: TextIO) -> int:
-    """0 or 1 from the summary rows (and say why 1)."""
-    if any(row["done"] < row["cells"] for row in rows):
+                 out: TextIO, lost: str | None = None) -> int:
+    """0, 1 or `INTERRUPTED` from the summary rows (and say why, last)."""
+    left = sum(int(row["cells"]) - int(row["done"]) for row in rows)
+    if lost is not None and left:
+        return cut_short(left, sum(int(row["cells"]) for row in rows), exp_id,
+                         args.db or default_db_path(), out)
+    if lost is not None:
+        out.write("the database went away for a moment during the experiment; every cell "
+                  "ended all the same\n")
+    if left:
         out.write("not every cell ended (stopped?): exit 1\n")
         return 1
     if args.min_pass_rate is None:
@@ -465,7 +505,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
 
     Returns:
         0 when every configuration reaches ``--min-pass-rate`` (without it: when no cell
-        ended in an error), 1 otherwise.
+        ended in an error), `INTERRUPTED` when the database went away with cells not ended,
+        1 otherwise.
 
     Raises:
         UsageError: Bad arguments, or no such experiment to resume.
@@ -535,8 +576,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"experiment {exp_id} ({experiment.name}): "
                   f"{len(experiment.configurations)} configuration(s), "
                   f"dataset {experiment.dataset_name} v{experiment.dataset_version}; "
-                  f"resume with: rubric-studio eval --resume {exp_id} "
-                  f"--db {shown_location(db)}\n")
+                  f"resume with: {resume_command(exp_id, db)}\n")
         def say(line: str) -> None:
             out.write(line + "\n")
             out.flush()
@@ -556,7 +596,12 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         failed = workers.failures
         for message in failed:
             out.write(message + "\n")
-        results = experiment_results(store, exp_id)
+        try:
+            results = experiment_results(store, exp_id)
+        except StoreError as exc:  # still away: no summary to print, only how to go on
+            if not is_unavailable(exc):
+                raise
+            return cut_short(None, None, exp_id, db, out)
         costs = experiment_cost(store, prices, results.experiment)
         summary = results.summary(costs)
         out.write("\n" + redact(_shown(summary).to_string(index=False)) + "\n")
@@ -573,4 +618,4 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"wrote the summary to {args.summary_csv}\n")
     finally:
         store.close()
-    return _exit_status(summary.to_dict("records"), args, exp_id, out)
+    return _exit_status(summary.to_dict("records"), args, exp_id, out, printer.lost)

@@ -6,10 +6,10 @@ what a process needs to run an experiment's cells), `queues` (an experiment's qu
 cells' workflow IDs), `budget` (admission under a budget, over every process), `driver` (an
 experiment run with `run_experiment`'s events), `recovery` (re-queue the cells and items of
 processes that stopped), `worker` (a process that runs queued cells and items until stopped),
-`supervisor` (``eval --workers N``) and `status` (the queue's state, read without launching
-anything). Re-grades (`rubric_core.lab.run_regrade`) run on the same engine: `item` (the
-re-grade item workflow) and `regrade_queue` (a re-grade's queue, its items' IDs, Stop and
-recovery).
+`supervisor` (``eval --workers N``), `outage` (a lost database under the cells, told once)
+and `status` (the queue's state, read without launching anything). Re-grades
+(`rubric_core.lab.run_regrade`) run on the same engine: `item` (the re-grade item workflow)
+and `regrade_queue` (a re-grade's queue, its items' IDs, Stop and recovery).
 
 Importing this package imports DBOS; the rest of `rubric_core` imports it only when a run asks
 for it.

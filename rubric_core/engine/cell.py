@@ -32,6 +32,10 @@ Stop: cancelling a workflow in DBOS does not interrupt its body (it has no DBOS 
 process watches the workflows it runs (`_watch_cancellations`, one query every
 `CANCEL_POLL_S` while cells run) and sets the stop of a cancelled one: its run ends after the
 step in progress, recorded ``interrupted``.
+
+A lost database: the cell ends where it stands, as after a Stop, and its workflow completes
+with ``lost_database`` in its result (`rubric_core.engine.outage`): DBOS logs no traceback, and
+a Resume continues the cell on its own thread.
 """
 
 from __future__ import annotations
@@ -48,8 +52,11 @@ from dbos import DBOS, SetWorkflowID
 from dbos import error as dbos_error
 
 from rubric_core.consensus import REPEATS_IN_SEQUENCE
+from rubric_core.engine import outage
 from rubric_core.engine.budget import admit
-from rubric_core.experiments.cell import cell_settings, run_cell
+from rubric_core.experiments.cell import CellEnding, cell_settings, run_cell
+from rubric_core.redact import error_text
+from rubric_core.store import is_unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
@@ -91,8 +98,8 @@ class ExperimentContext:
     experiment: ExperimentRecord
     rows: Mapping[str, DatasetRow]
     models: ModelResolver
-    on_finished: Callable[[tuple[str, int, int], str, str | None, str | None], None] | None = None
-    """Called (on the loop) with ``(key, status, run_id, error)`` when a cell ends here."""
+    on_finished: Callable[[tuple[str, int, int], CellEnding], None] | None = None
+    """Called (on the loop) with the cell's key and how it ended, when a cell ends here."""
     stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set by the driver's Stop: this process's cells of the experiment end after their step."""
     running: int = 0
@@ -282,12 +289,18 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         _say_ended(own_id)
         return result
     key = (row_id, int(config_index), int(repeat_index))
-    context = await _context(engine.store, experiment_id)
+    try:
+        context = await _context(engine.store, experiment_id)
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        _say_ended(own_id)
+        return _lost(experiment_id, CellEnding("interrupted", None, error_text(exc), True))
     stop = _running[cell] = threading.Event()
     _ensure_watcher()
     context.running += 1
     context.idle.clear()
-    status, run_id, error = "interrupted", None, None
+    ending = CellEnding("interrupted", None, None)
     refused = False
     try:
 
@@ -301,10 +314,16 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         if not stopping() and not refused:
             # A cell is one request in flight: grader repeats wait for each other.
             REPEATS_IN_SEQUENCE.set(True)
-            status, run_id, error = await run_cell(
+            ending = await run_cell(
                 engine.store, experiment_id=experiment_id, key=key, thread_id=thread_id,
                 settings=context.settings_for(key), models=context.models,
                 retry_errors=retry_errors, stop=stopping)
+    except Exception as exc:
+        # A lost database ends the cell where it stands, as a Stop would (no DBOS traceback):
+        # a Resume continues it (`rubric_core.engine.outage`). Anything else is a bug.
+        if not is_unavailable(exc):
+            raise
+        refused, ending = False, CellEnding("interrupted", ending.run_id, error_text(exc), True)
     finally:
         _running.pop(cell, None)
         context.running -= 1
@@ -317,9 +336,18 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         # to another process once this one has exited (`rubric_core.engine.worker`).
         await asyncio.Event().wait()
     if context.on_finished is not None:
-        context.on_finished(key, status, run_id, error)
+        context.on_finished(key, ending)
     _say_ended(own_id)
-    return {"status": status, "run_id": run_id, "error": error}
+    if ending.lost_database:
+        return _lost(experiment_id, ending)
+    return {"status": ending.status, "run_id": ending.run_id, "error": ending.error}
+
+
+def _lost(experiment_id: str, ending: CellEnding) -> dict[str, Any]:
+    """The result of a cell cut by a lost database, said to this process's listener."""
+    outage.note_cut(experiment_id, ending.error or "")
+    return {"status": ending.status, "run_id": ending.run_id, "error": ending.error,
+            outage.LOST_KEY: True}
 
 
 __all__ = ["CANCEL_POLL_S", "CELL_ID_PREFIX", "CELL_WORKFLOW", "GATE_ID_PREFIX", "RESULT_POLL_S",

@@ -32,6 +32,9 @@ is ``finished`` when every cell ended, else ``stopped``.
 - The driver ends when no cell is left to end, or when every one of its cells' workflows has
   completed (a cell whose run was interrupted, e.g. by a lost database, is then left for a
   Resume).
+- A lost database: the cells it cut end ``interrupted`` (`rubric_core.engine.outage`), and a
+  session whose own reads fail on it ends ``stopped``; ``experiment_finished`` then carries
+  ``lost_database`` (what the store said), not an exception.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from rubric_core.engine.launch import listen
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors, requeue_orphans
 from rubric_core.experiments.results import Tally, needs_run
 from rubric_core.experiments.scheduler import CellKey, progress_event
+from rubric_core.redact import error_text
+from rubric_core.store import is_unavailable
 from rubric_core.types import ENDED_STATUSES, ERROR_STATUSES
 
 if TYPE_CHECKING:
@@ -57,8 +62,10 @@ if TYPE_CHECKING:
     from rubric_core.datasets import DatasetRow
     from rubric_core.engine.launch import Engine
     from rubric_core.experiments.budget import BudgetGuard
+    from rubric_core.experiments.cell import CellEnding
     from rubric_core.store import ExperimentRecord, Store
     from rubric_core.types import (
+        CellFinished,
         ExperimentEvent,
         ExperimentFinished,
         ExperimentProgress,
@@ -123,6 +130,9 @@ class ExperimentDriver:
         """Each limited configuration's limits (by index) over every process."""
         self.failure: BaseException | None = None
         """What ended the session with an exception, raised again on the consumer's thread."""
+        self.lost: str | None = None
+        """What the store said when the database went away during the session (its first
+        word of it): a cell cut here or elsewhere, or the session's own read."""
         self.started = time.monotonic()
         self.rows: dict[str, DatasetRow] = {}
         """The dataset's rows by id (read when the session starts)."""
@@ -145,12 +155,19 @@ class ExperimentDriver:
         experiment's cells twice a second)."""
 
     async def run(self) -> None:
-        """The whole session; it never raises (a failure is kept for the consumer's thread)."""
+        """The whole session; it never raises (a failure is kept for the consumer's thread).
+
+        A lost database is no failure to raise: the session ends ``stopped`` and its
+        ``experiment_finished`` says so (``lost_database``), as when it cut cells.
+        """
         status = "stopped"
         try:
             status = await self._main()
         except BaseException as exc:  # handed to the consumer's thread
-            self.failure = exc
+            if isinstance(exc, Exception) and is_unavailable(exc):
+                self.lost = self.lost or error_text(exc)
+            else:
+                self.failure = exc
         finally:
             with contextlib.suppress(Exception):
                 await self.store.acall(self.store.set_experiment_status,
@@ -162,6 +179,8 @@ class ExperimentDriver:
             if self.guard is not None:
                 finished["budget_reached"] = self.guard.reached
                 finished["spent_usd"] = str(self.guard.spent)
+            if self.lost is not None:
+                finished["lost_database"] = self.lost
             self.events.put(finished)
             self.events.put(None)
 
@@ -230,6 +249,9 @@ class ExperimentDriver:
             return "stopped"
         outcomes = await self.store.acall(self.store.cell_outcomes, exp.experiment_id)
         left = [c for c in outcomes if c.status not in ENDED_STATUSES]
+        if left and self.lost is None:  # cut on another process (the workers of --workers)?
+            with contextlib.suppress(Exception):
+                self.lost = await queues.lost_database(self.workflow_ids)
         return "stopped" if left else "finished"
 
     async def _watch(self, context: ExperimentContext) -> None:
@@ -273,19 +295,22 @@ class ExperimentDriver:
         exp_id = self.experiment.experiment_id
         return [queues.id_prefix(exp_id), queues.gate_prefix(exp_id)]
 
-    def _ended_here(self, key: tuple[str, int, int], status: str, run_id: str | None,
-                    error: str | None) -> None:
+    def _ended_here(self, key: tuple[str, int, int], ending: CellEnding) -> None:
         """A cell of this experiment ended in this process: count it and say so."""
-        config_index = key[1]
+        config_index, status = key[1], ending.status
         if key in self.left and status in ENDED_STATUSES:
             del self.left[key]
             self.tallies[config_index].add(status)
             self.finished_here += 1
             self.remaining -= 1
-        self.events.put({"type": "cell_finished", "experiment_id": self.experiment.experiment_id,
-                         "row_id": key[0], "config_index": config_index,
-                         "repeat_index": key[2], "run_id": run_id, "status": status,
-                         "error": error})
+        event: CellFinished = {
+            "type": "cell_finished", "experiment_id": self.experiment.experiment_id,
+            "row_id": key[0], "config_index": config_index, "repeat_index": key[2],
+            "run_id": ending.run_id, "status": status, "error": ending.error}
+        if ending.lost_database:
+            event["lost_database"] = True
+            self.lost = self.lost or ending.error or "the database went away"
+        self.events.put(event)
         self.events.put(self._progress(config_index))
         self.ended_here.set()
 

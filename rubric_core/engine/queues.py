@@ -65,6 +65,7 @@ from rubric_core.engine.cell import (
     GATE_ID_PREFIX,
     cell_workflow,
 )
+from rubric_core.engine.outage import LOST_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -315,6 +316,23 @@ async def active_workflows(experiment_id: str) -> list[str]:
     return [w.workflow_id for w in found]
 
 
+async def lost_database(workflow_ids: Iterable[str]) -> str | None:
+    """The error of one of these cell workflows that a lost database cut, if any, else None.
+
+    Read from the workflows' results (`rubric_core.engine.outage.LOST_KEY`), so it sees the
+    cells cut on any process.
+    """
+    ids = list(workflow_ids)
+    if not ids:
+        return None
+    for workflow in await DBOS.list_workflows_async(workflow_ids=ids, status="SUCCESS",
+                                                    load_input=False, load_output=True):
+        output = workflow.output
+        if isinstance(output, dict) and output.get(LOST_KEY):
+            return str(output.get("error") or "the database went away")
+    return None
+
+
 async def running_elsewhere(experiment_id: str, executor_id: str) -> bool:
     """Whether a cell of the experiment (or its level on a model queue) runs on another process.
 
@@ -364,6 +382,7 @@ __all__ = [
     "gate_prefix",
     "gates",
     "id_prefix",
+    "lost_database",
     "model_queue_name",
     "model_queue_prefix",
     "queue_name",

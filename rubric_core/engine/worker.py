@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core.background import old_objects_frozen, work_loop
-from rubric_core.engine import cell, item
+from rubric_core.engine import cell, item, outage
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors, requeue_orphans
@@ -71,6 +71,7 @@ async def _sweep(engine: Engine, stop: threading.Event,
 def serve(store: Store, stop: threading.Event, *,
           on_recovered: Callable[[dict[str, int]], None] | None = None,
           on_orphans: Callable[[int], None] | None = None,
+          on_cut: Callable[[str, str], None] | None = None,
           experiment_id: str | None = None, executor_id: str | None = None) -> str:
     """Run queued cells here until ``stop`` is set, then leave (see the module docstring).
 
@@ -82,6 +83,8 @@ def serve(store: Store, stop: threading.Event, *,
         stop: Set it to stop.
         on_recovered: Called with ``{executor: cells}`` whenever a sweep re-queued cells.
         on_orphans: Called with how many of its own orphans a sweep handed back.
+        on_cut: Called with ``(experiment id, error)`` for each cell a lost database cut here
+            (`rubric_core.engine.outage`), on the engine's loop.
         experiment_id: Take cells from this experiment's queue only; None: from every one.
         executor_id: Launch under this executor ID (a restarted worker); None: a new one.
 
@@ -92,6 +95,7 @@ def serve(store: Store, stop: threading.Event, *,
     engine = launch_engine(store, every_queue=experiment_id is None, executor_id=executor_id)
     if experiment_id is not None:
         listen(engine, queue_name(experiment_id))
+    outage.listen(on_cut)
     sweeping = asyncio.run_coroutine_threadsafe(_sweep(engine, stop, on_recovered,
                                                             on_orphans), work_loop())
     try:
@@ -106,6 +110,7 @@ def serve(store: Store, stop: threading.Event, *,
         leaving.result(LEAVE_TIMEOUT_S + 5)
         with contextlib.suppress(Exception):
             sweeping.result(timeout=5)
+        outage.listen(None)
     return engine.executor_id
 
 

@@ -20,7 +20,7 @@ recorded ``interrupted``, resumable from that step.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from rubric_core import session
 from rubric_core.redact import error_text
@@ -35,27 +35,39 @@ if TYPE_CHECKING:
     from rubric_core.store import ExperimentRecord, RunRecord, Store
     from rubric_core.types import ModelResolver
 
-CellOutcomeTuple = tuple[str, str | None, str | None]
-"""How a cell's run ended here: ``(status, run id, error)``."""
+
+class CellEnding(NamedTuple):
+    """How a cell's run ended here."""
+
+    status: str
+    """The run's status (``interrupted`` when stopped, or cut by a lost database)."""
+    run_id: str | None
+    """Its run (None when none was started)."""
+    error: str | None
+    """Its error text."""
+    lost_database: bool = False
+    """The database went away under it: ``interrupted``, and a Resume continues it."""
+
 
 STALE_POLL_S = 1.0
 """How often a cell whose run another owner holds looks again (for its end or its staleness)."""
 
 
-async def run_outcome(run: session.AsyncSession) -> tuple[str, str | None]:
-    """Consume a cell's run: its final (status, error)."""
-    status, error = "interrupted", None
+async def run_outcome(run: session.AsyncSession) -> CellEnding:
+    """Consume a cell's run: how it ended."""
+    status, error, lost = "interrupted", None, False
     try:
         async for event in run:
             if event["type"] == "run_finished":
                 status, error = event["status"], event["error"]
     except Exception as exc:  # recorded as the run's error by the session layer
         # A lost database interrupts the cell (Resume continues it); anything else fails it.
-        status = "interrupted" if is_unavailable(exc) else "error"
+        lost = is_unavailable(exc)
+        status = "interrupted" if lost else "error"
         error = error_text(exc)
     finally:
         await run.aclose()
-    return status, error
+    return CellEnding(status, run.run_id, error, lost)
 
 
 def cell_settings(experiment: ExperimentRecord, row: DatasetRow, key: tuple[str, int, int]
@@ -73,7 +85,7 @@ def _ended(record: RunRecord, retry_errors: bool) -> bool:
 
 async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int],
                    thread_id: str, settings: RunSettings, models: ModelResolver,
-                   retry_errors: bool, stop: Callable[[], bool]) -> CellOutcomeTuple:
+                   retry_errors: bool, stop: Callable[[], bool]) -> CellEnding:
     """Run one cell to its end, or until ``stop`` (see the module docstring).
 
     Args:
@@ -88,8 +100,8 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
         stop: Asked after every step; True ends the run there.
 
     Returns:
-        ``(status, run id, error)``: the run's status as it ended here (``interrupted`` when
-        stopped), its id (None when no run was started), its error text.
+        The run's status as it ended here (``interrupted`` when stopped), its id (None when no
+        run was started), its error text.
 
     """
     record = await store.acall(store.latest_run_for_thread, thread_id)
@@ -108,9 +120,9 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
                 record = await store.acall(store.latest_run_for_thread, thread_id)
                 continue
         if _ended(record, retry_errors):
-            return record.status, record.run_id, record.error
+            return CellEnding(record.status, record.run_id, record.error)
         if stop():
-            return "interrupted", record.run_id, None
+            return CellEnding("interrupted", record.run_id, None)
         try:
             run = await session.aresume(store, record.run_id, models=models, stop=stop)
             break
@@ -118,8 +130,7 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
             await asyncio.sleep(STALE_POLL_S)
         latest = await store.acall(store.latest_run_for_thread, thread_id)
         record = latest or record
-    status, error = await run_outcome(run)
-    return status, run.run_id, error
+    return await run_outcome(run)
 
 
-__all__ = ["STALE_POLL_S", "CellOutcomeTuple", "cell_settings", "run_cell", "run_outcome"]
+__all__ = ["STALE_POLL_S", "CellEnding", "cell_settings", "run_cell", "run_outcome"]
