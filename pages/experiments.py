@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rubric_core.experiments import Budget
     from rubric_core.settings import ExperimentConfig
     from rubric_core.store import ExperimentRecord
+    from rubric_core.types import ExperimentProgress
 
 state = st.session_state
 if "store" not in state:
@@ -107,6 +108,7 @@ def live(experiment_id: str, labels: list[str], configurations: Sequence[Experim
     bars = [st.progress(0.0, text=f"{label}: starting…") for label in labels]
     note = st.empty()
     drawn = 0.0
+    progress: dict[int, ExperimentProgress] = {}
     try:
         # Per model and per configuration; a limit the library refuses is shown below.
         limits = sup.limits_from_state(state, configurations)
@@ -121,11 +123,15 @@ def live(experiment_id: str, labels: list[str], configurations: Sequence[Experim
                     draw_queue(queue_slot, sup.queue_view(store, experiment_id))
                     drawn = time.monotonic()
                 if event["type"] == "experiment_progress":
+                    progress[event["config_index"]] = event
                     bars[event["config_index"]].progress(*sup.progress_text(event))
                 elif event["type"] == "experiment_backoff":
                     note.info(f"The model server answered {event['status_code']}: every cell "
                               f"waits {event['wait_s']:.1f} s (shared backoff, "
                               f"{event['hits']} so far).")
+                elif event["type"] == "experiment_finished" and event.get("lost_database"):
+                    lost = sup.lost_database_message(progress)  # said once, for every cell
+                    getattr(note, lost.level)(lost.text, icon=":material/database:")
                 elif event["type"] == "experiment_finished" and event.get("budget_reached"):
                     note.warning(f"Budget reached: {sup.format_dollars(event['spent_usd'])} "
                                  "spent, so no further cell started. Resume with a larger "

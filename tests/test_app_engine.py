@@ -10,6 +10,7 @@ HTTP to a loopback OpenAI-compatible server (`openai_server.DelayedServer`).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,3 +256,53 @@ def test_stop_reaches_an_experiment_another_driver_runs_on_the_engine(
     with Store(db) as store:
         assert [c.status for c in store.experiment_cells(exp_id)] == ["satisfied"] * ROWS
         assert runs_per_thread(store, exp_id) == [1] * ROWS
+
+
+def test_a_database_restart_mid_experiment_is_said_once_on_the_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 37, 2: what `eval` says of a lost database, the page says too, once; Resume ends
+    # every cell once the database is back.
+    from pg_support import create_database, postgres_cluster, writes_held
+
+    server = DelayedServer(delay_s=0.2, passes=2,
+                           grader_reply=verdict("satisfied", (), (CRITERION,)))
+    with postgres_cluster() as cluster, server.fake:
+        url = create_database(cluster.url)
+        at = _app(url, server, monkeypatch)  # type: ignore[arg-type]  # a URL, as the sidebar's
+        at.number_input(key="exp_concurrency").set_value(4).run()
+        restarted: list[BaseException | None] = []
+
+        def restart() -> None:  # with four cells writing, as the page runs them
+            try:
+                deadline = time.monotonic() + 120
+                while server.in_flight < 4 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                with writes_held(url, "runs", waiting=4):
+                    cluster.restart("fast")
+                restarted.append(None)
+            except BaseException as exc:  # raised again on the test's thread
+                restarted.append(exc)
+
+        outage = threading.Thread(target=restart)
+        outage.start()
+        try:
+            at.button(key="exp_start").click().run(timeout=240)
+        finally:
+            outage.join(timeout=240)
+        assert restarted == [None], restarted
+        assert not at.exception, at.exception
+        assert not at.error, _texts(at.error)
+        said = [w for w in _texts(at.warning).splitlines() if "The database went away" in w]
+        assert len(said) == 1, _texts(at.warning)
+        assert "nothing was half-written" in said[0] and "press Resume" in said[0]
+        assert "Experiment stopped" not in _texts(at.success)
+        with Store(url) as store:
+            exp_id = store.list_experiments()[0].experiment_id
+        at.run()  # the page as drawn once the experiment stopped
+        assert not at.exception, at.exception
+        at.button(key="exp_resume").click().run(timeout=240)
+        assert not at.exception, at.exception
+        assert "Experiment finished" in _texts(at.success)
+        with Store(url) as store:
+            assert [c.status for c in store.experiment_cells(exp_id)] == ["satisfied"] * ROWS
+            assert runs_per_thread(store, exp_id) == [1] * ROWS

@@ -617,6 +617,24 @@ def progress_text(event: ExperimentProgress) -> tuple[float, str]:
     return min(done / total, 1.0), " · ".join(parts)
 
 
+def lost_database_message(progress: Mapping[int, ExperimentProgress]) -> UiMessage:
+    """What the page says when the database went away during the experiment (``lost_database``).
+
+    Args:
+        progress: Each configuration's latest progress event of the session.
+
+    """
+    from rubric_core.engine.outage import experiment_cut_short
+
+    left = sum(p["total"] - p["done"] for p in progress.values())
+    if not left:
+        return UiMessage("info", "The database went away for a moment during the experiment; "
+                                 "every cell ended all the same.")
+    total = sum(p["total"] for p in progress.values())
+    return UiMessage("warning", experiment_cut_short(
+        left, total, "Once the database is back, press Resume to continue them."))
+
+
 def experiment_label(record: ExperimentRecord) -> str:
     """One line for the experiment picker.
 
@@ -806,8 +824,9 @@ __all__ = [
     "datasets_frame", "delete_dataset", "experiment_active", "experiment_label", "export_data",
     "failed_cells", "form_defaults", "form_models", "import_dataset", "import_demo_dataset",
     "keep_form", "keep_model_limit_edits", "limits_from_state", "limits_text",
-    "live_experiment", "model_limits_editor_key", "model_limits_frame", "new_experiment",
-    "picked_cell", "progress_text", "queue_view", "rate_limit_from_state", "results_grid",
+    "live_experiment", "lost_database_message", "model_limits_editor_key",
+    "model_limits_frame", "new_experiment", "picked_cell", "progress_text", "queue_view",
+    "rate_limit_from_state", "results_grid",
     "stop_experiment", "stop_on_engine", "stored_dataset", "summary_csv",
     "wait_experiment_inactive",
 ]
