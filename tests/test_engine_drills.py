@@ -190,13 +190,13 @@ def _evaluations_per_run(store: Store) -> Counter[int]:
     return Counter(len(store.evaluations(run.run_id)) for run in store.list_runs(limit=None))
 
 
-MOMENTS = ("started", "mid-call", "queued", "mid-call")
+MOMENTS = ("started", "queued", "mid-call")
 ROUNDS = len(MOMENTS)  # each moment, each round a resume of the last: `scripts/soak.sh` repeats
 CTRL_C_ROWS = 24  # each round ends at most a step of CTRL_C_CONCURRENCY cells: some are left
 CTRL_C_CONCURRENCY = 3
 
 
-@pytest.mark.timeout(600)  # 5 runs of three processes each
+@pytest.mark.timeout(600)  # 4 runs of three processes each
 def test_ctrl_c_of_eval_workers_exits_130_every_time_and_resume_ends_each_cell_once(
     pg_url: str, tmp_path: Path
 ) -> None:
