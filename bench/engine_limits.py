@@ -56,7 +56,7 @@ def _levels(experiment_id: str) -> tuple[list[float], list[float]]:
     from dbos import DBOS
 
     from rubric_core.engine import queues
-    from rubric_core.engine.cell import GATE_ID_PREFIX
+    from rubric_core.engine.runtime import GATE_ID_PREFIX
 
     cells = {w.workflow_id: w for w in DBOS.list_workflows(
         workflow_id_prefix=queues.id_prefix(experiment_id), load_input=False,

@@ -1,10 +1,11 @@
 """What a re-grade item workflow costs on the queue engine, on SQLite and on PostgreSQL.
 
-Chooses (and keeps honest) the unit of `rubric_core.engine.item`: one DBOS workflow per
-(configuration, answer) with its repeats. Graded by the offline ``rules`` grader (no model
-call: a grading costs well under a millisecond), so what is measured is the engine's share:
+Chooses (and keeps honest) the unit of a re-grade's items (`rubric_core.lab.grading.ItemBody`):
+one DBOS workflow per (configuration, answer) with its repeats. Graded by the offline ``rules``
+grader (no model call: a grading costs well under a millisecond), so what is measured is the
+engine's share:
 
-- ``enqueue``: queuing N items on a re-grade's queue (`rubric_core.engine.regrade_queue.
+- ``enqueue``: queuing N items on a re-grade's queue (`rubric_core.engine.queues.
   enqueue_items`), milliseconds per workflow;
 - ``run``: `rubric_core.lab.run_regrade` from start to end at concurrency C in this one
   process (enqueue, dequeue, grade, record, end of each workflow, the watch), milliseconds per
@@ -43,20 +44,21 @@ def _job(store: Store, answers: int, repeats: int, name: str) -> str:
 
 def _enqueue_ms(store: Store, answers: int) -> float:
     """Milliseconds per item queued (a re-grade queued only: nothing graded, then stopped)."""
-    from rubric_core.engine import launch_engine, regrade_queue
+    from rubric_core.engine import launch_engine
+    from rubric_core.engine import queues as regrade_queue
 
     job_id = _job(store, answers, 1, "enqueue")
     launch_engine(store, every_queue=False)  # not listening: nothing runs here
 
     async def enqueue() -> float:
-        await regrade_queue.register_queue(job_id, concurrency=1)
-        latest = await regrade_queue.latest_attempts(job_id)
+        await regrade_queue.register_regrade_queue(job_id, concurrency=1)
+        latest = await regrade_queue.latest_items(job_id)
         started = time.perf_counter()
         await regrade_queue.enqueue_items(job_id, [(0, f"q{i}") for i in range(answers)],
                                           latest)
         took = time.perf_counter() - started
         await regrade_queue.cancel_items(job_id)
-        await regrade_queue.delete_queue(job_id)
+        await regrade_queue.delete_regrade_queue(job_id)
         return took
 
     took = asyncio.run_coroutine_threadsafe(enqueue(), work_loop()).result()

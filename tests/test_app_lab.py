@@ -260,7 +260,7 @@ def test_a_regrade_another_process_grades_is_followed_not_resumed(db_path: Path)
 
     from rubric_core.background import work_loop
     from rubric_core.engine import launch_engine
-    from rubric_core.engine import regrade_queue as rq
+    from rubric_core.engine import queues as rq
 
     server = HoldingServer(free=0, delay_s=0.01)
     at = _session(db_path)
@@ -274,8 +274,8 @@ def test_a_regrade_another_process_grades_is_followed_not_resumed(db_path: Path)
             launch_engine(store, every_queue=False)  # queues; grades nothing here
 
             async def enqueue() -> None:
-                await rq.register_queue(job.job_id, concurrency=2)
-                latest = await rq.latest_attempts(job.job_id)
+                await rq.register_regrade_queue(job.job_id, concurrency=2)
+                latest = await rq.latest_items(job.job_id)
                 await rq.enqueue_items(job.job_id, [(0, f"a{i:02d}") for i in range(1, 33)],
                                        latest)
 

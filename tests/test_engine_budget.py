@@ -1,4 +1,4 @@
-"""Budgets on the queue engine (`rubric_core.engine.budget`): held over every process.
+"""Budgets on the queue engine (`rubric_core.engine.holds`): held over every process.
 
 The loopback server (`MeteredServer`) reports, for every call, the usage the budget's first
 estimate assumes (`TYPICAL_WORKER_CALL`, `TYPICAL_GRADER_CALL`), so a cell (one pass, one
@@ -31,7 +31,7 @@ from rubric_core.background import work_loop
 from rubric_core.datasets import parse_dataset
 from rubric_core.engine import launch_engine, shutdown_engine
 from rubric_core.engine import queues as engine_queues
-from rubric_core.engine.budget import LOCK_PREFIX, REFUSED
+from rubric_core.engine.holds import REFUSED
 from rubric_core.experiments import (
     Budget,
     BudgetError,
@@ -41,6 +41,7 @@ from rubric_core.experiments import (
     run_experiment,
 )
 from rubric_core.experiments.budget import (
+    LOCK_PREFIX,
     TYPICAL_GRADER_CALL,
     TYPICAL_WORKER_CALL,
     first_estimate,

@@ -29,7 +29,7 @@ from rubric_core.background import work_loop
 from rubric_core.datasets import parse_dataset
 from rubric_core.engine import launch_engine, shutdown_engine
 from rubric_core.engine import queues as engine_queues
-from rubric_core.engine.cell import gate_id
+from rubric_core.engine.runtime import gate_id
 from rubric_core.experiments import (
     SharedBackoff,
     create_experiment,

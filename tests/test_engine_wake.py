@@ -114,18 +114,26 @@ class _Running:
         return self.count if queue == "a" else 0
 
 
-def _limited(monkeypatch: pytest.MonkeyPatch, concurrency: int, saturated_s: float) -> None:
-    monkeypatch.setattr(wake, "_limits", {})  # the module's own, restored after the test
+def _limited(monkeypatch: pytest.MonkeyPatch, concurrency: int, saturated_s: float
+             ) -> dict[str, int]:
+    """Queue ``a``'s global limit as the engine mirrors it, and the saturated poll's period."""
     monkeypatch.setattr(wake, "SATURATED_POLL_S", saturated_s)
-    wake.limit("a", concurrency)
+    return {"a": concurrency}
+
+
+def _installed() -> wake.Wakeable | None:
+    from rubric_core.engine.launch import current_engine
+
+    engine = current_engine()
+    return engine.wakeable if engine is not None else None
 
 
 def test_a_queue_full_here_skips_its_timed_polls_until_a_slot_frees(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every slot taken by a cell running here: a poll could start nothing, so the thread
     sleeps on past its timeouts; the wake of a freed slot ends the wait at once."""
-    _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
-    stop = wake.Wakeable(threading.Event(), _Running(2))
+    limits = _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
+    stop = wake.Wakeable(threading.Event(), _Running(2), limits)
     results: list[tuple[bool, float]] = []
     thread = _waiting(stop, "queue-worker-a", results, timeout=0.05)
     time.sleep(0.3)
@@ -139,8 +147,8 @@ def test_a_queue_full_here_skips_its_timed_polls_until_a_slot_frees(
 def test_a_full_queue_is_still_polled_every_saturated_poll_s(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """What nothing here announces (a limit raised elsewhere) is seen within SATURATED_POLL_S."""
-    _limited(monkeypatch, 2, saturated_s=0.6)
-    stop = wake.Wakeable(threading.Event(), _Running(3))
+    limits = _limited(monkeypatch, 2, saturated_s=0.6)
+    stop = wake.Wakeable(threading.Event(), _Running(3), limits)
     results: list[tuple[bool, float]] = []
     _waiting(stop, "queue-worker-a", results, timeout=0.05).join(LONG_S)
     assert results and results[0][0] is False and 0.6 <= results[0][1] < LONG_S / 2
@@ -153,17 +161,12 @@ def test_a_full_queue_is_still_polled_every_saturated_poll_s(
 ])
 def test_a_queue_with_a_free_slot_polls_at_its_timeout(
         monkeypatch: pytest.MonkeyPatch, running: int, queue: str) -> None:
-    _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
-    stop = wake.Wakeable(threading.Event(), _Running(running))
+    limits = _limited(monkeypatch, 2, saturated_s=LONG_S / 2)
+    stop = wake.Wakeable(threading.Event(), _Running(running), limits)
     results: list[tuple[bool, float]] = []
     _waiting(stop, queue, results, timeout=0.1).join(LONG_S)
     assert results and 0.1 <= results[0][1] < LONG_S / 4  # a skip would take LONG_S / 2
     assert stop.skipped == 0
-
-
-def test_the_pinned_dbos_has_both_hooks() -> None:
-    """An upgrade of DBOS without them would silently bring back polling: it fails here."""
-    assert wake._hooks() is not None
 
 
 def test_an_experiments_cells_are_dequeued_on_wakes(tmp_path: Path) -> None:
@@ -176,7 +179,7 @@ def test_an_experiments_cells_are_dequeued_on_wakes(tmp_path: Path) -> None:
         exp_id = one_config_experiment(store, rows, server.fake.base_url, models)
         events = list(run_experiment(store, exp_id, concurrency=2, models=models,
                                      backoff=backoff))
-        stop = wake.installed()
+        stop = _installed()
     assert events[-1]["status"] == "finished"  # type: ignore[typeddict-item]
     assert stop is not None, "the engine was launched without its wakes"
     # Two slots, eight cells: each of the six cells after the first two can start on a wake.
@@ -199,7 +202,7 @@ def test_a_launch_on_postgresql_after_one_on_sqlite_polls_as_dbos_does(
     with Store(tmp_path / "db.sqlite3") as store:
         launch_engine(store, every_queue=False)
         try:
-            assert wake.installed() is not None
+            assert _installed() is not None
         finally:
             shutdown_engine(settle_s=0)
     with Store(pg_url) as store:
@@ -208,7 +211,7 @@ def test_a_launch_on_postgresql_after_one_on_sqlite_polls_as_dbos_does(
             listen(engine, "some-queue")
             deadline = time.monotonic() + 3  # DBOS's queue manager thread has started by then
             while time.monotonic() < deadline:
-                assert wake.installed() is None
+                assert _installed() is None
                 time.sleep(0.05)
         finally:
             shutdown_engine(settle_s=0)

@@ -199,9 +199,10 @@ def test_an_item_that_ends_unrecorded_while_the_regrade_runs_is_queued_again(
     instead of ending ``stopped`` with the answer ungraded. Real engine on SQLite."""
     import sqlite3
 
-    from rubric_core.engine.item import ITEM_WORKFLOW
     from rubric_core.engine.launch import APPLICATION_VERSION, engine_database, launch_engine
-    from rubric_core.engine.regrade_queue import queue_name, workflow_id
+    from rubric_core.engine.queues import item_workflow_id as workflow_id
+    from rubric_core.engine.queues import regrade_queue_name as queue_name
+    from rubric_core.engine.runtime import ITEM_WORKFLOW
 
     count = 6
     server = DelayedServer(0.05, verdict("satisfied", (), (CRITERION,)))
@@ -257,9 +258,9 @@ def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pa
     from test_engine_orphans import orphan_it
 
     from rubric_core.background import work_loop
-    from rubric_core.engine import regrade_queue
+    from rubric_core.engine import queues
     from rubric_core.engine.launch import engine_database, launch_engine
-    from rubric_core.engine.regrade_queue import workflow_id
+    from rubric_core.engine.queues import item_workflow_id as workflow_id
 
     count = 4
     server = DelayedServer(0.05, verdict("satisfied", (), (CRITERION,)))
@@ -271,8 +272,8 @@ def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pa
         system = engine_database(store.location).removeprefix("sqlite:///")
 
         async def queue_it() -> None:  # as the earlier session did
-            await regrade_queue.register_queue(job_id, concurrency=1)
-            await regrade_queue.enqueue_items(job_id, [(0, "q0")], {})
+            await queues.register_regrade_queue(job_id, concurrency=1)
+            await queues.enqueue_items(job_id, [(0, "q0")], {})
 
         asyncio.run_coroutine_threadsafe(queue_it(), work_loop()).result(60)
         orphan_it(store, engine.executor_id, orphan)
@@ -300,7 +301,8 @@ def test_an_item_this_process_holds_but_does_not_run_is_handed_back(tmp_path: Pa
     pytest.param("item:with:colons", id="colons_in_the_answer_id"),
 ])
 def test_an_item_workflow_id_parses_back(item_id: str) -> None:
-    from rubric_core.engine.regrade_queue import parse_id, workflow_id
+    from rubric_core.engine.queues import item_workflow_id as workflow_id
+    from rubric_core.engine.queues import parse_item_id as parse_id
 
     assert parse_id(workflow_id("job", 3, item_id, 7)) == ("job", 3, 7, item_id)
     assert parse_id("rubric-cell:x:1:2:t:1:r") is None

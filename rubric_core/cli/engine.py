@@ -79,6 +79,8 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
     A lost database is said once per outage and experiment (`rubric_core.engine.outage`);
     the worker goes on once the database is back.
     """
+    import rubric_core.experiments
+    import rubric_core.lab  # noqa: F401 - with the line above: the bodies of cells and items
     from rubric_core.cli.eval import resume_command
     from rubric_core.engine.outage import worker_cut
     from rubric_core.engine.worker import serve

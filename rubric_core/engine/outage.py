@@ -4,8 +4,8 @@ A lost database (`rubric_core.store.is_unavailable`: a server restart or crash, 
 ends each cell running at that moment where it stands: its run is recorded ``interrupted``
 where the database still took the write (each write is one transaction, so none is
 half-written), and its workflow completes with ``lost_database`` in its result
-(`rubric_core.engine.cell`), so a Resume continues it on its own thread and nothing is run
-twice. What the libraries log about it (DBOS, psycopg) stays out of the terminal
+(`rubric_core.experiments.cell.CellBody`), so a Resume continues it on its own thread and
+nothing is run twice. What the libraries log about it (DBOS, psycopg) stays out of the terminal
 (`rubric_core.library_logs`); the front ends say it once, in the words below:
 
 - the driver of an experiment (``eval``, the app) at the session's end, when cells did not end

@@ -1,53 +1,16 @@
-"""An experiment's queues and its cells' workflow IDs: enqueue (idempotent), Stop, clean-up.
+"""The units' queues and workflow IDs: register, enqueue (idempotent), Stop, clean-up.
 
-One DBOS queue per experiment (`queue_name`), whose global concurrency is the experiment's
-concurrency over every process, with an optional rate limit (cells started per period). Every
-process with the engine launched polls every queue of the application (DBOS keeps them in its
-tables), so a ``rubric-studio worker`` needs to be told nothing about an experiment.
+One DBOS queue per batch (`queue_name`: an experiment's, `regrade_queue_name`: a re-grade's),
+whose global concurrency is the batch's concurrency over every process, with an optional rate
+limit. An experiment's per-model and per-configuration limits are DBOS's too (`routes`):
+partitions of its queue when every configuration meets exactly one limit key and those keys
+share their limits, else a queue per limit key that a cell passes nested in its own workflow
+(`gates`, `rubric_core.engine.runtime`). Why, and what each costs: ``docs/engine.md``.
 
-Per-model limits (`ModelLimit`: cells at once using a model, cells using it started per
-period, any process) are DBOS's too, not a limiter of ours, in one of two ways (`routes`):
-
-- Partitions, when every configuration uses exactly one limited model and those models share
-  their limits (the common case: one model everywhere, or a limited worker graded by
-  ``rules``): each cell is queued on the experiment's queue with its model as partition key,
-  and the queue's partition concurrency and partition rate limit are the model's. DBOS checks
-  the experiment's limit and the model's in the same dequeue: nothing is added to a cell's
-  way (measured: `bench/engine_limits.py`, span efficiency as without model limits).
-- Otherwise (a cell using two limited models, or models with different limits: DBOS gives a
-  workflow one partition key, and a queue one limit for all its partitions) a queue per
-  experiment and limited model (`model_queue_name`), with the model's limits as its global
-  concurrency and rate limit. A cell passes those queues nested in its own workflow, in sorted
-  order so that no two cells wait for each other (`gates`; the nesting:
-  `rubric_core.engine.cell`). Its own workflow stays on the experiment's queue, the outermost
-  level, so IDs, attempts, Stop and recovery are the same with or without model limits. The
-  order has a cost: a cell waiting for a model holds one of the experiment's slots, so a
-  configuration on a slow model can keep another's cells waiting unless ``concurrency``
-  covers the model limits; in exchange the innermost queue's slot is freed the moment its
-  cell ends, and its rate limit counts the cells really started (with two limited models,
-  the outer model's counts the cells it let through to the inner model's queue). Each level
-  adds up to one poll of its queue (`POLL_S`) to a cell's start, and an outer level's slot is
-  held until it learns its child ended (at once in the same process, else within
-  `rubric_core.engine.cell.RESULT_POLL_S`); measured ~0.2 s per cell with two levels on
-  PostgreSQL. Each model queue is one more queue every process polls.
-
-A configuration's own limits (cells of that configuration at once, started per period: ``eval
---config-limit``, ``--config-rate-limit``) are met the same way, under a limit key of their own
-(`config_key`) beside the models'.
-
-The limits are an experiment's, set by its driver (``eval --model-limit``, ``--rate-limit
-MODEL=N/PERIOD``, the app's Limits table): another experiment on the same model has limits of
-its own.
-
-A cell's workflow ID is deterministic (`workflow_id`): experiment, configuration, repeat, the
-cell's thread, an attempt number and the row. Enqueuing an ID that exists is a no-op in DBOS,
-so two Resumes (or a Resume racing a worker) never queue a cell twice. The attempt number is
-what lets a cell run again after its workflow has completed without ending the cell (its run
-was interrupted by a lost database, or ended ``error`` and errors are retried): the next
-enqueue uses the next attempt, which every racing enqueuer computes alike. A cancelled
-workflow (Stop) gets its next attempt too: resuming it under its own ID would wake its
-children, cancelled with it, only on the queues of the limits it was queued under, which a
-Resume may have changed.
+A unit's workflow ID is deterministic (`workflow_id`, `item_workflow_id`) and carries an
+attempt number: enqueuing an ID that exists is a no-op, so two Resumes never queue a unit
+twice, and a unit whose workflow ended without ending the unit (Stop, a lost database, an error
+retried) is queued again under the next attempt, which every racing enqueuer computes alike.
 """
 
 from __future__ import annotations
@@ -56,16 +19,17 @@ import dataclasses
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from dbos import DBOS, SetEnqueueOptions, SetWorkflowID
-
-from rubric_core.engine import wake
-from rubric_core.engine.cell import (
-    ACTIVE_STATUSES,
+from rubric_core.engine import _dbos
+from rubric_core.engine.outage import LOST_KEY
+from rubric_core.engine.runtime import (
     CELL_ID_PREFIX,
     GATE_ID_PREFIX,
+    ITEM_ID_PREFIX,
     cell_workflow,
+    current_engine,
+    item_workflow,
+    note_cancelled,
 )
-from rubric_core.engine.outage import LOST_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -73,20 +37,24 @@ if TYPE_CHECKING:
     from rubric_core.settings import ExperimentConfig
 
 QUEUE_PREFIX = "rubric-exp-"
-"""Queue names: this prefix and the experiment id."""
+"""An experiment's queue's name: this prefix and the experiment id."""
+REGRADE_QUEUE_PREFIX = "rubric-regrade-"
+"""A re-grade's queue's name: this prefix and the re-grade's id."""
 
 POLL_S = 0.1
-"""How often each process polls an experiment's queue (DBOS's own loop; ~5% of a core per
-queue per process while the queue exists)."""
+"""How often each process polls a queue (DBOS's own loop)."""
 
-ACTIVE = ACTIVE_STATUSES
-"""Workflow statuses of a cell that is queued or running."""
+ACTIVE = _dbos.ACTIVE
+"""Workflow statuses of a unit that is queued or running."""
 
+CONFIG_KEY_PREFIX = "\x1fconfiguration "
+"""What a configuration's limit key starts with (`config_key`): a control character no model
+string holds, so a configuration's key never meets a model's."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelLimit:
-    """A model's limits within an experiment, over every process."""
+    """A model's (or a configuration's) limits within an experiment, over every process."""
 
     concurrency: int | None = None
     """Cells using the model at once (as worker or grader); None: no limit."""
@@ -99,23 +67,19 @@ def queue_name(experiment_id: str) -> str:
     return QUEUE_PREFIX + experiment_id
 
 
+def regrade_queue_name(job_id: str) -> str:
+    """The name of a re-grade's queue."""
+    return REGRADE_QUEUE_PREFIX + job_id
+
+
 def model_queue_prefix(experiment_id: str) -> str:
     """What the names of an experiment's model queues start with."""
     return f"{queue_name(experiment_id)}~model~"
 
 
 def model_queue_name(experiment_id: str, model: str) -> str:
-    """The queue of a model's limits within an experiment (the model hashed: any length).
-
-    A configuration's own limits have one too, named by its `config_key`.
-    """
-    digest = hashlib.sha256(model.encode()).hexdigest()[:16]
-    return model_queue_prefix(experiment_id) + digest
-
-
-CONFIG_KEY_PREFIX = "\x1fconfiguration "
-"""What a configuration's limit key starts with (`config_key`): a control character no model
-string holds, so a configuration's key never meets a model's."""
+    """The queue of a limit key within an experiment (hashed: any length)."""
+    return model_queue_prefix(experiment_id) + hashlib.sha256(model.encode()).hexdigest()[:16]
 
 
 def config_key(config_index: int) -> str:
@@ -139,20 +103,13 @@ class Routes:
     gates: list[list[str]]
     """Per configuration: the limit queues its cells pass (`gates`), when nesting serves."""
     models: dict[str, ModelLimit]
-    """The limit keys (models, `config_key`) that have queues of their own, with their
-    limits."""
+    """The limit keys (models, `config_key`) that have queues of their own, with their limits."""
 
 
 def routes(experiment_id: str, configs: Sequence[ExperimentConfig],
            limits: Mapping[str, ModelLimit],
            config_limits: Mapping[int, ModelLimit] | None = None) -> Routes:
-    """How cells meet ``limits`` (by model) and ``config_limits`` (by configuration index).
-
-    A configuration's own limits are one more limit key its cells meet (`config_key`), like
-    a model's. Partitions of the experiment's own queue when every configuration meets
-    exactly one limit key and all those keys have the same limits (the common case: one model
-    everywhere): no level, no latency added. Else a queue per limit key.
-    """
+    """How cells meet ``limits`` (by model) and ``config_limits`` (by configuration index)."""
     keyed = dict(limits)
     used: list[set[str]] = []
     for index, config in enumerate(configs):
@@ -182,9 +139,14 @@ def gate_prefix(experiment_id: str) -> str:
     return f"{GATE_ID_PREFIX}{experiment_id}:"
 
 
+def item_prefix(job_id: str) -> str:
+    """What every workflow ID of a re-grade's items starts with."""
+    return f"{ITEM_ID_PREFIX}{job_id}:"
+
+
 def workflow_id(experiment_id: str, key: tuple[str, int, int], thread_id: str,
                 attempt: int) -> str:
-    """A cell's workflow ID (see the module docstring); the row id last (it may hold ``:``)."""
+    """A cell's workflow ID; the row id last (it may hold ``:``)."""
     row_id, config_index, repeat_index = key
     return (f"{id_prefix(experiment_id)}{config_index}:{repeat_index}:{thread_id}:{attempt}:"
             f"{row_id}")
@@ -192,61 +154,91 @@ def workflow_id(experiment_id: str, key: tuple[str, int, int], thread_id: str,
 
 def attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
     """``(the ID without its attempt, attempt)`` of one of the experiment's workflow IDs."""
-    rest = workflow[len(id_prefix(experiment_id)):]
-    parts = rest.split(":", 4)
+    parts = workflow[len(id_prefix(experiment_id)):].split(":", 4)
     if len(parts) != 5 or not parts[3].isdigit():
         return None
     config_index, repeat_index, thread_id, attempt, row_id = parts
     return f"{config_index}:{repeat_index}:{thread_id}:{row_id}", int(attempt)
 
 
-def _limiter(rate: tuple[int, float] | None) -> Any:
-    return None if rate is None else {"limit": rate[0], "period": rate[1]}
+def thread_of(workflow: str) -> str:
+    """The cell's thread in a cell's (or its level's) workflow ID; "" if not one."""
+    parts = workflow.split(":", 6)
+    return parts[4] if len(parts) == 7 else ""
+
+
+def item_workflow_id(job_id: str, config_index: int, item_id: str, attempt: int) -> str:
+    """An item's workflow ID; the answer's id last (it may hold ``:``)."""
+    return f"{item_prefix(job_id)}{config_index}:{attempt}:{item_id}"
+
+
+def parse_item_id(workflow: str) -> tuple[str, int, int, str] | None:
+    """``(job, configuration, attempt, answer)`` of an item's workflow ID; None if not one."""
+    if not workflow.startswith(ITEM_ID_PREFIX):
+        return None
+    parts = workflow[len(ITEM_ID_PREFIX):].split(":", 3)
+    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2]), parts[3]
+
+
+async def _register(name: str, concurrency: int | None, **options: Any) -> None:
+    """Register a queue with DBOS and mirror its global limit for wakes."""
+    await _dbos.register_queue(name, concurrency=concurrency, poll_s=POLL_S, **options)
+    if (engine := current_engine()) is not None:
+        if concurrency is None:
+            engine.limits.pop(name, None)
+        else:
+            engine.limits[name] = concurrency
+
+
+async def _delete(name: str) -> None:
+    await _dbos.delete_queue(name)
+    if (engine := current_engine()) is not None:
+        engine.limits.pop(name, None)
 
 
 async def register_queue(experiment_id: str, *, concurrency: int,
                          rate_limit: tuple[int, float] | None = None,
                          route: Routes | None = None) -> list[str]:
-    """Create (or update) an experiment's queue and its model queues with their limits.
-
-    Args:
-        experiment_id: The experiment.
-        concurrency: Cells at once over every process.
-        rate_limit: At most ``limit`` cells started per ``period`` seconds, over every
-            process; None for none.
-        route: How the cells meet their model limits (`routes`); None: no model limits.
-
-    Returns:
-        The names of the queues registered.
-
-    """
+    """Create (or update) an experiment's queue and its model queues; their names."""
     names = [queue_name(experiment_id)]
     partition = route.partition if route is not None else None
-    await wake.register_queue(
-        names[0], concurrency=concurrency, limiter=_limiter(rate_limit),
+    await _register(
+        names[0], concurrency, rate=rate_limit,
         partition_concurrency=(None if partition is None or partition.concurrency is None
                                else min(partition.concurrency, concurrency)),
-        partition_limiter=None if partition is None else _limiter(partition.rate),
-        polling_interval_sec=POLL_S)
+        partition_rate=None if partition is None else partition.rate)
     for model, limit in sorted((route.models if route is not None else {}).items()):
         names.append(model_queue_name(experiment_id, model))
-        await wake.register_queue(names[-1], concurrency=limit.concurrency,
-                                  limiter=_limiter(limit.rate), polling_interval_sec=POLL_S)
+        await _register(names[-1], limit.concurrency, rate=limit.rate)
     return names
+
+
+async def register_regrade_queue(job_id: str, *, concurrency: int) -> str:
+    """Create (or update) a re-grade's queue (the latest registration's limit holds); its name."""
+    name = regrade_queue_name(job_id)
+    await _register(name, concurrency)
+    return name
 
 
 async def delete_queue(experiment_id: str) -> None:
     """Remove an experiment's queue and its model queues (no process polls them any more)."""
     prefix = model_queue_prefix(experiment_id)
-    for queue in await DBOS.list_queues_async():
-        if queue.name.startswith(prefix):
-            await wake.delete_queue(queue.name)
-    await wake.delete_queue(queue_name(experiment_id))
+    for name in await _dbos.queue_names():
+        if name.startswith(prefix):
+            await _delete(name)
+    await _delete(queue_name(experiment_id))
+
+
+async def delete_regrade_queue(job_id: str) -> None:
+    """Remove a re-grade's queue."""
+    await _delete(regrade_queue_name(job_id))
 
 
 def _route_of(workflow: Any) -> tuple[str | None, list[str]]:
     """A queued cell workflow's partition key and the model queues it was to pass."""
-    args: Sequence[Any] = (workflow.input or {}).get("args") or ()
+    args = _dbos.args_of(workflow)
     return workflow.queue_partition_key, list(args[6]) if len(args) > 6 and args[6] else []
 
 
@@ -256,77 +248,94 @@ async def enqueue_cells(experiment_id: str, cells: Iterable[tuple[tuple[str, int
     """Queue the given cells (``(key, thread id)``) on the experiment's queue, idempotently.
 
     A cell whose latest workflow is running, or queued the way ``route`` asks, is left as it
-    is; one queued another way (model limits changed since) is cancelled and, like one whose
-    workflow completed or was cancelled, gets its next attempt; a cell never queued, its
-    first. The queues must exist (`register_queue`).
-
-    Args:
-        experiment_id: The experiment.
-        cells: ``(key, thread id)`` of each cell to queue.
-        retry_errors: Whether a cell that ended in an error runs again.
-        route: How the cells meet their model limits (`routes`); None: no model limits.
-
-    Returns:
-        Each cell's current workflow ID, with its key.
-
+    is; one queued another way (limits changed since) is cancelled and, like one whose
+    workflow ended, gets its next attempt. Returns each cell's current workflow ID, with its
+    key. The queues must exist (`register_queue`).
     """
-    existing = await DBOS.list_workflows_async(
-        workflow_id_prefix=id_prefix(experiment_id), load_input=True, load_output=False)
     latest: dict[str, tuple[int, Any]] = {}  # cell -> (attempt, its latest workflow)
-    for workflow in existing:
+    for workflow in await _dbos.list_workflows(workflow_id_prefix=id_prefix(experiment_id),
+                                               load_input=True):
         parsed = attempt_of(workflow.workflow_id, experiment_id)
         if parsed is not None and parsed[1] >= latest.get(parsed[0], (0, None))[0]:
             latest[parsed[0]] = (parsed[1], workflow)
-    queue = await DBOS.retrieve_queue_async(queue_name(experiment_id))
-    if queue is None:
-        msg = f"experiment {experiment_id} has no queue: register it first"
-        raise KeyError(msg)
+    queue = await _dbos.queue(queue_name(experiment_id), f"experiment {experiment_id}")
     ids: dict[str, tuple[str, int, int]] = {}
     stale: list[str] = []
     for key, thread_id in cells:
-        cell = f"{key[1]}:{key[2]}:{thread_id}:{key[0]}"
-        attempt, found = latest.get(cell, (0, None))
-        config = key[1]
+        attempt, found = latest.get(f"{key[1]}:{key[2]}:{thread_id}:{key[0]}", (0, None))
         wanted: tuple[str | None, list[str]] = (
-            (None, []) if route is None else (route.keys[config], route.gates[config]))
+            (None, []) if route is None else (route.keys[key[1]], route.gates[key[1]]))
         if found is not None and found.status in ACTIVE:
             if found.status != "ENQUEUED" or _route_of(found) == wanted:
                 ids[found.workflow_id] = key
                 continue
             stale.append(found.workflow_id)
         wid = workflow_id(experiment_id, key, thread_id, attempt + 1)
-        with SetWorkflowID(wid), SetEnqueueOptions(queue_partition_key=wanted[0]):
-            if wanted[1]:
-                await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1],
-                                          key[2], thread_id, retry_errors, wanted[1])
-            else:  # the inputs of a release before model queues: its workers can run it
-                await queue.enqueue_async(cell_workflow, experiment_id, key[0], key[1],
-                                          key[2], thread_id, retry_errors)
+        # Without model queues, the inputs of a release before them: its workers can run it.
+        extra = [wanted[1]] if wanted[1] else []
+        await _dbos.enqueue(queue, cell_workflow, experiment_id, key[0],
+                            key[1], key[2], thread_id, retry_errors, *extra, workflow_id=wid,
+                            partition=wanted[0])
         ids[wid] = key
-    if stale:
-        await DBOS.cancel_workflows_async(stale, cancel_children=True)
+    await _dbos.cancel(stale, children=True)
     return ids
+
+
+async def latest_items(job_id: str) -> dict[tuple[int, str], tuple[int, str]]:
+    """Per item ``(configuration, answer)``: its latest attempt and that workflow's status."""
+    latest: dict[tuple[int, str], tuple[int, str]] = {}
+    for workflow in await _dbos.list_workflows(workflow_id_prefix=item_prefix(job_id)):
+        parsed = parse_item_id(workflow.workflow_id)
+        if parsed is None or parsed[0] != job_id:
+            continue
+        key = (parsed[1], parsed[3])
+        if parsed[2] >= latest.get(key, (0, ""))[0]:
+            latest[key] = (parsed[2], workflow.status)
+    return latest
+
+
+async def enqueue_items(job_id: str, items: Iterable[tuple[int, str]],
+                        latest: dict[tuple[int, str], tuple[int, str]]) -> int:
+    """Queue the given items on the re-grade's queue, idempotently; how many were queued.
+
+    An item whose latest workflow is queued or running is left; one that ended gets its next
+    attempt. ``latest`` (`latest_items`) is updated with what was queued.
+    """
+    queue = await _dbos.queue(regrade_queue_name(job_id), f"re-grade {job_id}")
+    queued = 0
+    for key in items:
+        attempt, status = latest.get(key, (0, ""))
+        if status in ACTIVE:
+            continue
+        await _dbos.enqueue(queue, item_workflow, job_id, key[0], key[1],
+                            workflow_id=item_workflow_id(job_id, key[0], key[1], attempt + 1))
+        latest[key] = (attempt + 1, "ENQUEUED")
+        queued += 1
+    return queued
 
 
 async def active_workflows(experiment_id: str) -> list[str]:
     """The experiment's cell workflows queued or running now, on any process."""
-    found = await DBOS.list_workflows_async(
-        workflow_id_prefix=id_prefix(experiment_id), status=list(ACTIVE), load_input=False,
-        load_output=False)
-    return [w.workflow_id for w in found]
+    return [w.workflow_id for w in await _dbos.list_workflows(
+        workflow_id_prefix=id_prefix(experiment_id), status=list(ACTIVE))]
+
+
+async def active_items(job_id: str) -> list[str]:
+    """The re-grade's item workflows queued or running now, on any process."""
+    return [w.workflow_id for w in await _dbos.list_workflows(
+        workflow_id_prefix=item_prefix(job_id), status=list(ACTIVE))]
 
 
 async def lost_database(workflow_ids: Iterable[str]) -> str | None:
     """The error of one of these cell workflows that a lost database cut, if any, else None.
 
-    Read from the workflows' results (`rubric_core.engine.outage.LOST_KEY`), so it sees the
-    cells cut on any process.
+    Read from the workflows' results (`rubric_core.engine.outage.LOST_KEY`): cut anywhere.
     """
     ids = list(workflow_ids)
     if not ids:
         return None
-    for workflow in await DBOS.list_workflows_async(workflow_ids=ids, status="SUCCESS",
-                                                    load_input=False, load_output=True):
+    for workflow in await _dbos.list_workflows(workflow_ids=ids, status=_dbos.DONE,
+                                               load_output=True):
         output = workflow.output
         if isinstance(output, dict) and output.get(LOST_KEY):
             return str(output.get("error") or "the database went away")
@@ -334,60 +343,43 @@ async def lost_database(workflow_ids: Iterable[str]) -> str | None:
 
 
 async def running_elsewhere(experiment_id: str, executor_id: str) -> bool:
-    """Whether a cell of the experiment (or its level on a model queue) runs on another process.
-
-    One read of the experiment's running workflows (at most its concurrency, with levels).
-    """
+    """Whether a cell of the experiment (or its level) runs on another process."""
     for prefix in (id_prefix(experiment_id), gate_prefix(experiment_id)):
-        found = await DBOS.list_workflows_async(
-            workflow_id_prefix=prefix, status="PENDING", load_input=False, load_output=False)
+        found = await _dbos.list_workflows(workflow_id_prefix=prefix, status=_dbos.RUNNING)
         if any(w.executor_id != executor_id for w in found):
             return True
     return False
 
 
 async def cancel_cells(experiment_id: str) -> int:
-    """Stop: cancel every queued or running cell workflow of the experiment; how many.
+    """Stop: cancel every queued or running cell of the experiment, with its levels; how many.
 
-    Queued cells will not start; running ones are stopped by their process within
-    `rubric_core.engine.cell.CANCEL_POLL_S` and end after their step. A cell's levels on
-    model queues are cancelled with it, and once more by their own prefix: a level that
-    queued its child after the first pass (that child starts no body, its cell being
-    cancelled, but it would hold a model's slot until dequeued).
+    Levels are cancelled once more by their own prefix: one that queued its child after the
+    first pass would hold a model's slot until dequeued.
     """
     ids = await active_workflows(experiment_id)
-    if ids:
-        await DBOS.cancel_workflows_async(ids, cancel_children=True)
-    left = await DBOS.list_workflows_async(
-        workflow_id_prefix=gate_prefix(experiment_id), status=list(ACTIVE), load_input=False,
-        load_output=False)
-    if left:
-        await DBOS.cancel_workflows_async([w.workflow_id for w in left])
+    await _dbos.cancel(ids, children=True)
+    left = await _dbos.list_workflows(workflow_id_prefix=gate_prefix(experiment_id),
+                                      status=list(ACTIVE))
+    await _dbos.cancel([w.workflow_id for w in left])
+    return len(ids)
+
+
+async def cancel_items(job_id: str) -> int:
+    """Stop: cancel every queued or running item of the re-grade; how many."""
+    ids = await active_items(job_id)
+    if ids and (engine := current_engine()) is not None:
+        note_cancelled(engine, ids)  # one dequeued here before the cancel lands grades nothing
+    await _dbos.cancel(ids)
     return len(ids)
 
 
 __all__ = [
-    "ACTIVE",
-    "CONFIG_KEY_PREFIX",
-    "POLL_S",
-    "QUEUE_PREFIX",
-    "ModelLimit",
-    "Routes",
-    "active_workflows",
-    "attempt_of",
-    "cancel_cells",
-    "config_key",
-    "delete_queue",
-    "enqueue_cells",
-    "gate_prefix",
-    "gates",
-    "id_prefix",
-    "lost_database",
-    "model_queue_name",
-    "model_queue_prefix",
-    "queue_name",
-    "register_queue",
-    "routes",
-    "running_elsewhere",
-    "workflow_id",
+    "ACTIVE", "CONFIG_KEY_PREFIX", "POLL_S", "QUEUE_PREFIX", "REGRADE_QUEUE_PREFIX",
+    "ModelLimit", "Routes", "active_items", "active_workflows", "attempt_of", "cancel_cells",
+    "cancel_items", "config_key", "delete_queue", "delete_regrade_queue", "enqueue_cells",
+    "enqueue_items", "gate_prefix", "gates", "id_prefix", "item_prefix", "item_workflow_id",
+    "latest_items", "lost_database", "model_queue_name", "model_queue_prefix", "parse_item_id",
+    "queue_name", "register_queue", "register_regrade_queue", "regrade_queue_name", "routes",
+    "running_elsewhere", "thread_of", "workflow_id",
 ]

@@ -1,30 +1,12 @@
-"""The queue engine seen from any process: an experiment's queue state, and Stop from outside.
+"""The queue engine seen from any process: a batch's queue state, and Stop from outside.
 
-The app's Experiments page and ``rubric-studio queue`` show where an experiment's cells are in
-the queue engine (`rubric_core.engine`), whichever processes run them; the page can also stop
-an experiment that another process drives. What the engine knows is in DBOS's own tables, so
-it is read (and a Stop written) there, through DBOS's client (`dbos.DBOSClient`), which works on
-the system database without launching DBOS:
-
-- Readable from any process, one that never launched the engine included (the CLI, an app
-  that has not run an experiment yet): reading launches nothing, takes no executor ID and
-  polls no queue. A process that did launch it (the app driving an experiment with
-  ``every_queue=False``) reads the same way, so there is one code path.
-- `stop_cells` is `rubric_core.engine.queues.cancel_cells` without a launched engine: the
-  cancelled cells never start, and the processes running the others stop them after their step
-  (each watches its cells' cancellation); the experiment's driver then ends it ``stopped``.
-- Nothing is created: a SQLite store whose engine file (`engine_database`) does not exist, or a
-  PostgreSQL database without the engine's schema, has no engine tables (`NoEngineTables`),
-  and stays without them (the client never migrates; the file is not opened).
-- A cell counts once, under its latest attempt (`rubric_core.engine.queues.attempt_of`): a cell
-  run again after its workflow completed is not counted done twice. A cell whose workflow was
-  cancelled (Stop) but whose run ended anyway (its last step ended it before its process saw the
-  cancellation) counts done: Resume has nothing left to run for it, so it would otherwise stay
-  "cancelled" for ever. Which cell a workflow runs is read from its inputs (the cell workflow's
-  arguments: experiment, row, configuration, repeat, ...).
-- A worker is shown as its process only (``pid N on HOST``,
-  `rubric_core.registry.describe_owner`): executor IDs are read from a database any process may
-  write, and the page draws them, so no other text of the row is shown.
+The app and ``rubric-studio queue`` read DBOS's own tables through its client, which works on
+the system database without launching DBOS: reading launches nothing, takes no executor ID,
+polls no queue and creates nothing (a database without engine tables raises `NoEngineTables`).
+`stop_cells` is `rubric_core.engine.queues.cancel_cells` without a launched engine. A cell
+counts once, under its latest attempt; one cancelled whose run ended all the same counts done.
+A worker is shown as its process only (``pid N on HOST``): executor IDs are read from a
+database any process may write.
 """
 
 from __future__ import annotations
@@ -34,28 +16,26 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubric_core.engine import _dbos
 from rubric_core.engine.launch import SYSTEM_SCHEMA, engine_database
+from rubric_core.engine.queues import ACTIVE, attempt_of, id_prefix, item_prefix
 from rubric_core.registry import describe_owner, owned_here, owner_is_gone
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import sqlalchemy as sa
-    from dbos import DBOSClient
 
     from rubric_core.store import Store
 
-QUEUED = ("ENQUEUED", "DELAYED")
+QUEUED = _dbos.QUEUED
 """DBOS statuses of a cell waiting for a worker."""
-RUNNING = "PENDING"
-"""The DBOS status of a cell a worker runs (or ran, if that worker stopped: recovery re-queues
-it)."""
-DONE = "SUCCESS"
+RUNNING = _dbos.RUNNING
+"""The DBOS status of a cell a worker runs (or ran, if that worker stopped)."""
+DONE = _dbos.DONE
 """The DBOS status of a cell whose workflow completed (its run's own status is in the results)."""
-CANCELLED = "CANCELLED"
+CANCELLED = _dbos.CANCELLED
 """The DBOS status of a cell stopped by Stop (Resume queues it again)."""
-
-_TABLE = "workflow_status"  # DBOS's table of workflows, the one this module reads
 
 
 class NoEngineTables(LookupError):
@@ -125,7 +105,7 @@ def _system_engine(store: Store) -> sa.Engine:
                                   pool_size=1, max_overflow=0, pool_pre_ping=True)
         schema = SYSTEM_SCHEMA
     try:
-        if not sa.inspect(engine).has_table(_TABLE, schema=schema):
+        if not sa.inspect(engine).has_table(_dbos.WORKFLOW_TABLE, schema=schema):
             raise NoEngineTables
     except BaseException:
         engine.dispose()
@@ -134,24 +114,17 @@ def _system_engine(store: Store) -> sa.Engine:
 
 
 @contextlib.contextmanager
-def _client(store: Store) -> Iterator[DBOSClient]:
+def _client(store: Store) -> Iterator[Any]:
     """DBOS's client on the store's engine tables, closed afterwards (`NoEngineTables`)."""
-    from dbos import DBOSClient, DBOSPortableJSONSerializer
-
     engine = _system_engine(store)
     try:
-        client = DBOSClient(system_database_engine=engine, dbos_system_schema=SYSTEM_SCHEMA,
-                            serializer=DBOSPortableJSONSerializer(),
-                            retry_connection_errors=False)
-        try:
+        with _dbos.client(engine, SYSTEM_SCHEMA) as client:
             yield client
-        finally:
-            client.destroy()
     finally:
         engine.dispose()
 
 
-def _ended_anyway(store: Store, client: DBOSClient, experiment_id: str,
+def _ended_anyway(store: Store, client: Any, experiment_id: str,
                   cancelled: dict[str, str]) -> list[str]:
     """Of the cancelled workflows (id -> cell), the cells whose run has ended all the same."""
     from rubric_core.types import ENDED_STATUSES
@@ -160,8 +133,7 @@ def _ended_anyway(store: Store, client: DBOSClient, experiment_id: str,
     out = []
     for workflow in client.list_workflows(workflow_ids=list(cancelled), load_input=True,
                                           load_output=False):
-        inputs: Any = workflow.input  # {"args": [...], "kwargs": {...}} in portable JSON
-        args: Any = (inputs or {}).get("args") or ()
+        args = _dbos.args_of(workflow)
         # cell_workflow(experiment_id, row_id, config_index, repeat_index, thread_id, ...)
         if len(args) >= 4 and (args[1], args[2], args[3]) in ended:
             out.append(cancelled[workflow.workflow_id])
@@ -179,8 +151,6 @@ def queue_state(store: Store, experiment_id: str) -> QueueState:
         NoEngineTables: The database has no engine tables.
 
     """
-    from rubric_core.engine.queues import attempt_of, id_prefix
-
     with _client(store) as client:
         workflows = client.list_workflows(workflow_id_prefix=id_prefix(experiment_id),
                                           load_input=False, load_output=False)
@@ -222,8 +192,6 @@ def stop_cells(store: Store, experiment_id: str) -> int:
         NoEngineTables: The database has no engine tables.
 
     """
-    from rubric_core.engine.queues import ACTIVE, id_prefix
-
     with _client(store) as client:
         ids = [w.workflow_id for w in client.list_workflows(
             workflow_id_prefix=id_prefix(experiment_id), status=list(ACTIVE),
@@ -234,7 +202,7 @@ def stop_cells(store: Store, experiment_id: str) -> int:
 
 
 def regrade_executors(store: Store, job_id: str) -> list[str]:
-    """The executor IDs running items of a re-grade now (`rubric_core.engine.item`).
+    """The executor IDs running items of a re-grade now.
 
     Read as `queue_state` reads: nothing launched. Raw IDs: show them with `describe_owner`.
 
@@ -242,10 +210,8 @@ def regrade_executors(store: Store, job_id: str) -> list[str]:
         NoEngineTables: The database has no engine tables.
 
     """
-    from rubric_core.engine.regrade_queue import id_prefix
-
     with _client(store) as client:
-        found = client.list_workflows(workflow_id_prefix=id_prefix(job_id), status=RUNNING,
+        found = client.list_workflows(workflow_id_prefix=item_prefix(job_id), status=RUNNING,
                                       load_input=False, load_output=False)
     return sorted({w.executor_id for w in found if w.executor_id})
 

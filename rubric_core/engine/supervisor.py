@@ -209,14 +209,13 @@ class Supervisor:
         its executor ID names, this one, is alive). Needs the engine launched in this process
         (the driver's); without it, the sweeps do it.
         """
-        from rubric_core.engine.launch import current_engine
+        from rubric_core.engine import _dbos
+        from rubric_core.engine.runtime import current_engine
 
         if current_engine() is None:
             return
-        from dbos import DBOS
-
         with contextlib.suppress(Exception):  # a busy database: the sweeps do it later
-            DBOS._recover_pending_workflows([slot.executor_id])
+            _dbos.recover_executors_sync([slot.executor_id])
 
     @staticmethod
     def _close_stdin(slot: Slot) -> None:

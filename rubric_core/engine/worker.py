@@ -1,23 +1,15 @@
-"""A worker: this process runs queued cells of every experiment on a database until stopped.
-
-It runs the queued items of every re-grade too (`rubric_core.engine.item`): on stopping, their
-gradings in flight are cancelled (nothing recorded) and their workflows left for recovery,
-as its cells' are.
+"""A worker: this process runs the queued units of every experiment and re-grade until stopped.
 
 ``rubric-studio worker --db URL`` on any machine that reaches the database joins the pool: it
-launches the engine taking cells from every experiment's queue (within each queue's global
-limit), or from one experiment's only (``--experiment``, as the workers of ``eval --workers``
-do), and every `rubric_core.engine.recovery.SWEEP_S` seconds re-queues the cells of processes
-that stopped, and hands back to their queues the cells and items it holds itself but does not
-run (orphans: `rubric_core.engine.recovery.requeue_orphans`). A worker restarted by its
-supervisor (`rubric_core.engine.supervisor`) launches under the executor ID of the one that
-died, and DBOS re-queues at launch the cells that one left running.
-
-Stopping (Ctrl-C, SIGTERM): the cells running here stop after their step, recorded
-``interrupted``, and their workflows are left unfinished (``PENDING`` on this executor), so
-that recovery hands them to another worker once this process has exited: at the next sweep on
-a process of this machine, or once their runs' heartbeats are stale elsewhere. Nothing this
-worker did is lost or repeated: the cells continue their own threads.
+launches the engine taking units from every queue (within each queue's limits), or from one
+experiment's only (``--experiment``, as the workers of ``eval --workers`` do), and every
+`rubric_core.engine.recovery.SWEEP_S` re-queues the units of processes that stopped and hands
+back its own orphans. A worker restarted by its supervisor (`rubric_core.engine.supervisor`)
+launches under the executor ID of the one that died: DBOS re-queues at launch what it left.
+The process must have imported the features whose units it runs (``rubric-studio worker``
+imports both). Stopping (Ctrl-C, SIGTERM): its cells stop after their step and its gradings in
+flight are cancelled, their workflows left ``PENDING`` here for recovery to hand on once this
+process has exited (`rubric_core.engine.runtime.leave`).
 """
 
 from __future__ import annotations
@@ -28,23 +20,24 @@ import time
 from typing import TYPE_CHECKING
 
 from rubric_core.background import old_objects_frozen, work_loop
-from rubric_core.engine import cell, item, outage
+from rubric_core.engine import outage
 from rubric_core.engine.launch import launch_engine, listen
 from rubric_core.engine.queues import queue_name
 from rubric_core.engine.recovery import SWEEP_S, recover_stopped_executors, requeue_orphans
+from rubric_core.engine.runtime import CELL_ID_PREFIX, GATE_ID_PREFIX, ITEM_ID_PREFIX, leave
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
-    from rubric_core.engine.launch import Engine
+    from rubric_core.engine.runtime import Engine
     from rubric_core.store import Store
 
 LEAVE_TIMEOUT_S = 30.0
 """How long a stopping worker waits for its cells to end their step before it exits anyway."""
 
 
-ORPHAN_PREFIXES = (cell.CELL_ID_PREFIX, cell.GATE_ID_PREFIX, item.ITEM_ID_PREFIX)
+ORPHAN_PREFIXES = (CELL_ID_PREFIX, GATE_ID_PREFIX, ITEM_ID_PREFIX)
 """The workflows a worker runs, by ID: cells, their levels on model queues, re-grade items."""
 
 
@@ -104,9 +97,7 @@ def serve(store: Store, stop: threading.Event, *,
                 pass
     finally:
         stop.set()
-        leaving = asyncio.run_coroutine_threadsafe(cell.leave(LEAVE_TIMEOUT_S), work_loop())
-        leaving.result(LEAVE_TIMEOUT_S + 5)
-        leaving = asyncio.run_coroutine_threadsafe(item.leave(LEAVE_TIMEOUT_S), work_loop())
+        leaving = asyncio.run_coroutine_threadsafe(leave(engine, LEAVE_TIMEOUT_S), work_loop())
         leaving.result(LEAVE_TIMEOUT_S + 5)
         with contextlib.suppress(Exception):
             sweeping.result(timeout=5)

@@ -1,7 +1,7 @@
 """An experiment's budget: stop before starting a cell that would spend past it.
 
 `Budget` is a dollar limit with the price overrides it is checked with. Before a cell starts,
-on whichever process dequeued it, the queue engine (`rubric_core.engine.budget`) admits it only
+on whichever process dequeued it, `admit_cell` (through `rubric_core.engine.holds`) admits it only
 when what the experiment has spent (the recorded calls of its cells' runs and of the runs their
 retries replaced, priced now: `rubric_core.costs`, read by `BudgetGuard`), plus the estimates
 of the cells in flight on every process, plus this cell's estimate, stays within the limit.
@@ -186,8 +186,8 @@ class Estimate:
 class BudgetGuard:
     """What an experiment spent, read once, and each configuration's estimate per cell.
 
-    One query over the experiment's calls. Built per admission by the queue engine
-    (`rubric_core.engine.budget`), and by `run_experiment` first, so that a budget with
+    One query over the experiment's calls. Built per admission (`admit_cell`), and by
+    `run_experiment` first, so that a budget with
     models of unknown price is refused before anything is queued.
     """
 
@@ -215,6 +215,40 @@ class BudgetGuard:
             return self.ended_cost[config_index] / self.ended[config_index]
         config = self.experiment.configurations[config_index]
         return first_estimate(config, self.prices) or Decimal(0)
+
+
+LOCK_PREFIX = "rubric-budget:"
+"""The store lock an experiment's admissions take turns on: this prefix and the experiment id."""
+
+
+async def admit_cell(store: Store, experiment_id: str, key: tuple[str, int, int],
+                     workflow_id: str) -> bool:
+    """Whether a cell may start now under its experiment's budget, over every process.
+
+    Always True without a budget. It fits when what was spent plus what the cells in flight
+    hold plus its own estimate stays within the budget (`rubric_core.engine.holds.admit`).
+    """
+    from rubric_core.engine.holds import admit
+    from rubric_core.engine.queues import id_prefix
+
+    experiment = await store.acall(store.get_experiment, experiment_id)
+    if experiment is None or experiment.budget is None:
+        return True
+    budget = Budget.from_dict(experiment.budget)
+    # The checkpoint tables exist before the lock is taken: their first creation on PostgreSQL
+    # (CREATE INDEX CONCURRENTLY) waits for every open transaction, ours included.
+    await store.acall(store.saver)
+
+    def fits(held: Decimal) -> Decimal | None:
+        try:
+            guard = BudgetGuard(store, experiment, budget)
+        except BudgetError:  # a price gone unknown since the experiment started: start nothing
+            return None
+        estimate = guard.estimate(key[1])
+        return estimate if guard.spent + held + estimate <= budget.max_usd else None
+
+    return await admit(store, id_prefix(experiment_id), workflow_id,
+                       LOCK_PREFIX + experiment_id, fits)
 
 
 def estimate_experiment(store: Store, experiment: ExperimentRecord, prices: Prices, *,
@@ -246,7 +280,7 @@ def estimate_new(configs: Iterable[ExperimentConfig], rows: int, repeats: int,
 
 
 __all__ = [
-    "TYPICAL_GRADER_CALL", "TYPICAL_WORKER_CALL", "Budget", "BudgetError", "BudgetGuard",
-    "Estimate", "check_budget", "estimate_experiment", "estimate_new", "first_estimate",
-    "unknown_models",
+    "LOCK_PREFIX", "TYPICAL_GRADER_CALL", "TYPICAL_WORKER_CALL", "Budget", "BudgetError",
+    "BudgetGuard", "Estimate", "admit_cell", "check_budget", "estimate_experiment",
+    "estimate_new", "first_estimate", "unknown_models",
 ]

@@ -1,8 +1,10 @@
 """One experiment cell, run to its end: start its run, continue it, or report the one that ended.
 
-The body of the queue engine's cell workflow (`rubric_core.engine.cell`), kept apart from DBOS:
-it knows runs and threads, not queues. Whoever calls it has already decided that the cell
-should run; the body decides how, from what the cell's thread holds now:
+`CellBody` is what the queue engine runs for a cell (`rubric_core.engine.body`, registered at
+import): the cell's batch (`CellBatch`: the experiment, its rows, its models, the driver's
+listener), the budget's admission (`rubric_core.experiments.budget.admit_cell`), then
+`run_cell`, which knows runs and threads, not queues. Whoever calls it has already decided that
+the cell should run; it decides how, from what the cell's thread holds now:
 
 - no run on the thread: start one (`rubric_core.session.astart`);
 - a run that ended (a terminal verdict, or ``error`` unless errors are retried): report it,
@@ -20,17 +22,26 @@ recorded ``interrupted``, resumable from that step.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, NamedTuple
+import dataclasses
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rubric_core import session
+from rubric_core.consensus import REPEATS_IN_SEQUENCE
+from rubric_core.engine import outage
+from rubric_core.engine.body import CELL, Batch, register
+from rubric_core.experiments.budget import admit_cell
+from rubric_core.experiments.create import require_experiment
+from rubric_core.http_retry import SharedBackoff
+from rubric_core.models import model_resolver
 from rubric_core.redact import error_text
 from rubric_core.store import ThreadTaken, is_unavailable
 from rubric_core.types import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from rubric_core.datasets import DatasetRow
+    from rubric_core.engine.body import Unit
     from rubric_core.settings import RunSettings
     from rubric_core.store import ExperimentRecord, RunRecord, Store
     from rubric_core.types import ModelResolver
@@ -68,6 +79,27 @@ async def run_outcome(run: session.AsyncSession) -> CellEnding:
     finally:
         await run.aclose()
     return CellEnding(status, run.run_id, error, lost)
+
+
+def experiment_models(
+    backoff: SharedBackoff, *, api_key: str | None = None, env_keys: bool = True
+) -> ModelResolver:
+    """Models for an experiment, as `rubric_core.models.model_resolver` builds them for one.
+
+    OpenAI and OpenAI-compatible models (also inside ``hybrid:``) send through both HTTP
+    clients of ``backoff`` (sync and async), which retry 429/5xx through the shared wait;
+    nothing streams (nobody watches a cell's tokens); and each model string and endpoint gets
+    one model for the whole experiment, so every cell of a configuration reuses one compiled
+    agent. The app's experiments get the same through `rubric_core.app_support.app_models`.
+
+    Args:
+        backoff: The experiment's shared backoff.
+        api_key: A key for the models' endpoint (never stored); the environment's otherwise.
+        env_keys: Whether a base URL may receive ``OPENAI_API_KEY`` from the environment.
+
+    """
+    return model_resolver(api_key=api_key, env_keys=env_keys, backoff=backoff, share=True,
+                          streaming=False)
 
 
 def cell_settings(experiment: ExperimentRecord, row: DatasetRow, key: tuple[str, int, int]
@@ -133,4 +165,90 @@ async def run_cell(store: Store, *, experiment_id: str, key: tuple[str, int, int
     return await run_outcome(run)
 
 
-__all__ = ["STALE_POLL_S", "CellEnding", "cell_settings", "run_cell", "run_outcome"]
+@dataclasses.dataclass(eq=False)
+class CellBatch(Batch):
+    """What this process needs to run an experiment's cells."""
+
+    experiment: ExperimentRecord
+    """The experiment."""
+    rows: Mapping[str, DatasetRow]
+    """Its dataset's rows by id."""
+    models: ModelResolver
+    """Builds the chat models."""
+    on_finished: Callable[[tuple[str, int, int], CellEnding], None] | None = None
+    """Called (on the loop) with the cell's key and how it ended, when a cell ends here."""
+
+    def settings_for(self, key: tuple[str, int, int]) -> RunSettings:
+        """A cell's run settings (`cell_settings`)."""
+        return cell_settings(self.experiment, self.rows[key[0]], key)
+
+
+class CellBody:
+    """The engine's body for cells (`rubric_core.engine.body.Body`)."""
+
+    halted = None  # a halted cell's run ends after its step, recorded ``interrupted``
+
+    async def load(self, store: Store, batch_id: str) -> CellBatch:
+        """A batch built from the stored experiment (a worker's), with models of this process."""
+        experiment = await store.acall(require_experiment, store, batch_id)
+        dataset, _ = await store.acall(store.load_dataset, experiment.dataset_name,
+                                       experiment.dataset_version)
+        return CellBatch(batch_id, experiment=experiment, rows={r.id: r for r in dataset.rows},
+                         models=experiment_models(SharedBackoff()))
+
+    async def run(self, unit: Unit) -> dict[str, Any]:
+        """Admit the cell under its budget and run it; its status, run and error."""
+        from rubric_core.engine.runtime import is_cancelled
+
+        batch = unit.batch
+        assert isinstance(batch, CellBatch)
+        row_id, config_index, repeat_index, thread_id, retry_errors = unit.args
+        key = (row_id, int(config_index), int(repeat_index))
+        if unit.parent is not None and not unit.stopping() and await is_cancelled(unit.parent):
+            unit.stop.set()  # queued by a level just after a Stop cancelled the cell
+        ending = CellEnding("interrupted", None, None)
+        try:
+            if not unit.stopping() and not await admit_cell(unit.store, batch.batch_id, key,
+                                                             unit.unit_id):
+                unit.unstarted = True  # left for a Resume; the driver reports the budget
+                return {"status": "budget_reached", "run_id": None, "error": None}
+            if not unit.stopping():
+                REPEATS_IN_SEQUENCE.set(True)  # a cell is one request in flight
+                ending = await run_cell(
+                    unit.store, experiment_id=batch.batch_id, key=key, thread_id=thread_id,
+                    settings=batch.settings_for(key), models=batch.models,
+                    retry_errors=retry_errors, stop=unit.stopping)
+        except Exception as exc:
+            # A lost database ends the cell where it stands, as a Stop would (no DBOS
+            # traceback): a Resume continues it (`rubric_core.engine.outage`). Else a bug.
+            if not is_unavailable(exc):
+                raise
+            ending = CellEnding("interrupted", ending.run_id, error_text(exc), True)
+        if batch.on_finished is not None and not unit.leaving.is_set():
+            batch.on_finished(key, ending)
+        return self._result(batch.batch_id, ending)
+
+    def lost(self, batch_id: str, exc: BaseException) -> dict[str, Any] | None:
+        """A cell whose experiment could not be read for want of the database: cut."""
+        if not (isinstance(exc, Exception) and is_unavailable(exc)):
+            return None
+        return self._result(batch_id, CellEnding("interrupted", None, error_text(exc), True))
+
+    @staticmethod
+    def _result(experiment_id: str, ending: CellEnding) -> dict[str, Any]:
+        """The cell workflow's result; a cut cell's is said to this process's listener."""
+        result: dict[str, Any] = {"status": ending.status, "run_id": ending.run_id,
+                                  "error": ending.error}
+        if ending.lost_database:
+            outage.note_cut(experiment_id, ending.error or "")
+            result[outage.LOST_KEY] = True
+        return result
+
+    async def beat(self, store: Store, batch_id: str) -> None:
+        """Nothing: a cell's run keeps its own heartbeat."""
+
+
+register(CELL, CellBody())
+
+__all__ = ["STALE_POLL_S", "CellBatch", "CellBody", "CellEnding", "cell_settings",
+           "experiment_models", "run_cell", "run_outcome"]

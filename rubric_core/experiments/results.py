@@ -9,6 +9,7 @@ summary, the per-criterion table and pairwise comparisons, each in one pass over
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from rubric_core.costs import ExperimentCost
     from rubric_core.store import CellOutcome, ExperimentRecord, PassVerdicts, Store
+    from rubric_core.types import ExperimentProgress
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "config_index", "configuration", "worker_model", "grader_model", "cells", "done",
@@ -68,6 +70,27 @@ def needs_run(cell: CellOutcome, retry_errors: bool) -> bool:
     return cell.status not in ENDED_STATUSES or (retry_errors and cell.status in ERROR_STATUSES)
 
 
+def progress_event(experiment: ExperimentRecord, index: int, tally: Tally, *, started: float,
+                   remaining: int, finished_here: int) -> ExperimentProgress:
+    """A configuration's ``experiment_progress`` event, with an ETA from this session's pace.
+
+    Args:
+        experiment: The experiment.
+        index: The configuration.
+        tally: Its cells by how they ended.
+        started: When this session started (``time.monotonic()``).
+        remaining: Cells not ended yet, over all configurations.
+        finished_here: Cells this session ended.
+
+    """
+    elapsed = time.monotonic() - started
+    eta = round(remaining * elapsed / finished_here, 1) if finished_here else None
+    return {"type": "experiment_progress", "experiment_id": experiment.experiment_id,
+            "config_index": index, "label": experiment.configurations[index].display_label(),
+            "done": tally.done, "total": tally.total, "satisfied": tally.satisfied,
+            "errors": tally.errors,
+            "satisfied_rate": round(tally.satisfied / tally.done, 4) if tally.done else None,
+            "eta_s": eta}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,5 +317,5 @@ def experiment_results(store: Store, experiment_id: str, *,
 
 __all__ = [
     "CRITERIA_COLUMNS", "SUMMARY_COLUMNS", "ExperimentResults", "Tally", "experiment_results",
-    "needs_run",
+    "needs_run", "progress_event",
 ]

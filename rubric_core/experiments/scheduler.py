@@ -26,7 +26,7 @@
   their own threads (`rubric_core.session.aresume`). A cell whose run ended is never run
   again; one that ended ``error`` or ``grader_error`` runs again only when asked
   (`retry_errors`, or `rubric_core.experiments.create.retry_cell` for one cell).
-- A budget (`rubric_core.experiments.budget`, enforced by `rubric_core.engine.budget`): a cell
+- A budget (`rubric_core.experiments.budget`, enforced by its `admit_cell`): a cell
   starts only when what was spent plus the estimates of the cells in flight on every process
   and its own stay within it; otherwise the cells not started are cancelled, the cells in
   flight finish and the experiment ends ``stopped`` with ``budget_reached`` set, resumable
@@ -37,48 +37,25 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from rubric_core.background import drive
 from rubric_core.experiments.budget import Budget, BudgetGuard
+from rubric_core.experiments.cell import experiment_models
 from rubric_core.experiments.create import require_experiment
+from rubric_core.experiments.results import progress_event
 from rubric_core.http_retry import SharedBackoff
-from rubric_core.models import model_resolver
 from rubric_core.types import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
-    from rubric_core.experiments.results import Tally
     from rubric_core.settings import ExperimentConfig
-    from rubric_core.store import ExperimentRecord, Store
-    from rubric_core.types import ExperimentEvent, ExperimentProgress, ModelResolver
+    from rubric_core.store import Store
+    from rubric_core.types import ExperimentEvent, ModelResolver
 
 CellKey = tuple[str, int, int]
 """A cell: ``(row id, configuration index, repeat index)``."""
-
-
-def experiment_models(
-    backoff: SharedBackoff, *, api_key: str | None = None, env_keys: bool = True
-) -> ModelResolver:
-    """Models for an experiment, as `rubric_core.models.model_resolver` builds them for one.
-
-    OpenAI and OpenAI-compatible models (also inside ``hybrid:``) send through both HTTP
-    clients of ``backoff`` (sync and async), which retry 429/5xx through the shared wait;
-    nothing streams (nobody watches a cell's tokens); and each model string and endpoint gets
-    one model for the whole experiment, so every cell of a configuration reuses one compiled
-    agent. The app's experiments get the same through
-    `rubric_core.app_support.app_models` (with its key rule).
-
-    Args:
-        backoff: The experiment's shared backoff.
-        api_key: A key for the models' endpoint (never stored); the environment's otherwise.
-        env_keys: Whether a base URL may receive ``OPENAI_API_KEY`` from the environment.
-
-    """
-    return model_resolver(api_key=api_key, env_keys=env_keys, backoff=backoff, share=True,
-                          streaming=False)
 
 
 def check_limits(concurrency: int, per_model: Mapping[str, int] | None = None) -> None:
@@ -191,8 +168,8 @@ def run_experiment(
     stop = stop or threading.Event()
     events: queue.Queue[ExperimentEvent | None] = queue.Queue()
 
-    from rubric_core.engine.driver import ExperimentDriver  # imports DBOS: only when run
-    from rubric_core.engine.launch import engine_for
+    from rubric_core.engine.launch import engine_for  # imports DBOS: only when run
+    from rubric_core.experiments.driver import ExperimentDriver
 
     with engine_for(store) as engine:
         driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
@@ -267,29 +244,6 @@ def check_config_limits(configs: Sequence[ExperimentConfig],
     for index, rate in (config_rates or {}).items():
         _check_rate(rate, f"the rate limit of configuration {index} "
                           f"({configs[index].display_label()})")
-
-
-def progress_event(experiment: ExperimentRecord, index: int, tally: Tally, *, started: float,
-                   remaining: int, finished_here: int) -> ExperimentProgress:
-    """A configuration's ``experiment_progress`` event, with an ETA from this session's pace.
-
-    Args:
-        experiment: The experiment.
-        index: The configuration.
-        tally: Its cells by how they ended.
-        started: When this session started (``time.monotonic()``).
-        remaining: Cells not ended yet, over all configurations.
-        finished_here: Cells this session ended.
-
-    """
-    elapsed = time.monotonic() - started
-    eta = round(remaining * elapsed / finished_here, 1) if finished_here else None
-    return {"type": "experiment_progress", "experiment_id": experiment.experiment_id,
-            "config_index": index, "label": experiment.configurations[index].display_label(),
-            "done": tally.done, "total": tally.total, "satisfied": tally.satisfied,
-            "errors": tally.errors,
-            "satisfied_rate": round(tally.satisfied / tally.done, 4) if tally.done else None,
-            "eta_s": eta}
 
 
 __all__ = ["CellKey", "check_config_limits", "check_limits", "check_rates", "experiment_models",

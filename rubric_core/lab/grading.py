@@ -1,13 +1,18 @@
 """One re-grade grading: one grader pass over one answer under one configuration.
 
-Written once and used by whichever process grades a re-grade's item
-(`rubric_core.engine.item`): the grader messages (`rubric_core.grader.build_grader_messages`:
-the request and the answer, the answer delimited and escaped as untrusted text) and
-`grade_steps` driven by `drive_async` on the grader model (`rubric_core.models.model_resolver`,
-shared per model string), with the configuration's evidence tools and custom prompt, and Align's
-few-shot examples from the set's labels when asked (`rubric_core.align.aligned_prompt`; never an
-answer's own). Each repeat of ``grader_repeats`` is its own grading; `rubric_core.lab.results`
-combines them as the middleware does (`rubric_core.consensus.combine`).
+`ItemBody` is what the queue engine runs for a re-grade's item (`rubric_core.engine.body`,
+registered at import), on whichever process dequeues it: the answer's repeats under one
+configuration not recorded yet, one after another, each recorded at once
+(`rubric_core.store.Store.record_regrade_result`: once per key, so a recovered item skips what
+is recorded). Its batch (`RegradeBatch`) is the driver's (its models, its listener), or one
+built from the stored re-grade (a worker's). One grading is the grader messages
+(`rubric_core.grader.build_grader_messages`: the request and the answer, the answer
+delimited and escaped as untrusted text) and `grade_steps` driven by `drive_async` on the
+grader model (`rubric_core.models.model_resolver`, shared per model string), with the
+configuration's evidence tools and custom prompt, and Align's few-shot examples from the set's
+labels when asked (`rubric_core.align.aligned_prompt`; never an answer's own). Each repeat
+of ``grader_repeats`` is its own grading; `rubric_core.lab.results` combines them as the
+middleware does (`rubric_core.consensus.combine`).
 
 A grading that fails is a result (``grader_error`` with its error), except a lost database,
 which is raised: what cannot be recorded must not be reported graded.
@@ -17,11 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 
 from rubric_core.align import MAX_EXAMPLES, Example, aligned_prompt
+from rubric_core.engine.body import ITEM, Batch, register
 from rubric_core.grader import (
     GraderBinding,
     GraderFailure,
@@ -31,6 +37,7 @@ from rubric_core.grader import (
     grade_steps,
     grader_failure,
 )
+from rubric_core.http_retry import SharedBackoff
 from rubric_core.models import limit_output, model_resolver
 from rubric_core.redact import error_text
 from rubric_core.rubric import normalize_name
@@ -39,10 +46,12 @@ from rubric_core.store import RegradeResult, is_unavailable
 from rubric_core.types import DEFAULT_GRADER_MAX_TOKENS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from langchain_core.tools import BaseTool
 
+    from rubric_core.engine.body import Unit
     from rubric_core.grader import VerdictMode
-    from rubric_core.http_retry import SharedBackoff
     from rubric_core.lab.config import GraderConfig
     from rubric_core.store import AnswerItem, ItemLabel, RegradeJob, Store
     from rubric_core.types import ModelResolver
@@ -168,5 +177,75 @@ async def grade(prepared: PreparedConfig, index: int, item: AnswerItem,
                          outcome.cached_input_tokens)
 
 
-__all__ = ["PreparedConfig", "few_shot_examples", "grade", "load_examples", "prepare",
-           "regrade_models"]
+@dataclasses.dataclass(eq=False)
+class RegradeBatch(Batch):
+    """What this process needs to grade a re-grade's items."""
+
+    job: RegradeJob
+    """The re-grade."""
+    configs: list[PreparedConfig]
+    """Its configurations, ready to grade with."""
+    on_graded: Callable[[RegradeResult, bool], None] | None = None
+    """Called (on the loop) with each grading done here and whether it was recorded (False: that
+    key was recorded already)."""
+    on_failure: Callable[[BaseException], None] | None = None
+    """Called (on the loop) when an item here failed for want of the database."""
+
+    def failed(self, exc: BaseException) -> None:
+        """An item here lost the database: say so to the driver."""
+        if self.on_failure is not None:
+            self.on_failure(exc)
+
+
+class ItemBody:
+    """The engine's body for re-grade items (`rubric_core.engine.body.Body`)."""
+
+    halted: dict[str, Any] = {"graded": 0, "stopped": True}  # noqa: RUF012 - read only
+    """A Stop cancels an item's grading in flight: nothing of it is recorded."""
+
+    async def load(self, store: Store, batch_id: str) -> RegradeBatch:
+        """A batch built from the stored re-grade, with grader models of this process's keys."""
+        job = await store.acall(store.get_regrade_job, batch_id)
+        if job is None:
+            msg = f"no re-grade {batch_id!r}: deleted while queued?"
+            raise KeyError(msg)
+        models = regrade_models(SharedBackoff())
+        configs = [prepare(config, models) for config in job.configurations]
+        await load_examples(store, job, configs)
+        return RegradeBatch(batch_id, job=job, configs=configs)
+
+    async def run(self, unit: Unit) -> dict[str, Any]:
+        """Grade the item's repeats not recorded yet, recording each."""
+        if unit.stopping():
+            return dict(self.halted)
+        batch, store = unit.batch, unit.store
+        assert isinstance(batch, RegradeBatch)
+        config_index, item_id = int(unit.args[0]), unit.args[1]
+        job, prepared = batch.job, batch.configs[config_index]
+        [item] = await store.acall(store.answer_items, job.set_name, job.set_version,
+                                   ids=[item_id])
+        recorded = await store.acall(store.graded_keys, job.job_id, [item_id])
+        graded = 0
+        for repeat in range(prepared.config.grader_repeats):
+            if (config_index, item_id, repeat) in recorded:
+                continue
+            result = await grade(prepared, config_index, item, repeat)
+            written = await store.acall(store.record_regrade_result, job.job_id, result)
+            graded += 1
+            if batch.on_graded is not None:
+                batch.on_graded(result, written)
+        return {"graded": graded, "stopped": unit.stop.is_set()}
+
+    def lost(self, batch_id: str, exc: BaseException) -> dict[str, Any] | None:  # noqa: ARG002
+        """None: an item whose re-grade cannot be read fails (its driver says why)."""
+        return None
+
+    async def beat(self, store: Store, batch_id: str) -> None:
+        """Touch the re-grade: another machine's recovery reads it as alive."""
+        await store.acall(store.touch_regrade, batch_id)
+
+
+register(ITEM, ItemBody())
+
+__all__ = ["ItemBody", "PreparedConfig", "RegradeBatch", "few_shot_examples", "grade",
+           "load_examples", "prepare", "regrade_models"]

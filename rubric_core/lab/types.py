@@ -29,7 +29,7 @@ class RegradeProgress(TypedDict):
     """The configuration's label."""
     done: int
     """Gradings recorded (items × repeats), errors included, by any process: this session's at
-    once, other processes' within `rubric_core.lab.regrade.WATCH_S`."""
+    once, other processes' within `rubric_core.engine.driver.WATCH_S`."""
     total: int
     """Gradings of this configuration (items × repeats)."""
     errors: int

@@ -329,7 +329,7 @@ class LabStore(StoreCore):
         Every process grading a re-grade's items touches it every
         `rubric_core.session.HEARTBEAT_S`; recovery on another machine reads it
         (`regrade_touched`) to tell a re-grade still being graded from one whose processes died
-        (`rubric_core.engine.regrade_queue`).
+        (`rubric_core.engine.recovery`).
         """
         with self._connect(write=True) as conn:
             conn.execute("UPDATE regrade_jobs SET updated_at = ? WHERE job_id = ?",
