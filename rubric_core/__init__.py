@@ -13,12 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rubric_core.middleware import RubricMiddleware, revision_message
     from rubric_core.rubric import LintIssue, RubricError, lint_rubric, parse_criteria
-    from rubric_core.types import (
-        GraderResponse,
-        RubricEvaluation,
-        RubricState,
-        RubricStatus,
-    )
+    from rubric_core.state import RubricState
+    from rubric_core.types import GraderResponse, RubricEvaluation, RubricStatus
 
 _HOMES = {
     "GraderResponse": "rubric_core.types",
@@ -26,7 +22,7 @@ _HOMES = {
     "RubricError": "rubric_core.rubric",
     "RubricEvaluation": "rubric_core.types",
     "RubricMiddleware": "rubric_core.middleware",
-    "RubricState": "rubric_core.types",
+    "RubricState": "rubric_core.state",
     "RubricStatus": "rubric_core.types",
     "lint_rubric": "rubric_core.rubric",
     "parse_criteria": "rubric_core.rubric",

@@ -47,6 +47,7 @@ from rubric_core.grader import (
 )
 from rubric_core.redact import redact_data
 from rubric_core.rubric import parse_criteria, validate_rubric
+from rubric_core.state import RubricState
 from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
 from rubric_core.types import (
     PASS_GRADING_RUN_KEY,
@@ -58,7 +59,6 @@ from rubric_core.types import (
     EvaluationStartEvent,
     RubricEvaluation,
     RubricResult,
-    RubricState,
     RubricStatus,
 )
 

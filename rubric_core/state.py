@@ -1,6 +1,6 @@
 """The middleware's agent state: LangChain's ``AgentState`` with the rubric and bookkeeping.
 
-Kept apart from `rubric_core.types` (which re-exports `RubricState` on first use) because
+Kept apart from `rubric_core.types` (the shared vocabulary, which this module imports) because
 ``AgentState`` lives in LangChain's agents package, whose import builds the whole agent
 factory: the store, the settings and the shared vocabulary load without it.
 """

@@ -1,4 +1,6 @@
-"""Shared data types: grader verdicts, evaluations, events and the middleware state.
+"""Shared data types: grader verdicts, evaluations and events.
+
+The middleware's agent state is `rubric_core.state`'s.
 
 Everything that travels between the middleware, the runner, the store, the exporters and the
 app is defined here, so that one import tells a reader the whole contract.
@@ -15,8 +17,6 @@ from typing_extensions import TypedDict
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from pydantic import SerializerFunctionWrapHandler
-
-    from rubric_core.state import RubricState as RubricState
 
 GraderVerdict = Literal["satisfied", "needs_revision", "failed"]
 """What a grader may answer for one pass."""
@@ -539,17 +539,3 @@ class ExperimentFinished(TypedDict):
 
 ExperimentEvent = ExperimentProgress | CellFinished | ExperimentBackoff | ExperimentFinished
 """What `rubric_core.experiments.run_experiment` yields."""
-
-
-def __getattr__(name: str) -> Any:
-    """`RubricState`, imported on first use (`rubric_core.state`).
-
-    It extends LangChain's ``AgentState``, and importing that loads LangChain's whole agents
-    package, which the store, the settings and the vocabulary above do not need.
-    """
-    if name == "RubricState":
-        from rubric_core.state import RubricState
-
-        return RubricState
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)

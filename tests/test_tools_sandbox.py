@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 import rubric_core.tools as tools_pkg
-from rubric_core.tools import fences, python_tests, sandbox, testspec
+from rubric_core.tools import python_tests, sandbox, testspec
 from rubric_core.tools.fences import extract_python_code
 from rubric_core.tools.python_tests import python_tests_tool, run_python_tests, run_tests
 
@@ -567,37 +567,6 @@ def test_package_exports() -> None:
         assert tool.name == name
     for name in tools_pkg.__all__:
         assert getattr(tools_pkg, name) is not None
-
-
-# Every name `rubric_core.tools.sandbox` exported before the test-spec code, the tools and the
-# fence reading moved out of it, with the module that holds it now.
-MOVED_FROM_SANDBOX = {
-    "extract_python_code": fences,
-    "DEFAULT_TIMEOUT_S": python_tests,
-    "MAX_MEMORY_MB": python_tests,
-    "MIN_MEMORY_MB": python_tests,
-    "RUNS_CODE": python_tests,
-    "TOOL_MAX_TIMEOUT_S": python_tests,
-    "python_tests_tool": python_tests,
-    "run_python_tests": python_tests,
-    "run_tests": python_tests,
-    "MAX_CASES": testspec,
-    "MAX_SOURCE_CHARS": testspec,
-    "MAX_TIMEOUT_S": testspec,
-    "TestRunResult": testspec,
-}
-
-
-@pytest.mark.parametrize("name", sorted(MOVED_FROM_SANDBOX))
-def test_the_sandbox_module_still_exports_what_moved(name: str) -> None:
-    namespace: dict[str, Any] = {}
-    exec(f"from rubric_core.tools.sandbox import {name}", namespace)
-    assert namespace[name] is getattr(MOVED_FROM_SANDBOX[name], name)
-
-
-def test_the_sandbox_module_has_no_other_names() -> None:
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        _ = sandbox.not_a_name
 
 
 def test_the_boundary_never_hands_the_child_the_answers() -> None:

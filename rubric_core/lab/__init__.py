@@ -53,7 +53,7 @@ from rubric_core.lab.compare import (
     compare_view,
 )
 from rubric_core.lab.config import GraderConfig
-from rubric_core.lab.demo_refiner import DemoRefiner
+from rubric_core.lab.demo_refiner import DemoRefiner, resolve_refiner
 from rubric_core.lab.export import REGRADE_COLUMNS, regrade_rows
 from rubric_core.lab.grading import regrade_models
 from rubric_core.lab.health import (
@@ -80,7 +80,6 @@ from rubric_core.lab.refine import (
     Rewrite,
     accept_rewrite,
     find_disagreements,
-    resolve_refiner,
     rewrite_rubric,
     suggest_rewrites,
 )

@@ -22,6 +22,7 @@ from typing_extensions import override
 from rubric_core.grader import message_text
 from rubric_core.lab.bundled import DEMO_REWRITES
 from rubric_core.lab.refine import REFINER_TOOL, read_refiner_request
+from rubric_core.models import resolve_model
 from rubric_core.rubric import normalize_name
 
 if TYPE_CHECKING:
@@ -66,3 +67,15 @@ class DemoRefiner(BaseChatModel):
                 "name": REFINER_TOOL, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}",
                 "type": "tool_call"}])
         return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def resolve_refiner(spec: str, *, base_url: str | None = None) -> BaseChatModel:
+    """The refiner model for a model string: ``demo`` is the offline demo refiner.
+
+    Raises:
+        ModelConfigError: The model string cannot be built (`rubric_core.models`).
+
+    """
+    if spec.strip() == "demo":
+        return DemoRefiner()
+    return resolve_model(spec, base_url=base_url)

@@ -405,19 +405,3 @@ def accept_rewrite(store: Store, job_id: str, config_index: int, criterion: str,
     new = config.replace(rubric=text, rubric_name=name, rubric_version=version, label="",
                          label_criteria=mapping)
     return add_config(store, job_id, new)
-
-
-def resolve_refiner(spec: str, *, base_url: str | None = None) -> BaseChatModel:
-    """The refiner model for a model string: ``demo`` is the offline demo refiner.
-
-    Raises:
-        ModelConfigError: The model string cannot be built (`rubric_core.models`).
-
-    """
-    if spec.strip() == "demo":
-        from rubric_core.lab.demo_refiner import DemoRefiner
-
-        return DemoRefiner()
-    from rubric_core.models import resolve_model
-
-    return resolve_model(spec, base_url=base_url)

@@ -240,14 +240,3 @@ class StoreCore:
             self.saver().delete_thread(thread_id)
         except self._backend.errors as exc:
             raise self._backend.error(exc) from exc
-
-
-def __getattr__(name: str) -> Any:
-    # `Store` and `RunTakenOver` were defined here before the split; their modules import this
-    # one, so they are looked up when asked for.
-    if name in ("Store", "RunTakenOver"):
-        from rubric_core import store
-
-        return getattr(store, name)
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)

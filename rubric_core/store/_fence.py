@@ -28,10 +28,29 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.store._runs import RunTakenOver, holds
+from rubric_core.store._schema import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+class RunTakenOver(StoreError):
+    """A recorder wrote to a run that another server or process has taken over (resumed)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run {run_id[:8]} was taken over by another server or process (it "
+                         "found this one silent and resumed it); this one stopped recording it.")
+
+
+def holds(current: str | None, owner: str | None) -> bool:
+    """Whether the writer ``owner`` may write a run whose row names ``current`` as its owner.
+
+    A writer that names no owner, and a run that has none, are not fenced; otherwise the two
+    must be the same. The one rule for the run index (`rubric_core.store._runs`) and the
+    checkpoints.
+    """
+    return owner is None or current is None or current == owner
+
 
 FENCE_KEY = "__rubric_studio_fence"
 """The key of ``config["configurable"]`` that holds a graph run's `Fence`.

@@ -40,8 +40,8 @@ from rubric_core.types import EXPERIMENT_STATUSES
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from rubric_core.grader_settings import GraderConfig
     from rubric_core.lab.answers import AnswerSet
-    from rubric_core.lab.config import GraderConfig
     from rubric_core.store._records import AnswerSetInfo, RegradeJob, RegradeResult
 
 _SET_COLUMNS = "name, version, source, item_count, label_count, created_at"

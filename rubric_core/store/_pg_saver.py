@@ -30,7 +30,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from rubric_core.redact import redact_data, scrub_checkpoint_config, secret_values
 from rubric_core.store import _fence
 from rubric_core.store._async_saver import SyncBackedAsyncSaver
-from rubric_core.store._postgres import execute_each
+from rubric_core.store._schema import execute_each
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence

@@ -51,6 +51,7 @@ from rubric_core.store._schema import (
     StoreUnavailable,
     apply_schema,
     check_meta,
+    execute_each,
     foreign_tables,
 )
 
@@ -153,24 +154,6 @@ server ends it (its locks go, its writes are rolled back) and the taker goes on.
 process, when it wakes, finds its connection closed: its write fails, as a fenced one would.
 A session in pipeline mode, or just out of it, is not timed (`execute_each`): our writes inside
 transactions send one statement at a time (`rubric_core.store._pg_saver` too)."""
-
-
-def execute_each(cursor: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-    """Run ``sql`` (psycopg placeholders) once per row, each statement a round trip of its own.
-
-    In place of psycopg's ``executemany`` inside a transaction, so that the server's idle
-    timeout (`ENDS_IDLE_TRANSACTIONS`) holds at every moment the transaction waits on us.
-    psycopg runs ``executemany`` in pipeline mode and leaves the pipeline with a Sync then,
-    while results are still to come, a Flush. The server arms its idle-in-transaction timer
-    when it answers the Sync and disarms it on the next message, the Flush, which does not arm
-    it again: until the next statement, the session waits on its client untimed. A process
-    paused there (a fenced checkpoint write between its blobs and its checkpoint, found by the
-    SIGSTOP drill on PostgreSQL 15) held its run's row for as long as the pause lasted
-    (`tests/test_idle_transactions.py`). The cost: a round trip a row (~0.09 ms on loopback,
-    6-8 times pipelined ``executemany``), paid by the few rows our transactions write.
-    """
-    for row in rows:
-        cursor.execute(sql, tuple(row))
 
 
 def _pinned_options(options: str, schema: str) -> str:

@@ -15,6 +15,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from rubric_core.grader_settings import GraderConfig
 from rubric_core.settings import ExperimentConfig, RunSettings
 from rubric_core.types import CELL_PENDING
 
@@ -624,9 +625,6 @@ def answer_set_info_from_row(row: Any) -> AnswerSetInfo:
 
 def regrade_job_from_row(row: Any) -> RegradeJob:
     """A ``regrade_jobs`` row as a record."""
-    # Imported here: the lab package imports the store, so the store cannot import it first.
-    from rubric_core.lab.config import GraderConfig
-
     configs = tuple(GraderConfig.from_dict(c) for c in json.loads(row["configs_json"]))
     return RegradeJob(job_id=row["job_id"], name=row["name"], set_name=row["set_name"],
                       set_version=int(row["set_version"]), configurations=configs,

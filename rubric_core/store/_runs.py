@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rubric_core.settings import RunSettings
 from rubric_core.store._core import CHUNK, NO_LIMIT, StoreCore
+from rubric_core.store._fence import RunTakenOver, holds
 from rubric_core.store._records import (
     EVALUATION_COLUMNS,
     RUN_COLUMNS,
@@ -47,24 +48,6 @@ class ThreadTaken(StoreError):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"Thread {thread_id[:8]} already has a run: another server or process "
                          "started it first.")
-
-
-class RunTakenOver(StoreError):
-    """A recorder wrote to a run that another server or process has taken over (resumed)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"Run {run_id[:8]} was taken over by another server or process (it "
-                         "found this one silent and resumed it); this one stopped recording it.")
-
-
-def holds(current: str | None, owner: str | None) -> bool:
-    """Whether the writer ``owner`` may write a run whose row names ``current`` as its owner.
-
-    A writer that names no owner, and a run that has none, are not fenced; otherwise the two
-    must be the same. The one rule for the run index and the checkpoints
-    (`rubric_core.store._fence`).
-    """
-    return owner is None or current is None or current == owner
 
 
 def check_status(status: str) -> None:

@@ -389,3 +389,22 @@ def apply_schema(tx: Tx, columns: Callable[[str], set[str]]) -> None:
                    [("app", APP_ID), ("created_at", now())])
     tx.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+def execute_each(cursor: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    """Run ``sql`` (psycopg placeholders) once per row, each statement a round trip of its own.
+
+    In place of psycopg's ``executemany`` inside a transaction, so that the server's idle
+    timeout (`rubric_core.store._postgres.ENDS_IDLE_TRANSACTIONS`) holds at every moment the
+    transaction waits on us.
+    psycopg runs ``executemany`` in pipeline mode and leaves the pipeline with a Sync then,
+    while results are still to come, a Flush. The server arms its idle-in-transaction timer
+    when it answers the Sync and disarms it on the next message, the Flush, which does not arm
+    it again: until the next statement, the session waits on its client untimed. A process
+    paused there (a fenced checkpoint write between its blobs and its checkpoint, found by the
+    SIGSTOP drill on PostgreSQL 15) held its run's row for as long as the pause lasted
+    (`tests/test_idle_transactions.py`). The cost: a round trip a row (~0.09 ms on loopback,
+    6-8 times pipelined ``executemany``), paid by the few rows our transactions write.
+    """
+    for row in rows:
+        cursor.execute(sql, tuple(row))
+
+

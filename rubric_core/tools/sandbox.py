@@ -43,7 +43,6 @@ own modules on first use, since those import this one.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -58,24 +57,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from rubric_core.tools import isolation
-
-if TYPE_CHECKING:
-    from rubric_core.tools.fences import extract_python_code as extract_python_code
-    from rubric_core.tools.python_tests import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
-    from rubric_core.tools.python_tests import MAX_MEMORY_MB as MAX_MEMORY_MB
-    from rubric_core.tools.python_tests import MIN_MEMORY_MB as MIN_MEMORY_MB
-    from rubric_core.tools.python_tests import RUNS_CODE as RUNS_CODE
-    from rubric_core.tools.python_tests import TOOL_MAX_TIMEOUT_S as TOOL_MAX_TIMEOUT_S
-    from rubric_core.tools.python_tests import python_tests_tool as python_tests_tool
-    from rubric_core.tools.python_tests import run_python_tests as run_python_tests
-    from rubric_core.tools.python_tests import run_tests as run_tests
-    from rubric_core.tools.testspec import MAX_CASES as MAX_CASES
-    from rubric_core.tools.testspec import MAX_SOURCE_CHARS as MAX_SOURCE_CHARS
-    from rubric_core.tools.testspec import MAX_TIMEOUT_S as MAX_TIMEOUT_S
-    from rubric_core.tools.testspec import TestRunResult as TestRunResult
 
 OUTPUT_READ_BYTES = 64 * 1024
 """At most this much of the child's stdout (head) and stderr (tail) is read back."""
@@ -506,31 +490,3 @@ def _wait_sandbox_gone(
         except OSError:
             return
         time.sleep(0.002)
-
-
-
-# Where the names that moved out of this module live now (see the module docstring).
-_MOVED = {
-    "extract_python_code": "rubric_core.tools.fences",
-    "DEFAULT_TIMEOUT_S": "rubric_core.tools.python_tests",
-    "MAX_MEMORY_MB": "rubric_core.tools.python_tests",
-    "MIN_MEMORY_MB": "rubric_core.tools.python_tests",
-    "RUNS_CODE": "rubric_core.tools.python_tests",
-    "TOOL_MAX_TIMEOUT_S": "rubric_core.tools.python_tests",
-    "python_tests_tool": "rubric_core.tools.python_tests",
-    "run_python_tests": "rubric_core.tools.python_tests",
-    "run_tests": "rubric_core.tools.python_tests",
-    "MAX_CASES": "rubric_core.tools.testspec",
-    "MAX_SOURCE_CHARS": "rubric_core.tools.testspec",
-    "MAX_TIMEOUT_S": "rubric_core.tools.testspec",
-    "TestRunResult": "rubric_core.tools.testspec",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Read a name that moved out of this module from its new home."""
-    home = _MOVED.get(name)
-    if home is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module(home), name)
