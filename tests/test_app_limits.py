@@ -214,7 +214,8 @@ def test_limits_set_on_the_form_reach_the_run_and_it_finishes(
     assert not at.error, _texts(at.error)
     assert "Experiment finished" in _texts(at.success)
     assert len(calls) == 1
-    assert {k: calls[0][k] for k in ("per_model", "model_rates", "per_config", "config_rates")
+    assert {k: getattr(calls[0]["limits"], k)
+            for k in ("per_model", "model_rates", "per_config", "config_rates")
             } == {"per_model": {"rules": 2}, "model_rates": {"rules": (1000, 60.0)},
                   "per_config": {0: 1}, "config_rates": {1: (600, 60.0)}}
     with Store(db) as store:
@@ -248,9 +249,10 @@ def test_a_resume_gets_the_model_limits_and_no_configuration_limits_of_another_f
     assert not at.error, _texts(at.error)
     assert "Experiment finished" in _texts(at.success)
     assert len(calls) == 1
-    assert calls[0]["per_model"] == {"rules": 3}
-    assert calls[0]["model_rates"] is None
-    assert calls[0]["per_config"] is None and calls[0]["config_rates"] is None
+    limits = calls[0]["limits"]
+    assert limits.per_model == {"rules": 3}
+    assert not limits.model_rates
+    assert not limits.per_config and not limits.config_rates
     with Store(db) as store:
         assert {c.status for c in store.experiment_cells(record.experiment_id)} == {"satisfied"}
 

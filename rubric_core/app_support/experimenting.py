@@ -31,6 +31,7 @@ from rubric_core.costs import experiment_cost
 from rubric_core.datasets import Dataset, DatasetError, parse_dataset, preview
 from rubric_core.experiments import (
     SUMMARY_COLUMNS,
+    ExperimentLimits,
     create_experiment,
     experiment_results,
     export_columns,
@@ -355,11 +356,13 @@ def live_experiment(
 
     """
     with ACTIVE_EXPERIMENTS.hold(experiment_id, threading.Event()) as stop:
-        yield from run_experiment(store, experiment_id, concurrency=concurrency, models=models,
+        limits = ExperimentLimits(
+            concurrency=concurrency, rate=rate_limit, per_model=dict(per_model or {}),
+            model_rates=dict(model_rates or {}), per_config=dict(per_config or {}),
+            config_rates=dict(config_rates or {}))
+        yield from run_experiment(store, experiment_id, limits=limits, models=models,
                                   backoff=backoff, retry_errors=retry_errors, stop=stop,
-                                  budget=budget, rate_limit=rate_limit, per_model=per_model,
-                                  model_rates=model_rates, per_config=per_config,
-                                  config_rates=config_rates)
+                                  budget=budget)
 
 
 # -- the queue engine ------------------------------------------------------------------------------

@@ -518,7 +518,6 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     from rubric_core.experiments import (
         DEFAULT_CONCURRENCY,
         SUMMARY_COLUMNS,
-        check_limits,
         create_experiment,
         experiment_results,
         export_columns,
@@ -527,7 +526,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         summary_rows,
     )
     from rubric_core.experiments.budget import Budget, estimate_experiment
-    from rubric_core.experiments.scheduler import check_config_limits, check_rates
+    from rubric_core.experiments.limits import ExperimentLimits
     from rubric_core.export import write_csv
     from rubric_core.prices import format_dollars
     from rubric_core.store import Store
@@ -541,8 +540,9 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     prices = prices_from(args)
     budget = _budget(args, prices)
     concurrency = DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency
-    per_model = model_limits(args.model_limit)
-    check_limits(concurrency, per_model)
+    # Parsed and checked once; the configurations' own limits join it below.
+    limits = ExperimentLimits(concurrency=concurrency, rate=whole_rate,
+                              per_model=model_limits(args.model_limit), model_rates=model_rates)
     db = args.db or default_db_path()
     store = Store(db)
     try:
@@ -555,14 +555,16 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
             configs = configurations(args)
             # a model rate limit none uses, a bad configuration limit: refused before anything
             # is stored
-            check_rates(whole_rate, model_rates=model_rates, configs=configs)
-            check_config_limits(configs, *config_limits(args, configs))
+            per_config, config_rates = config_limits(args, configs)
+            dataclasses.replace(limits, per_config=per_config,
+                                config_rates=config_rates).check(configs)
             if budget is not None:  # refused before anything is stored
                 _check(configs, budget)
             experiment = create_experiment(store, load_dataset(args), configs,
                                            repeats=args.repeats)
         exp_id = experiment.experiment_id
         per_config, config_rates = config_limits(args, experiment.configurations)
+        limits = dataclasses.replace(limits, per_config=per_config, config_rates=config_rates)
         if budget is None and experiment.budget is not None and args.price:
             # A kept budget is checked with the prices given now as well.
             budget = Budget.from_dict(experiment.budget).with_overrides(prices.overrides.values())
@@ -587,11 +589,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         # this process runs them.
         helpers = args.workers if args.workers > 1 else 0
         with supervised(db, exp_id, helpers, on_message=say) as workers:
-            for event in run_experiment(store, exp_id, concurrency=concurrency,
-                                        per_model=per_model, retry_errors=args.retry_errors,
-                                        rate_limit=whole_rate, model_rates=model_rates,
-                                        per_config=per_config, config_rates=config_rates,
-                                        run_here=not helpers):
+            for event in run_experiment(store, exp_id, limits=limits,
+                                        retry_errors=args.retry_errors, run_here=not helpers):
                 printer(event)
         failed = workers.failures
         for message in failed:

@@ -27,6 +27,7 @@ from rubric_core.experiments.budget import (
 )
 from rubric_core.experiments.create import create_experiment, retry_cell
 from rubric_core.experiments.export import export_columns, export_experiment_rows, summary_rows
+from rubric_core.experiments.limits import ExperimentLimits
 from rubric_core.experiments.results import (
     CRITERIA_COLUMNS,
     SUMMARY_COLUMNS,
@@ -56,6 +57,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "Budget",
     "BudgetError",
+    "ExperimentLimits",
     "ExperimentResults",
     "SharedBackoff",
     "check_limits",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from rubric_core.engine import queues
 from rubric_core.engine.body import CELL
@@ -36,11 +36,11 @@ from rubric_core.types import ENDED_STATUSES, ERROR_STATUSES
 if TYPE_CHECKING:
     import queue
     import threading
-    from collections.abc import Hashable, Mapping
 
     from rubric_core.datasets import DatasetRow
     from rubric_core.engine.runtime import Engine
     from rubric_core.experiments.cell import CellEnding
+    from rubric_core.experiments.limits import ExperimentLimits
     from rubric_core.store import ExperimentRecord, Store
     from rubric_core.types import (
         CellFinished,
@@ -52,22 +52,11 @@ if TYPE_CHECKING:
 SETTLE_S = 2.0
 """Longest the driver waits for its cells' workflows to record their outcome."""
 
-K = TypeVar("K", bound="Hashable")
-
-
-def _limits(at_once: Mapping[K, int] | None, rates: Mapping[K, tuple[int, float]] | None
-            ) -> dict[K, queues.ModelLimit]:
-    """Cells at once and cells started per period, by what they limit, as `ModelLimit` s."""
-    counts: Mapping[K, int] = at_once or {}
-    periods: Mapping[K, tuple[int, float]] = rates or {}
-    return {key: queues.ModelLimit(concurrency=counts.get(key), rate=periods.get(key))
-            for key in {*counts, *periods}}
-
-
 class ExperimentDriver(BatchDriver):
     """Runs one session of an experiment (see the module docstring).
 
-    Built on the caller's thread with `run_experiment`'s checked arguments; `run` fills in what
+    Built on the caller's thread with `run_experiment`'s checked arguments (its limits whole:
+    `ExperimentLimits`); `run` fills in what
     the database says (the rows, the cells left) on the background loop, where every later
     change happens. ``run_here``: this process runs cells too (False: only the workers of
     ``eval --workers`` do).
@@ -75,19 +64,12 @@ class ExperimentDriver(BatchDriver):
 
     def __init__(self, store: Store, experiment: ExperimentRecord, models: ModelResolver,
                  stop: threading.Event, events: queue.Queue[ExperimentEvent | None],
-                 concurrency: int, per_model: Mapping[str, int], retry_errors: bool,
+                 limits: ExperimentLimits, retry_errors: bool,
                  guard: BudgetGuard | None = None, *, engine: Engine,
-                 rate_limit: tuple[int, float] | None = None,
-                 model_rates: Mapping[str, tuple[int, float]] | None = None,
-                 per_config: Mapping[int, int] | None = None,
-                 config_rates: Mapping[int, tuple[int, float]] | None = None,
                  run_here: bool = True) -> None:
         super().__init__(store, CELL, experiment.experiment_id, stop, events, engine)
-        self.experiment, self.models, self.concurrency = experiment, models, concurrency
+        self.experiment, self.models, self.limits = experiment, models, limits
         self.retry_errors, self.guard, self.run_here = retry_errors, guard, run_here
-        self.rate_limit = rate_limit
-        self.model_queues = _limits(per_model, model_rates)
-        self.config_limits = _limits(per_config, config_rates)
         self.rows: dict[str, DatasetRow] = {}
         self.tallies = [Tally() for _ in experiment.configurations]
         """Per configuration: its cells by how they ended, here or on another process."""
@@ -170,10 +152,10 @@ class ExperimentDriver(BatchDriver):
         try:
             if self.left:
                 route = queues.routes(exp.experiment_id, exp.configurations,
-                                      self.model_queues, self.config_limits)
+                                      self.limits.model_limits(), self.limits.config_limits())
                 names = await queues.register_queue(
-                    exp.experiment_id, concurrency=self.concurrency,
-                    rate_limit=self.rate_limit, route=route)
+                    exp.experiment_id, concurrency=self.limits.concurrency,
+                    rate_limit=self.limits.rate, route=route)
                 await self.open(batch, names, run_here=self.run_here)
                 cells = await self.store.acall(self.store.experiment_cells, exp.experiment_id)
                 self.workflow_ids = await queues.enqueue_cells(

@@ -43,9 +43,10 @@ from rubric_core.background import drive
 from rubric_core.experiments.budget import Budget, BudgetGuard
 from rubric_core.experiments.cell import experiment_models
 from rubric_core.experiments.create import require_experiment
+from rubric_core.experiments.limits import ExperimentLimits
 from rubric_core.experiments.results import progress_event
 from rubric_core.http_retry import SharedBackoff
-from rubric_core.types import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from rubric_core.types import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -61,40 +62,20 @@ CellKey = tuple[str, int, int]
 def check_limits(concurrency: int, per_model: Mapping[str, int] | None = None) -> None:
     """Refuse an experiment's concurrency or a per-model limit out of 1 … `MAX_CONCURRENCY`.
 
-    `run_experiment` checks them, and the re-grades' scheduler its concurrency.
+    `ExperimentLimits`'s own check, for a caller that has no whole limits yet.
 
     Raises:
         ValueError: The first limit out of range, named with its value.
 
     """
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not (
-            1 <= concurrency <= MAX_CONCURRENCY):
-        msg = f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {concurrency}"
-        raise ValueError(msg)
-    for model, limit in (per_model or {}).items():
-        _check_limited_model(model)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not (
-                1 <= limit <= MAX_CONCURRENCY):
-            msg = f"model limit {model}={limit} must be from 1 to {MAX_CONCURRENCY}"
-            raise ValueError(msg)
-
-
-def _check_limited_model(model: str) -> None:
-    """Refuse a limited model string with a control character.
-
-    Limit keys of models and of configurations share one namespace
-    (`rubric_core.engine.queues.config_key` starts with one), so such a model could take a
-    configuration's limits or give it its own.
-    """
-    if not isinstance(model, str) or any(ord(ch) < 32 or ord(ch) == 127 for ch in model):
-        msg = f"a limit for model {model!r}: a model string has no control characters"
-        raise ValueError(msg)
+    ExperimentLimits(concurrency=concurrency, per_model=dict(per_model or {}))
 
 
 def run_experiment(
     store: Store,
     experiment_id: str,
     *,
+    limits: ExperimentLimits | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     per_model: Mapping[str, int] | None = None,
     models: ModelResolver | None = None,
@@ -116,6 +97,9 @@ def run_experiment(
     Args:
         store: The database.
         experiment_id: The experiment.
+        limits: Every limit at once (`ExperimentLimits`, as the CLI and the app pass them);
+            when given, ``concurrency``, ``per_model``, ``rate_limit``, ``model_rates``,
+            ``per_config`` and ``config_rates`` are not read.
         concurrency: Cells run at once (1 to `MAX_CONCURRENCY`).
         per_model: At most this many cells at once using a model (worker or grader), by model
             string, over every process running the experiment.
@@ -154,9 +138,12 @@ def run_experiment(
 
     """
     experiment = require_experiment(store, experiment_id)
-    check_limits(concurrency, per_model)
-    check_rates(rate_limit, model_rates=model_rates, configs=experiment.configurations)
-    check_config_limits(experiment.configurations, per_config, config_rates)
+    if limits is None:
+        limits = ExperimentLimits(
+            concurrency=concurrency, rate=rate_limit, per_model=dict(per_model or {}),
+            model_rates=dict(model_rates or {}), per_config=dict(per_config or {}),
+            config_rates=dict(config_rates or {}))
+    limits.check(experiment.configurations)
     guard = None
     if budget is None and experiment.budget is not None:
         budget = Budget.from_dict(experiment.budget)
@@ -172,78 +159,34 @@ def run_experiment(
     from rubric_core.experiments.driver import ExperimentDriver
 
     with engine_for(store) as engine:
-        driver = ExperimentDriver(store, experiment, models, stop, events, concurrency,
-                                  per_model or {}, retry_errors, guard, engine=engine,
-                                  rate_limit=rate_limit, model_rates=model_rates,
-                                  per_config=per_config, config_rates=config_rates,
-                                  run_here=run_here)
+        driver = ExperimentDriver(store, experiment, models, stop, events, limits,
+                                  retry_errors, guard, engine=engine, run_here=run_here)
         yield from drive(driver, events, stop, backoff, "experiment_backoff")
-
-
-def _check_rate(rate: tuple[int, float], what: str) -> None:
-    limit, period = rate
-    if (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-            or not isinstance(period, int | float) or not period > 0):
-        msg = (f"{what} is a whole number of cells (at least 1) per a positive number "
-               f"of seconds, got {limit!r} per {period!r}")
-        raise ValueError(msg)
 
 
 def check_rates(rate_limit: tuple[int, float] | None, *,
                 model_rates: Mapping[str, tuple[int, float]] | None = None,
                 configs: Sequence[ExperimentConfig] = ()) -> None:
-    """Refuse a bad rate limit, or one for a model no configuration uses.
-
-    Args:
-        rate_limit: The whole experiment's rate limit, or None.
-        model_rates: Per-model rate limits, each for a model one of ``configs`` uses.
-        configs: The experiment's configurations.
+    """Refuse a bad rate limit, or one for a model no configuration uses (`ExperimentLimits`).
 
     Raises:
         ValueError: Naming the problem.
 
     """
-    if rate_limit is not None:
-        _check_rate(rate_limit, "a rate limit")
-    used = {m for c in configs for m in (c.worker_model, c.grader_model)}
-    for model, rate in (model_rates or {}).items():
-        _check_limited_model(model)
-        if model not in used:
-            msg = (f"a rate limit for model {model!r}, which no configuration of the experiment "
-                   f"uses (its models: {', '.join(sorted(used))})")
-            raise ValueError(msg)
-        _check_rate(rate, f"the rate limit of {model}")
+    ExperimentLimits(rate=rate_limit, model_rates=dict(model_rates or {})).check(configs)
 
 
 def check_config_limits(configs: Sequence[ExperimentConfig],
                         per_config: Mapping[int, int] | None = None,
                         config_rates: Mapping[int, tuple[int, float]] | None = None) -> None:
-    """Refuse a per-configuration limit or rate limit that `run_experiment` cannot apply.
-
-    Args:
-        configs: The experiment's configurations.
-        per_config: Cells at once per configuration index.
-        config_rates: ``(limit, period_s)`` per configuration index.
+    """Refuse a per-configuration limit or rate limit the experiment cannot apply.
 
     Raises:
         ValueError: An index the experiment has no configuration for, or a bad limit.
 
     """
-    for index in [*(per_config or {}), *(config_rates or {})]:
-        if isinstance(index, bool) or not isinstance(index, int) or not (
-                0 <= index < len(configs)):
-            msg = (f"a limit for configuration {index!r}, which the experiment does not have "
-                   f"(it has {len(configs)}, numbered from 0)")
-            raise ValueError(msg)
-    for index, limit in (per_config or {}).items():
-        if isinstance(limit, bool) or not isinstance(limit, int) or not (
-                1 <= limit <= MAX_CONCURRENCY):
-            msg = (f"the limit of configuration {index} ({configs[index].display_label()}) "
-                   f"must be from 1 to {MAX_CONCURRENCY}, got {limit!r}")
-            raise ValueError(msg)
-    for index, rate in (config_rates or {}).items():
-        _check_rate(rate, f"the rate limit of configuration {index} "
-                          f"({configs[index].display_label()})")
+    ExperimentLimits(per_config=dict(per_config or {}),
+                     config_rates=dict(config_rates or {})).check(configs)
 
 
 __all__ = ["CellKey", "check_config_limits", "check_limits", "check_rates", "experiment_models",

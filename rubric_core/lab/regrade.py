@@ -21,7 +21,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from rubric_core.background import drive
-from rubric_core.experiments import check_limits
+from rubric_core.experiments.limits import check_concurrency
 from rubric_core.http_retry import SharedBackoff
 from rubric_core.lab.grading import few_shot_examples, prepare, regrade_models
 from rubric_core.types import DEFAULT_CONCURRENCY
@@ -79,7 +79,7 @@ def run_regrade(
     if job is None:
         msg = f"no re-grade {job_id!r} in {store.location}"
         raise KeyError(msg)
-    check_limits(concurrency)
+    check_concurrency(concurrency)
     backoff = backoff or SharedBackoff()
     models = models or regrade_models(backoff)
     configs = [prepare(config, models) for config in job.configurations]
