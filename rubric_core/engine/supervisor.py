@@ -1,36 +1,13 @@
 """Local workers of one experiment, started and kept alive by ``eval --workers N``.
 
-A process is bound to one CPU core by Python's GIL, so more processes use more cores. With
-``--workers N`` (N > 1) a `Supervisor` starts N ``rubric-studio worker`` processes that take
-cells from that experiment's queue only, and the process running ``eval`` runs none itself: it
-queues the cells, watches them end, prints progress and keeps the workers alive (with
-``--workers 1`` it runs the cells, and nothing is supervised). So every cell runs in a process
-that is restarted when it dies. The queue's limits (``--concurrency``, ``--rate-limit``) hold
-over all the workers, in the database: nothing is shared out.
-
-Restarts keep the executor ID. Each worker slot gets one executor ID, made here
-(`rubric_core.registry.new_owner`: this host, the supervisor's pid, a random part), and a
-worker that dies (kill -9, a crash) is started again under it: DBOS re-queues at launch the
-cells its executor ID left running, so they continue at once on the restarted worker (or any
-process of the pool) instead of waiting for another process's recovery sweep. Because the ID
-names the supervisor, not the worker, the sweeps of other processes judge the executor by its
-cells' runs and dequeues (`rubric_core.engine.recovery`), never by the dead worker's pid: they
-do not take back the cells the restarted worker has just recovered, nor the long cells of a
-live one. The runs a worker writes keep their own owners (its own pid), so a killed worker's
-runs are stale at once and a paused one's stay fenced.
-
-Not restarted: a worker that exited 130 (stopped by a signal it handled: Ctrl-C reaches every
-process of the terminal's group, or a user's SIGTERM) or was ended by SIGINT or SIGTERM before
-it could handle them (in its start-up), and a slot that died `RESTART_LIMIT` times (its log's
-tail is reported). The cells such a worker left running are re-queued at once by the
-supervisor, for the other workers. A worker exits by itself when its supervisor dies: it holds
-the read end of a pipe whose write end only the supervisor has, and leaves when it reads
-end-of-file.
-
-Stopping (the experiment ended, Ctrl-C, an error): every worker still running gets SIGTERM (a
-process started as a background job inherits SIGINT ignored, so SIGINT alone may not reach
-it): its cells stop after their step, left for the next run; one that does not exit within
-`STOP_TIMEOUT_S` is killed.
+A `Supervisor` starts N ``rubric-studio worker`` processes that take cells from that
+experiment's queue only (more processes use more cores; the queue's limits hold over all of
+them), and restarts one that dies under its slot's executor ID, so DBOS re-queues at its launch
+what the dead one left. Not restarted: a worker stopped by a signal (exit 130, or ended by
+SIGINT or SIGTERM in its start-up) and a slot that died `RESTART_LIMIT` times; their cells are
+handed back at once. A worker exits when its supervisor dies (its standard input reaches its
+end). Stopping sends every worker SIGTERM and kills one that takes longer than
+`STOP_TIMEOUT_S`. Why each: ``docs/engine.md``.
 """
 
 from __future__ import annotations
