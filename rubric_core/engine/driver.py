@@ -34,6 +34,9 @@ WATCH_S = 0.5
 SETTLED_EVERY = 4
 """Reads between checks that some unit of the batch is still queued or running."""
 
+SETTLE_S = 2.0
+"""Longest a driver waits at its end for its units' workflows to record their outcome."""
+
 
 class BatchDriver:
     """The shared part of a feature's driver (see the module docstring).
@@ -124,6 +127,16 @@ class BatchDriver:
         """Detach ``batch``: later units here load their own."""
         detach(self.engine, self.kind, batch)
 
+    async def settle(self) -> bool:
+        """Whether no unit is queued or running, once DBOS recorded the ends (`SETTLE_S` at most).
+
+        A unit's end reaches the driver before DBOS records its workflow's outcome.
+        """
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline and await self.active():
+            await asyncio.sleep(0.05)
+        return not await self.active()
+
     async def sweep(self) -> None:
         """Re-queue stopped executors' units and this process's orphans (errors: next time)."""
         with contextlib.suppress(Exception):
@@ -158,4 +171,4 @@ class BatchDriver:
                 await self.sweep()
 
 
-__all__ = ["SETTLED_EVERY", "WATCH_S", "BatchDriver"]
+__all__ = ["SETTLED_EVERY", "SETTLE_S", "WATCH_S", "BatchDriver"]

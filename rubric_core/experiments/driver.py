@@ -17,7 +17,6 @@ Resume). Imports DBOS: `run_experiment` imports it only when it runs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING, Any
@@ -48,9 +47,6 @@ if TYPE_CHECKING:
         ExperimentProgress,
         ModelResolver,
     )
-
-SETTLE_S = 2.0
-"""Longest the driver waits for its cells' workflows to record their outcome."""
 
 class ExperimentDriver(BatchDriver):
     """Runs one session of an experiment (see the module docstring).
@@ -167,12 +163,8 @@ class ExperimentDriver(BatchDriver):
             await batch.idle.wait()
         finally:
             self.close(batch)
-        # A cell's end reaches the driver before DBOS has recorded its workflow's outcome:
-        # wait for it, so that an experiment reported finished shows no cell running.
-        deadline = time.monotonic() + SETTLE_S
-        while time.monotonic() < deadline and await self.active():
-            await asyncio.sleep(0.05)
-        if not await self.active():
+        # An experiment reported finished shows no cell running in its queue.
+        if await self.settle():
             # Nothing queued or running: no process need poll the queue (a Resume registers it).
             with contextlib.suppress(Exception):  # another driver may have deleted it
                 await queues.delete_queue(exp.experiment_id)
@@ -241,4 +233,4 @@ class ExperimentDriver(BatchDriver):
                               remaining=self.remaining, finished_here=self.finished_here)
 
 
-__all__ = ["SETTLE_S", "ExperimentDriver"]
+__all__ = ["ExperimentDriver"]

@@ -116,7 +116,8 @@ class RegradeDriver(BatchDriver):
             raise self.failure
         await self.count()
         with contextlib.suppress(Exception):  # another driver may have deleted it
-            if not await queues.active_items(self.batch_id):
+            # A re-grade reported finished shows no item running in its queue.
+            if await self.settle():
                 await queues.delete_regrade_queue(self.batch_id)
         if self.stop.is_set():
             return "stopped"
