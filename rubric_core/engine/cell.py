@@ -21,8 +21,8 @@ the innermost runs the cell's body; each level waits for its child's result and 
 A child's ID is derived from its cell's workflow ID (`gate_id`): a recovered level
 re-attaches to its child (DBOS records the child's start) instead of queuing it twice. Stop
 cancels a cell's workflow with its children; the innermost level checks, before it starts the
-body, that its cell's workflow was not cancelled (a child queued just after a Stop starts
-nothing).
+body, that its cell's workflow was not cancelled (a child queued just after a Stop, or a cell
+dequeued just before it, starts nothing).
 
 Budget: right before the body runs, `rubric_core.engine.budget.admit` decides, over every
 process, whether the cell fits in its experiment's budget; a cell that does not ends unstarted
@@ -307,9 +307,11 @@ async def cell_workflow(experiment_id: str, row_id: str, config_index: int, repe
         def stopping() -> bool:
             return stop.is_set() or context.stopping.is_set() or _leaving.is_set()
 
-        if cell_id is not None and not stopping() and await _outside_workflow(
-                _cancelled(cell_id)):
-            stop.set()  # queued by a level just after a Stop cancelled the cell
+        # Registered in `_running` above, so a Stop from now on waits for this cell; one that
+        # cancelled it before (dequeued just before the cancel, or a level queued just after)
+        # is seen here, and the cell starts nothing.
+        if not stopping() and await _outside_workflow(_cancelled(cell)):
+            stop.set()
         refused = not stopping() and not await admit(engine.store, experiment_id, key, cell)
         if not stopping() and not refused:
             # A cell is one request in flight: grader repeats wait for each other.
