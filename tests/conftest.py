@@ -125,3 +125,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 
                 report.sections.append(("the page at the failure", page_state(page)))
     return report
+
+
+# -- the real model server (llama.cpp with SmolLM2; tests/llama_support.py) -------------------
+
+
+@pytest.fixture(scope="session")
+def llama_url() -> Iterator[str]:
+    """The base URL (``…/v1``) of a real ``llama-server`` serving SmolLM2-135M-Instruct.
+
+    The run's shared server when ``RUBRIC_STUDIO_TEST_LLAMA_URL`` names one (the xdist
+    controller starts it: `llama_support.start_shared_llama_server`), else one started for this
+    process on first use and stopped at its end.
+    """
+    import os
+
+    from llama_support import LLAMA_URL_ENV, llama_server
+
+    shared = os.environ.get(LLAMA_URL_ENV)
+    if shared:
+        yield shared
+        return
+    with llama_server() as server:
+        yield server.url

@@ -36,7 +36,12 @@ from rubric_core.grader import (
     verdict_tool,
 )
 from rubric_core.grader.steps import CUT_PROBLEM, CUT_TWICE
-from rubric_core.grader.verdict import EXPLANATION_MAX_CHARS, GAP_MAX_CHARS
+from rubric_core.grader.verdict import (
+    EXPLANATION_MAX_CHARS,
+    GAP_MAX_CHARS,
+    GAP_PATTERN,
+    TOOL_ARG_MAX_CHARS,
+)
 from rubric_core.models import resolve_model
 from rubric_core.offline.graders import HybridGrader
 
@@ -88,7 +93,23 @@ def test_each_criterion_is_one_required_property_by_its_exact_name() -> None:
                                                      "gap": {"type": "string"}},
                    "required": ["passed", "gap"], "additionalProperties": False}
     assert schema["required"] == ["criteria", "explanation", "result"]
-    assert schema["properties"]["result"]["enum"] == ["satisfied", "needs_revision", "failed"]
+    assert schema["properties"]["result"]["enum"] == ["satisfied", "needs_revision",
+                                                      "rubric_cannot_be_judged"]
+
+
+def test_a_bounded_criterion_passes_without_a_gap_or_fails_with_one() -> None:
+    """For a grammar: a failing criterion cannot be left without its gap."""
+    one = verdict_schema(CRITERIA, bounded=True)["properties"]["criteria"]["properties"][
+        CRITERIA[1]]
+    passes, fails = one["anyOf"]
+    assert passes["properties"] == {"passed": {"type": "boolean", "const": True},
+                                    "gap": {"type": "string", "maxLength": 0}}
+    assert fails["properties"] == {"passed": {"type": "boolean", "const": False},
+                                   "gap": {"type": "string", "pattern": GAP_PATTERN}}
+    gap = re.compile(GAP_PATTERN)
+    assert gap.match("Line 2 has 9 syllables") and not gap.match("\n\n")
+    assert not gap.match(" x") and not gap.match("x" * (GAP_MAX_CHARS + 1))
+    assert passes["additionalProperties"] is fails["additionalProperties"] is False
 
 
 def test_a_rubric_with_a_repeated_criterion_is_listed_with_an_enum() -> None:
@@ -110,8 +131,9 @@ def _properties(schema: dict[str, Any]) -> Iterator[str]:
 def test_each_provider_gets_the_schema_it_takes(server: FakeOpenAI) -> None:
     local = verdict_tool(CRITERIA, compatible(server))["function"]
     assert local["parameters"]["properties"]["explanation"]["maxLength"] == EXPLANATION_MAX_CHARS
-    gap = local["parameters"]["properties"]["criteria"]["properties"][CRITERIA[0]]
-    assert gap["properties"]["gap"]["maxLength"] == GAP_MAX_CHARS and "strict" not in local
+    one = local["parameters"]["properties"]["criteria"]["properties"][CRITERIA[0]]
+    assert one["anyOf"][1]["properties"]["gap"]["pattern"] == GAP_PATTERN
+    assert "strict" not in local
     own = verdict_tool(CRITERIA, ChatOpenAI(model="gpt-4.1-mini", api_key="k"))["function"]
     assert own["strict"] is True and "maxLength" not in json.dumps(own)
     anthropic = verdict_tool(CRITERIA, ChatAnthropic(model="claude-haiku-4-5", api_key="k"))
@@ -144,6 +166,8 @@ def test_anthropic_is_sent_the_tool_it_must_call() -> None:
         pytest.param(keyed(), "satisfied", CRITERIA, id="all_pass_is_satisfied"),
         pytest.param(keyed(CRITERIA[1], result="satisfied"), "needs_revision", CRITERIA,
                      id="a_failure_is_needs_revision_whatever_it_says"),
+        pytest.param(keyed(result="rubric_cannot_be_judged"), "failed", CRITERIA,
+                     id="cannot_be_judged_is_failed"),
         pytest.param(keyed(result="failed"), "failed", CRITERIA, id="failed_is_kept"),
     ],
 )
@@ -206,6 +230,18 @@ def test_the_next_pass_starts_where_the_last_one_ended(server: FakeOpenAI) -> No
     assert [e["result"] for e in evaluations] == ["needs_revision", "satisfied"]
     assert [e["verdict_mode"] for e in evaluations] == ["json_schema", "json_schema"]
     assert ["response_format" in r for r in server.requests] == [False, True, True]
+
+
+def test_a_server_that_says_it_takes_no_tools_starts_at_the_json_schema(
+        server: FakeOpenAI) -> None:
+    """llama-server says so at GET /props: no reply of prose to a tool_choice first."""
+    server.props = {"chat_template_caps": {"supports_tools": False}}
+    server.enqueue(text('{"text": "a"}'), text(json.dumps(keyed())))
+    outcome = grade(compatible(server), tools=[text_stats], force_tools=True)
+    assert outcome.mode == "json_schema" and outcome.model_calls == 2
+    first = server.requests[0]["response_format"]["json_schema"]
+    assert first["name"] == "text_stats"
+    assert first["schema"]["properties"]["text"]["maxLength"] == TOOL_ARG_MAX_CHARS
 
 
 def test_an_empty_reply_to_a_forced_call_counts_as_ignored(server: FakeOpenAI) -> None:
@@ -324,6 +360,22 @@ def test_the_middleware_forces_its_tools_when_asked(server: FakeOpenAI) -> None:
     assert server.requests[0]["tool_choice"]["function"]["name"] == "text_stats"
     with pytest.raises(TypeError, match="force_tools"):
         RubricMiddleware(model="rules", force_tools="yes")  # type: ignore[arg-type]
+
+
+def test_a_hybrid_asks_its_llm_only_what_the_rules_cannot_check(server: FakeOpenAI) -> None:
+    rubric = ["The poem has 3 lines", "It sounds cheerful"]
+    server.enqueue(tool_call("GraderResponse", {"criteria": {"It sounds cheerful": {
+        "passed": False, "gap": "gloomy"}}, "explanation": "x", "result": "needs_revision"}))
+    hybrid = HybridGrader(llm=compatible(server))
+    binding = bind_grader(hybrid, [], rubric)
+    messages = build_grader_messages([HumanMessage("q"), AIMessage("a\nb\nc")], rubric)
+    outcome = drive_sync(grade_steps(messages, rubric, [], modes=binding.modes), binding)
+    (body,) = server.requests
+    asked = body["tools"][0]["function"]["parameters"]["properties"]["criteria"]
+    assert asked["required"] == ["It sounds cheerful"] and body["tool_choice"] == FORCED
+    assert [(c["name"], c["passed"]) for c in outcome.criteria] == [
+        ("The poem has 3 lines", True), ("It sounds cheerful", False)]
+    assert outcome.missing == [] and outcome.response.result == "needs_revision"
 
 
 def test_offline_graders_keep_working_under_the_forced_call() -> None:
