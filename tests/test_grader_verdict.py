@@ -387,3 +387,27 @@ def test_offline_graders_keep_working_under_the_forced_call() -> None:
     messages = build_grader_messages([HumanMessage("q"), AIMessage("a\nb\nc")], rules)
     outcome = drive_sync(grade_steps(messages, rules, [], modes=binding.modes), binding)
     assert outcome.response.result == "satisfied" and outcome.mode == "tool_choice"
+
+
+# --------------------------------------------------------------------------- usage of a failure
+
+
+def test_a_grader_error_keeps_the_tokens_its_calls_used(server: FakeOpenAI,
+                                                         tmp_path: Any) -> None:
+    """A re-grade's cost line said "no usage reported" for gradings that all failed."""
+    from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
+    from rubric_core.store import Store
+
+    server.default = text("I think it is fine.")  # never a verdict
+    answers = parse_answers("id,request,answer\na,Write a haiku.,A haiku.\n", name="one")
+    config = GraderConfig(rubric="- It is a haiku", grader_model="openai-compatible:g",
+                          base_url=server.base_url)
+    with Store(tmp_path / "db.sqlite3") as store:
+        job = create_regrade(store, answers, [config])
+        list(run_regrade(store, job.job_id, concurrency=1))
+        (result,) = store.regrade_results(job.job_id)
+    assert result.result == "grader_error" and "unusable verdict twice" in result.explanation
+    assert len(server.requests) == 3  # the forced call, the JSON schema, the correction
+    # Every one of the three replies reported its usage: all of it is counted.
+    assert result.input_tokens is not None and result.input_tokens >= 3 * 500
+    assert result.output_tokens is not None and result.output_tokens >= 3
