@@ -411,3 +411,18 @@ def test_a_grader_error_keeps_the_tokens_its_calls_used(server: FakeOpenAI,
     # Every one of the three replies reported its usage: all of it is counted.
     assert result.input_tokens is not None and result.input_tokens >= 3 * 500
     assert result.output_tokens is not None and result.output_tokens >= 3
+
+
+def test_the_cli_forces_the_graders_tools_when_asked(server: FakeOpenAI) -> None:
+    from rubric_core.cli import build_parser
+    from rubric_core.cli.run import settings_from
+    from rubric_core.session import build_spec
+
+    args = build_parser().parse_args([
+        "run", "--example", "find_duplicates", "--grader", "openai-compatible:g", "--base-url",
+        server.base_url, "--force-grader-tools"])
+    settings = settings_from(args)
+    assert settings.force_grader_tools and settings.grader_tools
+    assert build_spec(settings).force_grader_tools
+    assert not settings_from(build_parser().parse_args(
+        ["run", "--example", "haiku"])).force_grader_tools
