@@ -53,6 +53,33 @@ use the same value. A PostgreSQL transaction left idle this long is ended by the
 runs others take over."""
 
 
+HEARTBEAT_ENV = "RUBRIC_STUDIO_HEARTBEAT_S"
+"""Environment variable that overrides `HEARTBEAT_S` (seconds, 0.05 up to a third of
+`STALE_AFTER_S`)."""
+
+
+def _heartbeat_s() -> float:
+    default = min(5.0, STALE_AFTER_S / 3)
+    raw = os.environ.get(HEARTBEAT_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.05 <= value <= STALE_AFTER_S / 3:  # NaN fails too
+        msg = (f"{HEARTBEAT_ENV} must be a number of seconds from 0.05 to a third of "
+               f"{STALE_AFTER_ENV} ({STALE_AFTER_S / 3:g}), got {raw!r}")
+        raise ValueError(msg)
+    return value
+
+
+HEARTBEAT_S = _heartbeat_s()
+"""Seconds between an owner's touches of the rows it holds: a third of `STALE_AFTER_S` (at
+most 5 s), or `HEARTBEAT_ENV`. More often, a live owner must be starved of the CPU for almost
+`STALE_AFTER_S` before another process takes it for gone (the tests' short staleness)."""
+
+
 def new_owner() -> str:
     """A name for one hold on a row (a run, a queue engine's executor): ``host:pid:random``.
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rubric_core.models import model_resolver
 from rubric_core.redact import error_text, redact, redact_data
 from rubric_core.registry import (
+    HEARTBEAT_S,
     STALE_AFTER_S,
     ActiveRegistry,
     new_owner,
@@ -74,8 +75,6 @@ if TYPE_CHECKING:
     from rubric_core.types import ModelCallRecord, RubricEvaluation
 
 
-HEARTBEAT_S = min(5.0, STALE_AFTER_S / 3)
-"""Seconds between the owner's touches of a running run's row."""
 
 
 def default_models(*, token_delay_s: float = 0.0) -> ModelResolver:

@@ -9,9 +9,10 @@ once per session, on first use; each test gets its own database (CREATE DATABASE
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pg_support import create_database, drop_database, postgres_server
@@ -46,6 +47,37 @@ LONG_FIRST = (
     "test_engine_fencing", "test_engine_workers", "test_engine_exit", "test_regrade_engine",
     "test_attacks_experiments", "test_calls", "test_cli", "test_pg_outage_experiment",
 )
+
+
+_SHARED_SERVERS: list[Any] = []  # the controller's stop functions (`pytest_unconfigure`)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller starts the run's one real model server for every
+    worker (`llama_support.start_shared_llama_server`), before the workers start.
+
+    A server that cannot start is left to the ``llama_url`` fixture, which then starts one in
+    the worker that needs it and fails the tests there with the reason: never a skip.
+    """
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    from llama_support import LLAMA_URL_ENV, start_shared_llama_server
+
+    if os.environ.get(LLAMA_URL_ENV):
+        return  # given by whoever runs pytest
+    try:
+        url, stop = start_shared_llama_server()
+    except Exception as exc:  # the fixture says why, in each test that needs the server
+        print(f"the shared llama-server did not start: {exc}", file=sys.stderr)
+        return
+    os.environ[LLAMA_URL_ENV] = url
+    _SHARED_SERVERS.append(stop)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop what `pytest_configure` started."""
+    while _SHARED_SERVERS:
+        _SHARED_SERVERS.pop()()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -125,3 +157,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 
                 report.sections.append(("the page at the failure", page_state(page)))
     return report
+
+
+# -- the real model server (llama.cpp with SmolLM2; tests/llama_support.py) -------------------
+
+
+@pytest.fixture(scope="session")
+def llama_url() -> Iterator[str]:
+    """The base URL (``…/v1``) of a real ``llama-server`` serving SmolLM2-135M-Instruct.
+
+    The run's shared server when ``RUBRIC_STUDIO_TEST_LLAMA_URL`` names one (the xdist
+    controller starts it: `llama_support.start_shared_llama_server`), else one started for this
+    process on first use and stopped at its end.
+    """
+    from llama_support import LLAMA_URL_ENV, llama_server
+
+    shared = os.environ.get(LLAMA_URL_ENV)
+    if shared:
+        yield shared
+        return
+    with llama_server() as server:
+        yield server.url

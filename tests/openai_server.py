@@ -42,6 +42,9 @@ CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 """The model list, answered when `FakeOpenAI.models` is set."""
 
+PROPS_PATH = "/props"
+"""llama.cpp's server properties, answered when `FakeOpenAI.props` is set."""
+
 _STREAM_PIECE_CHARS = 16
 """Characters of content (or tool arguments) per streamed delta."""
 
@@ -223,6 +226,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """``GET /v1/models`` lists `FakeOpenAI.models` when set; every other GET is unknown."""
         owner = self.server.owner
+        if self.path.rstrip("/") == PROPS_PATH and owner.props is not None:
+            self._send_json(200, owner.props)
+            return
         if self.path.rstrip("/") == MODELS_PATH and owner.models is not None:
             owner.models_auth.append(self.headers.get("Authorization"))
             data = [{"id": m, "object": "model", "owned_by": "test"} for m in owner.models]
@@ -362,6 +368,8 @@ class FakeOpenAI:
         self.models: list[str] | None = None
         """Model ids ``GET /v1/models`` lists; None: that route is a 404, as before."""
         self.models_auth: list[str | None] = []
+        self.props: dict[str, Any] | None = None
+        """What ``GET /props`` answers (as llama.cpp's ``llama-server`` does); None: a 404."""
         """The Authorization header of each ``GET /v1/models`` (None when absent)."""
         self.requests: list[dict[str, Any]] = []
         self.request_times: list[float] = []

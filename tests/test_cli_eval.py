@@ -229,7 +229,7 @@ def test_resume_after_kill_9_runs_every_cell_exactly_once(
               f"base_url={server.fake.base_url}")
     # Its runs' heartbeats go stale 3 s after the kill, not 30.
     env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key",
-           "RUBRIC_STUDIO_STALE_AFTER_S": "3"}
+           "RUBRIC_STUDIO_STALE_AFTER_S": "3", "RUBRIC_STUDIO_HEARTBEAT_S": "0.25"}
     with server.fake:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rubric_core", "eval", "--dataset", str(data), "--rubric",

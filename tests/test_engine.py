@@ -150,6 +150,45 @@ def test_stop_then_resume_runs_every_cell_once(tmp_path: Path, server: DelayedSe
     assert server.peak <= 3
 
 
+def test_a_cell_dequeued_just_before_a_stop_starts_nothing_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue hands the second cell out as the first ends; it reaches its body only after
+    Stop returned (held here on its way, where a loaded machine would be slow). It runs nothing:
+    before, it ran on after the Stop, with nobody waiting for it (a closed store: an error)."""
+    import threading
+
+    from rubric_core.engine import runtime
+
+    held, release = threading.Event(), threading.Event()
+    batch_of = runtime._batch
+    calls = [0]
+
+    async def slow_batch(eng: Any, kind: str, batch_id: str) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:  # the second cell, dequeued as the first ended
+            held.set()
+            await asyncio.to_thread(release.wait, 60)
+        return await batch_of(eng, kind, batch_id)
+
+    monkeypatch.setattr(runtime, "_batch", slow_batch)
+    with Store(tmp_path / "runs.sqlite3") as store:
+        exp = create_experiment(store, demo_dataset(), [ExperimentConfig()])
+        events = run_experiment(store, exp.experiment_id, concurrency=1)
+        for event in events:
+            if event["type"] == "cell_finished":
+                break
+        assert held.wait(60), "the second cell was not handed out"
+        events.close()  # Stop: returns with the second cell on its way, not yet running
+        assert store.get_experiment(exp.experiment_id).status == "stopped"  # type: ignore[union-attr]
+        release.set()
+        deadline = time.monotonic() + 60
+        while _on_loop(engine_queues.active_workflows(exp.experiment_id)):
+            assert time.monotonic() < deadline, "the held cell's workflow did not end"
+            time.sleep(0.05)
+        runs = store.list_runs(limit=None)
+        assert len(runs) == 1, [(r.status, r.error) for r in runs]  # the first cell's alone
+
+
 def test_enqueuing_twice_queues_and_runs_nothing_twice(tmp_path: Path, server: DelayedServer,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # a cell run by no driver: the env's keys

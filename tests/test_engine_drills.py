@@ -158,8 +158,10 @@ def _argv(*flags: str) -> list[str]:
 
 
 def _env(db: str, **extra: str) -> dict[str, str]:
+    """The processes' environment; heartbeats four times a second, so that a live process is
+    taken for gone only when starved of the CPU for almost its whole staleness."""
     return {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key",
-            "RUBRIC_STUDIO_DB": db, **extra}
+            "RUBRIC_STUDIO_DB": db, "RUBRIC_STUDIO_HEARTBEAT_S": "0.25", **extra}
 
 
 def _workflows(db: str, experiment_id: str) -> list[tuple[str, str, str | None]]:

@@ -78,6 +78,7 @@ def _env() -> dict[str, str]:
            if not k.endswith("_API_KEY") and k != BASE_URL_ENV
            and not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
     env["RUBRIC_STUDIO_STALE_AFTER_S"] = str(STALE_AFTER_S)
+    env["RUBRIC_STUDIO_HEARTBEAT_S"] = "0.25"  # a live owner is never taken for gone
     return env
 
 

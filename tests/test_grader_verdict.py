@@ -36,7 +36,12 @@ from rubric_core.grader import (
     verdict_tool,
 )
 from rubric_core.grader.steps import CUT_PROBLEM, CUT_TWICE
-from rubric_core.grader.verdict import EXPLANATION_MAX_CHARS, GAP_MAX_CHARS
+from rubric_core.grader.verdict import (
+    EXPLANATION_MAX_CHARS,
+    GAP_MAX_CHARS,
+    GAP_PATTERN,
+    TOOL_ARG_MAX_CHARS,
+)
 from rubric_core.models import resolve_model
 from rubric_core.offline.graders import HybridGrader
 
@@ -88,7 +93,23 @@ def test_each_criterion_is_one_required_property_by_its_exact_name() -> None:
                                                      "gap": {"type": "string"}},
                    "required": ["passed", "gap"], "additionalProperties": False}
     assert schema["required"] == ["criteria", "explanation", "result"]
-    assert schema["properties"]["result"]["enum"] == ["satisfied", "needs_revision", "failed"]
+    assert schema["properties"]["result"]["enum"] == ["satisfied", "needs_revision",
+                                                      "rubric_cannot_be_judged"]
+
+
+def test_a_bounded_criterion_passes_without_a_gap_or_fails_with_one() -> None:
+    """For a grammar: a failing criterion cannot be left without its gap."""
+    one = verdict_schema(CRITERIA, bounded=True)["properties"]["criteria"]["properties"][
+        CRITERIA[1]]
+    passes, fails = one["anyOf"]
+    assert passes["properties"] == {"passed": {"type": "boolean", "const": True},
+                                    "gap": {"type": "string", "maxLength": 0}}
+    assert fails["properties"] == {"passed": {"type": "boolean", "const": False},
+                                   "gap": {"type": "string", "pattern": GAP_PATTERN}}
+    gap = re.compile(GAP_PATTERN)
+    assert gap.match("Line 2 has 9 syllables") and not gap.match("\n\n")
+    assert not gap.match(" x") and not gap.match("x" * (GAP_MAX_CHARS + 1))
+    assert passes["additionalProperties"] is fails["additionalProperties"] is False
 
 
 def test_a_rubric_with_a_repeated_criterion_is_listed_with_an_enum() -> None:
@@ -110,8 +131,9 @@ def _properties(schema: dict[str, Any]) -> Iterator[str]:
 def test_each_provider_gets_the_schema_it_takes(server: FakeOpenAI) -> None:
     local = verdict_tool(CRITERIA, compatible(server))["function"]
     assert local["parameters"]["properties"]["explanation"]["maxLength"] == EXPLANATION_MAX_CHARS
-    gap = local["parameters"]["properties"]["criteria"]["properties"][CRITERIA[0]]
-    assert gap["properties"]["gap"]["maxLength"] == GAP_MAX_CHARS and "strict" not in local
+    one = local["parameters"]["properties"]["criteria"]["properties"][CRITERIA[0]]
+    assert one["anyOf"][1]["properties"]["gap"]["pattern"] == GAP_PATTERN
+    assert "strict" not in local
     own = verdict_tool(CRITERIA, ChatOpenAI(model="gpt-4.1-mini", api_key="k"))["function"]
     assert own["strict"] is True and "maxLength" not in json.dumps(own)
     anthropic = verdict_tool(CRITERIA, ChatAnthropic(model="claude-haiku-4-5", api_key="k"))
@@ -144,6 +166,8 @@ def test_anthropic_is_sent_the_tool_it_must_call() -> None:
         pytest.param(keyed(), "satisfied", CRITERIA, id="all_pass_is_satisfied"),
         pytest.param(keyed(CRITERIA[1], result="satisfied"), "needs_revision", CRITERIA,
                      id="a_failure_is_needs_revision_whatever_it_says"),
+        pytest.param(keyed(result="rubric_cannot_be_judged"), "failed", CRITERIA,
+                     id="cannot_be_judged_is_failed"),
         pytest.param(keyed(result="failed"), "failed", CRITERIA, id="failed_is_kept"),
     ],
 )
@@ -206,6 +230,18 @@ def test_the_next_pass_starts_where_the_last_one_ended(server: FakeOpenAI) -> No
     assert [e["result"] for e in evaluations] == ["needs_revision", "satisfied"]
     assert [e["verdict_mode"] for e in evaluations] == ["json_schema", "json_schema"]
     assert ["response_format" in r for r in server.requests] == [False, True, True]
+
+
+def test_a_server_that_says_it_takes_no_tools_starts_at_the_json_schema(
+        server: FakeOpenAI) -> None:
+    """llama-server says so at GET /props: no reply of prose to a tool_choice first."""
+    server.props = {"chat_template_caps": {"supports_tools": False}}
+    server.enqueue(text('{"text": "a"}'), text(json.dumps(keyed())))
+    outcome = grade(compatible(server), tools=[text_stats], force_tools=True)
+    assert outcome.mode == "json_schema" and outcome.model_calls == 2
+    first = server.requests[0]["response_format"]["json_schema"]
+    assert first["name"] == "text_stats"
+    assert first["schema"]["properties"]["text"]["maxLength"] == TOOL_ARG_MAX_CHARS
 
 
 def test_an_empty_reply_to_a_forced_call_counts_as_ignored(server: FakeOpenAI) -> None:
@@ -326,6 +362,22 @@ def test_the_middleware_forces_its_tools_when_asked(server: FakeOpenAI) -> None:
         RubricMiddleware(model="rules", force_tools="yes")  # type: ignore[arg-type]
 
 
+def test_a_hybrid_asks_its_llm_only_what_the_rules_cannot_check(server: FakeOpenAI) -> None:
+    rubric = ["The poem has 3 lines", "It sounds cheerful"]
+    server.enqueue(tool_call("GraderResponse", {"criteria": {"It sounds cheerful": {
+        "passed": False, "gap": "gloomy"}}, "explanation": "x", "result": "needs_revision"}))
+    hybrid = HybridGrader(llm=compatible(server))
+    binding = bind_grader(hybrid, [], rubric)
+    messages = build_grader_messages([HumanMessage("q"), AIMessage("a\nb\nc")], rubric)
+    outcome = drive_sync(grade_steps(messages, rubric, [], modes=binding.modes), binding)
+    (body,) = server.requests
+    asked = body["tools"][0]["function"]["parameters"]["properties"]["criteria"]
+    assert asked["required"] == ["It sounds cheerful"] and body["tool_choice"] == FORCED
+    assert [(c["name"], c["passed"]) for c in outcome.criteria] == [
+        ("The poem has 3 lines", True), ("It sounds cheerful", False)]
+    assert outcome.missing == [] and outcome.response.result == "needs_revision"
+
+
 def test_offline_graders_keep_working_under_the_forced_call() -> None:
     """``rules`` and ``hybrid:`` answer a forced call as before, by their own rules."""
     from rubric_core.offline.graders import RulesGrader
@@ -335,3 +387,42 @@ def test_offline_graders_keep_working_under_the_forced_call() -> None:
     messages = build_grader_messages([HumanMessage("q"), AIMessage("a\nb\nc")], rules)
     outcome = drive_sync(grade_steps(messages, rules, [], modes=binding.modes), binding)
     assert outcome.response.result == "satisfied" and outcome.mode == "tool_choice"
+
+
+# --------------------------------------------------------------------------- usage of a failure
+
+
+def test_a_grader_error_keeps_the_tokens_its_calls_used(server: FakeOpenAI,
+                                                         tmp_path: Any) -> None:
+    """A re-grade's cost line said "no usage reported" for gradings that all failed."""
+    from rubric_core.lab import GraderConfig, create_regrade, parse_answers, run_regrade
+    from rubric_core.store import Store
+
+    server.default = text("I think it is fine.")  # never a verdict
+    answers = parse_answers("id,request,answer\na,Write a haiku.,A haiku.\n", name="one")
+    config = GraderConfig(rubric="- It is a haiku", grader_model="openai-compatible:g",
+                          base_url=server.base_url)
+    with Store(tmp_path / "db.sqlite3") as store:
+        job = create_regrade(store, answers, [config])
+        list(run_regrade(store, job.job_id, concurrency=1))
+        (result,) = store.regrade_results(job.job_id)
+    assert result.result == "grader_error" and "unusable verdict twice" in result.explanation
+    assert len(server.requests) == 3  # the forced call, the JSON schema, the correction
+    # Every one of the three replies reported its usage: all of it is counted.
+    assert result.input_tokens is not None and result.input_tokens >= 3 * 500
+    assert result.output_tokens is not None and result.output_tokens >= 3
+
+
+def test_the_cli_forces_the_graders_tools_when_asked(server: FakeOpenAI) -> None:
+    from rubric_core.cli import build_parser
+    from rubric_core.cli.run import settings_from
+    from rubric_core.session import build_spec
+
+    args = build_parser().parse_args([
+        "run", "--example", "find_duplicates", "--grader", "openai-compatible:g", "--base-url",
+        server.base_url, "--force-grader-tools"])
+    settings = settings_from(args)
+    assert settings.force_grader_tools and settings.grader_tools
+    assert build_spec(settings).force_grader_tools
+    assert not settings_from(build_parser().parse_args(
+        ["run", "--example", "haiku"])).force_grader_tools

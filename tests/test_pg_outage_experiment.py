@@ -90,7 +90,7 @@ def test_a_database_restart_interrupts_cells_and_a_plain_resume_finishes_each_on
 
         # A plain resume (no --retry-errors) continues every cut cell on its own thread.
         env = {**os.environ, "PYTHONPATH": ROOT, "OPENAI_API_KEY": "test-key",
-               "RUBRIC_STUDIO_STALE_AFTER_S": "3"}
+               "RUBRIC_STUDIO_STALE_AFTER_S": "3", "RUBRIC_STUDIO_HEARTBEAT_S": "0.25"}
         proc = subprocess.run(
             [sys.executable, "-m", "rubric_core", "eval", "--resume", exp_id, "--db", url],
             env=env, capture_output=True, text=True, timeout=240, check=False)

@@ -493,3 +493,23 @@ def test_an_owner_is_gone_only_when_it_was_this_hosts_and_has_exited() -> None:
     assert not owner_is_gone(new_owner())  # this process
     assert not owner_is_gone(f"another-host-{host}:{child.pid}:abcd1234")
     assert not owner_is_gone(None) and not owner_is_gone("garbage")
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    pytest.param("", True, id="unset_a_third_of_staleness"),
+    pytest.param("0.25", True, id="a_quarter_second"),
+    pytest.param("0.01", False, id="too_often"),
+    pytest.param("11", False, id="over_a_third_of_30_s"),
+    pytest.param("soon", False, id="not_a_number"),
+])
+def test_the_heartbeat_setting_is_checked(monkeypatch: pytest.MonkeyPatch, value: str,
+                                          ok: bool) -> None:
+    from rubric_core import registry
+
+    monkeypatch.setenv(registry.HEARTBEAT_ENV, value)
+    monkeypatch.setattr(registry, "STALE_AFTER_S", 30.0)
+    if ok:
+        assert registry._heartbeat_s() == (float(value) if value else 5.0)
+    else:
+        with pytest.raises(ValueError, match=registry.HEARTBEAT_ENV):
+            registry._heartbeat_s()

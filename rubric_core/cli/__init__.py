@@ -26,6 +26,7 @@ from rubric_core.cli import app as app_command
 from rubric_core.cli import engine as engine_command
 from rubric_core.cli import eval as eval_command
 from rubric_core.cli import lab as lab_command
+from rubric_core.cli import local as local_command
 from rubric_core.cli import pairwise as pairwise_command
 from rubric_core.cli import queue as queue_command
 from rubric_core.cli import run as run_command
@@ -110,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description=queue_command.DESCRIPTION)
     queue_command.add_queue_arguments(qu)
     qu.set_defaults(func=queue_command.queue)
+
+    lm = sub.add_parser("local-model", help="serve a small real model here (llama.cpp), no key",
+                        description=local_command.DESCRIPTION)
+    local_command.add_local_arguments(lm)
+    lm.set_defaults(func=local_command.local_model)
 
     app = sub.add_parser("app", help="start the Streamlit app (streamlit run serve.py)",
                          description=app_command.DESCRIPTION)

@@ -237,19 +237,26 @@ async def _run(kind: str, batch_id: str, args: tuple[Any, ...], parent: str | No
         eng.cancelled.discard(own)
         unit.stop.set()
     loop = asyncio.get_running_loop()
-    # An empty context: the body is no step of this workflow.
-    task = unit.task = contextvars.Context().run(loop.create_task, body.run(unit))
     eng.running[unit.unit_id] = unit
     if eng.watcher is None or eng.watcher.done():
         eng.watcher = contextvars.Context().run(loop.create_task, _watch(eng))
     batch.running += 1
     batch.idle.clear()
     failure: BaseException | None = None
+    task: asyncio.Task[dict[str, Any]] | None = None
     try:
+        # Registered: a Stop from now on waits for this unit. One that cancelled it before
+        # (on any process: dequeued just before the cancel landed, or a level queued just
+        # after) is seen here, and the unit starts nothing.
+        if not unit.stop.is_set() and await is_cancelled(unit.unit_id):
+            unit.stop.set()
+        # An empty context: the body is no step of this workflow.
+        task = unit.task = contextvars.Context().run(loop.create_task, body.run(unit))
         result = await asyncio.shield(task)
     except asyncio.CancelledError:
-        if body.halted is None or not unit.stop.is_set():  # the workflow itself was cancelled
-            task.cancel()
+        if task is None or body.halted is None or not unit.stop.is_set():
+            if task is not None:  # the workflow itself was cancelled
+                task.cancel()
             raise
         result = dict(body.halted)
     except Exception as exc:  # a lost database: said to the batch, raised to DBOS

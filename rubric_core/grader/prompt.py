@@ -89,8 +89,9 @@ formats) instead of guessing, then decide.
 <verdict>
 Call the GraderResponse tool exactly once with:
 - result: "satisfied" when every criterion passes; "needs_revision" when at least one fails \
-and a revision could fix it; "failed" only when the rubric cannot be judged against this \
-request (contradictory, meaningless, or about something the transcript cannot show).
+and a revision could fix it; "failed" (or "rubric_cannot_be_judged", where the tool lists \
+that) only when the rubric cannot be judged against this request (contradictory, \
+meaningless, or about something the transcript cannot show).
 - explanation: one or two sentences summarising the verdict.
 - criteria: every criterion, named by its exact text, with passed (true or false) and gap \
 (what is missing or wrong; required when it fails).

@@ -39,12 +39,17 @@ def was_cut(message: BaseMessage) -> bool:
     return any(meta.get(key) in CUT_FINISH_REASONS for key in ("finish_reason", "stop_reason"))
 
 
+CANNOT_JUDGE = "rubric_cannot_be_judged"
+"""How the per-rubric schema spells the ``failed`` result (`rubric_core.grader.verdict`)."""
+
+
 def keyed_verdict(args: Any) -> Any:
     """A verdict with one property per criterion, read into ``GraderResponse``'s list shape.
 
     ``{"criteria": {"<name>": {"passed": …, "gap": …}}, …}`` becomes
-    ``{"criteria": [{"name": "<name>", "passed": …, "gap": …}], …}``, and unless the result is
-    ``failed`` it is what the criteria say (``satisfied`` exactly when every one passes): in
+    ``{"criteria": [{"name": "<name>", "passed": …, "gap": …}], …}``; its result
+    ``rubric_cannot_be_judged`` (`CANNOT_JUDGE`) is ``failed``, and any other is what the
+    criteria say (``satisfied`` exactly when every one passes): in
     this shape the criteria are the verdict. Anything else is returned unchanged.
     """
     if not isinstance(args, dict) or not isinstance(args.get("criteria"), dict):
@@ -52,6 +57,8 @@ def keyed_verdict(args: Any) -> Any:
     items = [{"name": name, **value} if isinstance(value, dict) else {"name": name}
              for name, value in args["criteria"].items()]
     out = {**args, "criteria": items}
+    if out.get("result") == CANNOT_JUDGE:
+        out["result"] = "failed"
     if out.get("result") != "failed":
         passed = all(isinstance(i, dict) and i.get("passed") is True for i in items)
         out["result"] = "satisfied" if passed else "needs_revision"

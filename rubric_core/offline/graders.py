@@ -320,13 +320,14 @@ class HybridGrader(BaseChatModel):
         """A copy that remembers the evidence tools; the LLM is bound at call time."""
         return self.model_copy(update={"tools": _tool_list(tools), "llm_binding": None})
 
-    def with_llm_binding(self, tools: Sequence[Any],
-                         bind: Callable[[BaseChatModel], Runnable[Any, BaseMessage]]
-                         ) -> HybridGrader:
-        """A copy whose LLM is bound by ``bind`` for each call.
+    def with_llm_binding(
+        self, tools: Sequence[Any],
+        bind: Callable[[BaseChatModel, Sequence[str]], Runnable[Any, BaseMessage]],
+    ) -> HybridGrader:
+        """A copy whose LLM is bound by ``bind(llm, criteria)`` for each call.
 
-        The grading pass binds it to this rubric's verdict tool, forced as the pass asks
-        (`rubric_core.grader.verdict`).
+        The grading pass binds it to a verdict tool of the criteria the rules cannot check,
+        forced as the pass asks (`rubric_core.grader.verdict`).
         """
         return self.model_copy(update={"tools": _tool_list(tools), "llm_binding": bind})
 
@@ -353,9 +354,12 @@ class HybridGrader(BaseChatModel):
         convo = [*messages[: index + 1], evidence, *messages[index + 1 :]]
         return None, convo, verdicts, payload.criteria
 
-    def _bound_llm(self) -> Runnable[Any, BaseMessage]:
+    def _bound_llm(self, criteria: Sequence[str], verdicts: Sequence[CriterionVerdict | None]
+                   ) -> Runnable[Any, BaseMessage]:
         if self.llm_binding is not None:
-            bound: Runnable[Any, BaseMessage] = self.llm_binding(self.llm)
+            # The verdict tool asks only for what the rules cannot check: theirs are final.
+            left = [c for c, v in zip(criteria, verdicts, strict=True) if v is None]
+            bound: Runnable[Any, BaseMessage] = self.llm_binding(self.llm, left)
             return bound
         return self.llm.bind_tools([*self.tools, GraderResponse])
 
@@ -374,7 +378,7 @@ class HybridGrader(BaseChatModel):
         if own is not None:
             return self._result(own)
         # No explicit config: the ambient one (the grading step's callbacks and tags) applies.
-        reply = self._bound_llm().invoke(convo)
+        reply = self._bound_llm(criteria, verdicts).invoke(convo)
         return self._result(_merge(reply, verdicts, criteria))
 
     @override
@@ -388,5 +392,5 @@ class HybridGrader(BaseChatModel):
         own, convo, verdicts, criteria = self._prepare(messages)
         if own is not None:
             return self._result(own)
-        reply = await self._bound_llm().ainvoke(convo)
+        reply = await self._bound_llm(criteria, verdicts).ainvoke(convo)
         return self._result(_merge(reply, verdicts, criteria))

@@ -99,8 +99,8 @@ class RubricMiddleware(_RubricMiddleware):
         self.graded = (state, state.get("_rubric_iterations") or 0)
         return super()._prepare(state, runtime)
 
-    def _bound_grader(self) -> Any:
-        return StubbedGrader(owner=self) if self._stubbed() else super()._bound_grader()
+    def _grader_model(self) -> Any:
+        return StubbedGrader(owner=self) if self._stubbed() else super()._grader_model()
 
 
 def _build_grader_transcript(messages: Any) -> str:
