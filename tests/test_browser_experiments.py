@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, app_in_browser, open_tab, shot, wait_idle
+from browser_support import (
+    ARTIFACTS,
+    app_in_browser,
+    click_until_shown,
+    open_tab,
+    shot,
+    wait_idle,
+)
 from playwright.sync_api import expect
 
 from rubric_core.store import Store
@@ -47,17 +54,19 @@ def test_bundled_experiment_runs_and_a_cell_opens_in_review(
     bad = tmp_path / "bad.csv"
     bad.write_text("id,prompt\na,Say hi\nb,\n")
     page.locator(".st-key-dataset_upload input[type='file']").set_input_files(str(bad))
+    page.get_by_text("bad.csv").wait_for()
     wait_idle(page)
-    page.locator(".st-key-store_dataset button").click()
-    page.get_by_text("row 3, column 'prompt': the prompt is empty").wait_for()
+    click_until_shown(page, page.locator(".st-key-store_dataset button"),
+                      page.get_by_text("row 3, column 'prompt': the prompt is empty"))
     shot(page, "22-bad-upload")
     with Store(db) as store:
         assert store.list_datasets() == []
 
     # The bundled dataset, run with demo + rules.
-    page.locator(".st-key-load_demo_dataset button").click()
-    page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1").wait_for()
-    wait_idle(page)
+    click_until_shown(
+        page, page.locator(".st-key-load_demo_dataset button"),
+        page.get_by_text("Bundled dataset 'bundled-demo' is stored as version 1"),
+        done=page.get_by_text("Datasets (1 stored)"))
     # Two configurations: the second allows one grader pass, so some rows cannot be fixed.
     count = page.locator(".st-key-exp_config_count input")
     count.fill("2")
