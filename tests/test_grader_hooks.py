@@ -153,9 +153,11 @@ def test_the_context_is_coerced_as_langgraph_coerces_a_graphs(
 # --------------------------------------------------------------------------- the request
 
 
-def test_an_unchanged_request_is_sent_exactly_as_without_hooks() -> None:
-    from test_grader_prompt_cache import ChatAnthropic  # named as a cache-hint provider
+class ChatAnthropic(ScriptedChatModel):
+    """Named like langchain_anthropic's, so the grader call gets Anthropic's cache hint."""
 
+
+def test_an_unchanged_request_is_sent_exactly_as_without_hooks() -> None:
     plain, hooked = ChatAnthropic(replies=[PASS]), ChatAnthropic(replies=[PASS])
     graded(plain)
     graded(hooked, grader_middleware=[Noop()])
