@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import statistics
 import subprocess
@@ -192,6 +193,8 @@ SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[str]]] = {
 def bench(server: str, tasks: int, cap: int, kinds: list[str]) -> dict[str, Tally]:
     """Every task through every middleware on one server."""
     tallies = {kind: Tally() for kind in kinds}
+    # deepagents logs each grader failure with its traceback; the pass's line says it instead.
+    logging.getLogger("deepagents.middleware.rubric").setLevel(logging.CRITICAL)
     with SERVERS[server]() as base_url:
         for number, (prompt, rubric) in enumerate(TASKS[:tasks], start=1):
             for kind in kinds:
@@ -207,6 +210,11 @@ def bench(server: str, tasks: int, cap: int, kinds: list[str]) -> dict[str, Tall
                 results = [e.get("result") for e in evaluations]
                 print(f"  {server} task {number} {kind}: {len(evaluations)} pass(es) "
                       f"{results} in {seconds:.1f}s", flush=True)
+                for e in evaluations:
+                    if e.get("result") == "grader_error":
+                        why = " ".join(str(e.get("explanation") or e.get("error") or "")
+                                       .split())
+                        print(f"    grader_error: {why[:160]}", flush=True)
     return tallies
 
 

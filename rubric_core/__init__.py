@@ -11,7 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rubric_core.middleware import RubricMiddleware, revision_message
+    from rubric_core.middleware import RubricMiddleware
+    from rubric_core.revision import revision_message
     from rubric_core.rubric import LintIssue, RubricError, lint_rubric, parse_criteria
     from rubric_core.state import RubricState
     from rubric_core.types import GraderResponse, RubricEvaluation, RubricStatus
@@ -26,7 +27,7 @@ _HOMES = {
     "RubricStatus": "rubric_core.types",
     "lint_rubric": "rubric_core.rubric",
     "parse_criteria": "rubric_core.rubric",
-    "revision_message": "rubric_core.middleware",
+    "revision_message": "rubric_core.revision",
 }
 
 

@@ -1,7 +1,7 @@
 """Which attempt the final answer is: the last one, or the best one when they differ.
 
 At the cap the loop ends on its *last* attempt, which may pass fewer criteria than an earlier
-one. The best attempt is `rubric_core.middleware.best_iteration` of the last grading run (most
+one. The best attempt is `rubric_core.revision.best_iteration` of the last grading run (most
 criteria passing, ties to the later pass), the same rule as the middleware's private
 ``_rubric_best_iteration``. The Run and Review pages and the CLI label the answers they show
 with `final_answers`, so all three say the same thing.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from rubric_core.middleware import best_iteration
+from rubric_core.revision import best_iteration
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

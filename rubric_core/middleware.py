@@ -16,10 +16,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware.types import AgentMiddleware, hook_config
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
@@ -43,9 +44,20 @@ from rubric_core.grader import (
     grade_steps,
     grader_failure,
     latest_attempt,
+    prepared_transcript,
     was_cut,
 )
+from rubric_core.grader.hooks import GraderHooks
 from rubric_core.redact import redact_data
+from rubric_core.revision import ANSWER_CUT_NOTE as ANSWER_CUT_NOTE  # re-exported
+from rubric_core.revision import (
+    BEST_ATTEMPT_NAME,
+    best_iteration,
+    merge_missing,
+    normalised,
+    revision_message,
+)
+from rubric_core.revision import NOT_ASSESSED_GAP as NOT_ASSESSED_GAP  # re-exported
 from rubric_core.rubric import parse_criteria, validate_rubric
 from rubric_core.state import RubricState
 from rubric_core.types import MAX_ITERATIONS as MAX_ITERATIONS  # re-exported
@@ -63,8 +75,9 @@ from rubric_core.types import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
+    from langchain.agents.middleware.types import AgentState
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableConfig
     from langgraph.runtime import Runtime
@@ -73,100 +86,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-NOT_ASSESSED_GAP = "The grader did not assess this criterion; it is checked again next pass."
-
-
-ANSWER_CUT_NOTE = (
-    "Your last answer was cut off at the output token limit (max_tokens) before it ended, so "
-    "it was graded incomplete: write a complete answer that is shorter.")
-"""What the revision turn tells a worker whose answer stopped at its output token limit."""
-
-BEST_ATTEMPT_NAME = "rubric_best_attempt"
-"""Name of the message ``return_best`` appends (the best attempt's answer)."""
-
-
-def revision_message(evaluation: RubricEvaluation) -> HumanMessage:
-    """The feedback turn that sends a failing evaluation back to the agent.
-
-    It lists the failing criteria with their gaps, the passing ones to keep, the criteria the
-    last revision broke (``regressed``), says so when the answer did not change (``stalled``)
-    or was cut at the worker's output token limit (``answer_cut``),
-    and, for an unverified pass, names the criteria the grader never checked as a verification
-    gap rather than a defect: it does not ask the agent to keep passes nobody verified.
-    """
-    criteria = evaluation["criteria"]
-    unchecked = [c for c in criteria if not c["passed"] and c.get("gap") == NOT_ASSESSED_GAP]
-    failing = [c for c in criteria if not c["passed"] and c not in unchecked]
-    passing = [c for c in criteria if c["passed"]]
-    regressed = set(evaluation.get("regressed") or ())
-    parts = [
-        "The grader checked your last answer against the rubric and it needs revision.",
-        f"Grader's summary: {evaluation['explanation']}",
-    ]
-    if evaluation.get("answer_cut"):
-        parts.append(ANSWER_CUT_NOTE)
-    if evaluation.get("stalled"):
-        parts.append("Your answer did not change from the previous attempt, so the same "
-                     "criteria still fail: change the answer where the gaps below say.")
-    if failing:
-        parts.append("Failing criteria:\n" + "\n".join(
-            f"- {c['name']}: {c.get('gap', '')}"
-            + (" (it passed before your last revision: you broke it)" if c["name"] in regressed
-               else "")
-            for c in failing))
-    if unchecked:
-        parts.append(
-            "Not verified (a verification gap in the grading, not a defect found in your "
-            "answer; change nothing for these unless the request requires it):\n"
-            + "\n".join(f"- {c['name']}" for c in unchecked))
-    if passing:
-        heading = ("Passing criteria (keep these):" if not unchecked
-                   else "Criteria the grader verified as passing (keep these):")
-        parts.append(heading + "\n" + "\n".join(f"- {c['name']}" for c in passing))
-    parts.append(
-        "Revise your answer so that every failing criterion passes and the passing ones still "
-        "hold. Reply with the complete revised answer."
-    )
-    return HumanMessage(
-        "\n\n".join(parts),
-        name=REVISION_SOURCE,
-        additional_kwargs={"lc_source": REVISION_SOURCE},
-    )
-
-
-def _normalised(text: str) -> str:
-    return " ".join(text.split())
-
-
-def best_iteration(evaluations: Sequence[RubricEvaluation]) -> int | None:
-    """The pass (``iteration``) whose answer passed the most criteria; ties go to the later one.
-
-    Args:
-        evaluations: The passes of one grading run, in order.
-
-    """
-    best: tuple[int, int] | None = None
-    for ev in evaluations:
-        score = (sum(1 for c in ev["criteria"] if c["passed"]), ev["iteration"])
-        if best is None or score >= best:
-            best = score
-    return None if best is None else best[1]
-
 
 def _status_after(result: RubricResult, iteration: int, max_iterations: int) -> RubricStatus:
     if result != "needs_revision":
         return result
     return "max_iterations_reached" if iteration + 1 >= max_iterations else "needs_revision"
-
-
-def _merge_missing(
-    criteria: Sequence[str], answered: list[CriterionVerdict]
-) -> list[CriterionVerdict]:
-    by_name = {c["name"]: c for c in answered}
-    merged: list[CriterionVerdict] = []
-    for name in criteria:
-        merged.append(by_name.get(name) or {"name": name, "passed": False, "gap": NOT_ASSESSED_GAP})
-    return merged
 
 
 def _as_tool(candidate: object) -> BaseTool:
@@ -188,6 +112,10 @@ class _Pass:
     config: RunnableConfig
     """The grading runnable's config: the pass's iteration and grading run as run metadata
     (`PASS_ITERATION_KEY`), which its grader calls inherit (call traces read them)."""
+    state: RubricState
+    """The agent's state the pass grades (``build_grader_state`` reads it)."""
+    runtime: Any
+    """The agent's runtime: the grader's runtime context is its context."""
 
 
 class RubricMiddleware(AgentMiddleware[RubricState, Any]):
@@ -204,6 +132,16 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             call's nonce differs on every call and nothing of the grader's prompt can be
             cached: leave ``NONCE`` out (the built-in prompt has none).
         tools: Evidence tools the grader may call before its verdict (never given to the agent).
+        grader_middleware: Agent middleware run around every grader model and tool call,
+            as deepagents runs it on its grader agent (`rubric_core.grader.hooks` says how);
+            the pass itself stays bounded.
+        grader_context_schema: The type of the grader runtime's context, which is the agent
+            runtime's context (a dict made this dataclass or pydantic model).
+        grader_state_schema: The grader's state: a TypedDict extending ``AgentState``.
+        build_grader_state: ``(state, iteration) -> mapping`` of fields added to the grader's
+            state, once per pass (``messages`` as the grader is shown them). Requires
+            ``grader_state_schema``. A result that is not a mapping, or sets ``messages`` or
+            an undeclared field, ends the pass as ``grader_error``.
         max_iterations: Grader passes per grading run, from 1 to `MAX_ITERATIONS` (50).
         on_evaluation: Called with each `RubricEvaluation`; exceptions are logged and
             suppressed, except a LangGraph interrupt, which propagates.
@@ -248,6 +186,10 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         model: str | BaseChatModel,
         system_prompt: str | None = None,
         tools: Sequence[BaseTool | Callable[..., Any]] | None = None,
+        grader_middleware: Sequence[AgentMiddleware[Any, Any, Any]] | None = None,
+        grader_context_schema: type[Any] | None = None,
+        grader_state_schema: type[AgentState[Any]] | None = None,
+        build_grader_state: Callable[[RubricState, int], Mapping[str, Any]] | None = None,
         max_iterations: int = 3,
         on_evaluation: Callable[[RubricEvaluation], object] | None = None,
         max_retries: int = 2,
@@ -300,6 +242,9 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             msg = "force_tools must be True or False"
             raise TypeError(msg)
         self.force_tools = force_tools
+        self._hooks = GraderHooks.create(
+            middleware=grader_middleware, context_schema=grader_context_schema,
+            state_schema=grader_state_schema, build_state=build_grader_state)
         self._prepare_messages = prepare_messages_for_grader
         self.grader_repeats = grader_repeats
         self.consensus: Consensus = consensus
@@ -317,9 +262,6 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         # Verdicts whose on_evaluation raised an interrupt: replayed when the node re-runs on
         # resume, so a person reviewing a verdict does not cause a second grader call.
         self._awaiting_review: dict[tuple[str, int], RubricEvaluation] = {}
-        self._runnable = RunnableLambda(
-            self._grade_sync, afunc=self._grade_async, name=REVISION_SOURCE
-        ).with_config(run_name=REVISION_SOURCE, tags=["nostream", REVISION_SOURCE])
 
     # ------------------------------------------------------------------ run bookkeeping
 
@@ -370,22 +312,6 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             self._grader = model
         return self._grader
 
-    def _grader_transcript(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
-        """The conversation the grader is shown: the agent's, or what the rewrite returns."""
-        if self._prepare_messages is None:
-            return list(messages)
-        # Deep copies, so a rewrite that edits messages in place cannot edit the agent's state.
-        prepared = self._prepare_messages([m.model_copy(deep=True) for m in messages])
-        if not isinstance(prepared, list | tuple):
-            got = type(prepared).__name__
-        else:
-            bad = next((m for m in prepared if not isinstance(m, BaseMessage)), None)
-            if bad is None:
-                return list(prepared)
-            got = f"a list holding {type(bad).__name__}"
-        msg = f"prepare_messages_for_grader must return a list of LangChain messages, got {got}"
-        raise TypeError(msg)
-
     def _steps(self, transcript: list[AnyMessage], criteria: list[str],
                binding: GraderBinding) -> Any:
         messages = build_grader_messages(transcript, criteria, system_prompt=self._system_prompt)
@@ -404,23 +330,41 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         self._verdict_mode = outcomes[-1].mode
         return outcomes[0] if len(outcomes) == 1 else combine(outcomes, criteria, self.consensus)
 
-    def _grade_sync(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
-        transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
+    def _grading(self, work: _Pass) -> Any:
+        """The pass's grading runnable (traced under our name; the agent never sees it)."""
+        return RunnableLambda(
+            partial(self._grade_sync, work=work), afunc=partial(self._grade_async, work=work),
+            name=REVISION_SOURCE,
+        ).with_config(run_name=REVISION_SOURCE, tags=["nostream", REVISION_SOURCE])
+
+    def _setup(self, payload: dict[str, Any], work: _Pass
+               ) -> tuple[list[AnyMessage], list[str], GraderBinding, list[Any]]:
+        """What the grader is shown, the criteria, the bound grader and each repeat's run."""
+        transcript = prepared_transcript(payload["messages"], self._prepare_messages)
+        criteria = payload["criteria"]
         binding = bind_grader(self._grader_model(), self._grader_tools, criteria)
-        outcomes = [drive_sync(self._steps(transcript, criteria, binding), binding)
-                    for _ in range(self.grader_repeats)]
+        # Each repeat's grader run through the grader middleware (Nones without any).
+        runs = self._hooks.runs({**work.state, "messages": transcript},
+                                work.state.get("_rubric_iterations") or 0, work.runtime,
+                                self._grader_tools, self.grader_repeats)
+        return transcript, criteria, binding, runs
+
+    def _grade_sync(self, payload: dict[str, Any], *, work: _Pass) -> GradeOutcome | Combined:
+        transcript, criteria, binding, runs = self._setup(payload, work)
+        outcomes = [drive_sync(self._steps(transcript, criteria, binding), binding, run=run)
+                    for run in runs]
         return self._graded(outcomes, criteria)
 
-    async def _grade_async(self, payload: dict[str, Any]) -> GradeOutcome | Combined:
-        transcript, criteria = self._grader_transcript(payload["messages"]), payload["criteria"]
-        binding = bind_grader(self._grader_model(), self._grader_tools, criteria)
+    async def _grade_async(self, payload: dict[str, Any], *, work: _Pass
+                           ) -> GradeOutcome | Combined:
+        transcript, criteria, binding, runs = self._setup(payload, work)
         if self.grader_repeats == 1 or REPEATS_IN_SEQUENCE.get():
-            outcomes = [await drive_async(self._steps(transcript, criteria, binding), binding)
-                        for _ in range(self.grader_repeats)]
+            outcomes = [await drive_async(self._steps(transcript, criteria, binding), binding,
+                                          run=run) for run in runs]
             return self._graded(outcomes, criteria)
         outcomes = await asyncio.gather(*(
-            drive_async(self._steps(transcript, criteria, binding), binding)
-            for _ in range(self.grader_repeats)
+            drive_async(self._steps(transcript, criteria, binding), binding, run=run)
+            for run in runs
         ))
         return self._graded(list(outcomes), criteria)
 
@@ -460,7 +404,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             tokens = (outcome.input_tokens, outcome.output_tokens, outcome.cached_input_tokens)
             if outcome.missing and result != "failed":
                 unverified = True
-                verdicts = _merge_missing(criteria, verdicts)
+                verdicts = merge_missing(criteria, verdicts)
                 result = "needs_revision"
                 explanation = (
                     f"{explanation} (Unverified: the grader left out {len(outcome.missing)} "
@@ -501,7 +445,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
             evaluation["regressed"] = [c["name"] for c in verdicts
                                        if not c["passed"] and c["name"] in before]
             evaluation["stalled"] = (
-                _normalised(previous["answer"]) == _normalised(evaluation["answer"]))
+                normalised(previous["answer"]) == normalised(evaluation["answer"]))
         return redact_data(evaluation)
 
     @staticmethod
@@ -574,7 +518,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         criteria, payload = self._prepare(state, runtime)
         metadata = {PASS_ITERATION_KEY: state.get("_rubric_iterations") or 0,
                     PASS_GRADING_RUN_KEY: state.get("_current_grading_run_id") or ""}
-        return None, _Pass(criteria, payload, started, {"metadata": metadata})
+        return None, _Pass(criteria, payload, started, {"metadata": metadata}, state, runtime)
 
     def _end(
         self, state: RubricState, runtime: Runtime[Any], work: _Pass,
@@ -594,7 +538,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
-                outcome = self._runnable.invoke(work.payload, work.config)
+                outcome = self._grading(work).invoke(work.payload, work.config)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
@@ -612,7 +556,7 @@ class RubricMiddleware(AgentMiddleware[RubricState, Any]):
         outcome: GradeOutcome | Combined | BaseException | None = None
         if work.criteria:
             try:
-                outcome = await self._runnable.ainvoke(work.payload, work.config)
+                outcome = await self._grading(work).ainvoke(work.payload, work.config)
             except GraphBubbleUp:
                 raise
             except Exception as exc:

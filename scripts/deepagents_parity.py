@@ -5,19 +5,24 @@ deepagents' test file is not part of this repository: point this script at a cop
     python scripts/deepagents_parity.py --upstream ~/src/deepagents           # a checkout
     python scripts/deepagents_parity.py --upstream deepagents.git --rev 23b83ad  # a git dir
     python scripts/deepagents_parity.py --upstream path/to/test_rubric_middleware.py
+    python scripts/deepagents_parity.py --api-only   # the constructor only, no checkout
 
 The file is copied into a temporary directory with its two import lines pointed at our shim
 (``scripts/parity/shim.py``) and run in a child pytest with ``parity.plugin``, which leaves out
 the tests of their private internals and runs the tests where we differ on purpose as strict
 xfails (``scripts/parity/tables.py`` names each, with its reason). Every outcome is then checked
-against those tables and the pinned counts. It exits 0 when all match, 1 when any does not (each
-mismatch is printed) and 2 when the upstream file cannot be read or its imports have changed.
+against those tables and the pinned counts. The constructor is checked too, against the installed
+deepagents: every keyword parameter of its ``RubricMiddleware.__init__`` must be one of ours, and
+ours may add only those ``tables.API_OURS_ONLY`` names. It exits 0 when all match, 1 when any
+does not (each mismatch is printed) and 2 when the upstream file cannot be read or its imports
+have changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -174,15 +179,61 @@ def problems(report: dict[str, Any]) -> list[str]:
     return found
 
 
+def parameters(cls: type) -> set[str]:
+    """The keyword parameters of ``cls.__init__`` (``self`` and ``*args``/``**kwargs`` aside)."""
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return {name for name, p in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and p.kind in kinds}
+
+
+def constructor_problems(theirs: type, ours: type) -> list[str]:
+    """How our constructor departs from theirs beyond `tables.API_OURS_ONLY` (none: parity)."""
+    their_names, our_names = parameters(theirs), parameters(ours)
+    found = [f"constructor: deepagents takes {name!r}, ours does not"
+             for name in sorted(their_names - our_names)]
+    found += [f"constructor: ours takes {name!r}, not in tables.API_OURS_ONLY"
+              for name in sorted(our_names - their_names - tables.API_OURS_ONLY.keys())]
+    found += [f"constructor: tables.API_OURS_ONLY names {name!r}, which "
+              + ("deepagents now takes too" if name in their_names else "ours does not take")
+              for name in sorted(tables.API_OURS_ONLY.keys() - (our_names - their_names))]
+    return found
+
+
+def installed_constructor_problems() -> list[str]:
+    """`constructor_problems` of the installed deepagents and ours (a dev requirement)."""
+    import warnings
+
+    from rubric_core import RubricMiddleware
+
+    with warnings.catch_warnings():  # deepagents marks its RubricMiddleware beta
+        warnings.simplefilter("ignore")
+        from deepagents.middleware.rubric import RubricMiddleware as Theirs
+    return constructor_problems(Theirs, RubricMiddleware)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--upstream", required=True, type=Path,
+    parser.add_argument("--upstream", type=Path,
                         help="a deepagents checkout, a git dir (with --rev) or the test file")
+    parser.add_argument("--api-only", action="store_true",
+                        help="check only the constructor against the installed deepagents")
     parser.add_argument("--rev", help="read the test file at this commit, through git")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="list every upstream test with its outcome and, if any, why")
     args = parser.parse_args(argv)
+    if args.upstream is None and not args.api_only:
+        parser.error("--upstream is required (or --api-only)")
+    if str(ROOT) not in sys.path:  # the constructor checked is this tree's, as the suite's is
+        sys.path.insert(0, str(ROOT))
+    api = installed_constructor_problems()
+    for problem in api:
+        print(f"MISMATCH {problem}")
+    if not api:
+        print("constructor: every parameter of the installed deepagents' RubricMiddleware is "
+              f"ours; ours adds {', '.join(sorted(tables.API_OURS_ONLY))}")
+    if args.api_only:
+        return 1 if api else 0
     try:
         text, origin = read_upstream(args.upstream, args.rev)
         blob = git_blob_id(text)
@@ -209,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"MISMATCH {problem}")
     if found:
         print(report["output"][-4000:])
+    if found or api:
         return 1
     print("parity holds: every outcome is the one the tables and the README state")
     return 0

@@ -237,3 +237,45 @@ def test_the_shim_is_ours_when_no_test_stubs_the_grader(parity: ModuleType) -> N
     values = agent.get_state(config).values
     assert [e["result"] for e in values["_rubric_evaluations"]] == ["needs_revision", "satisfied"]
     assert len(grader.calls) == 2  # the configured model graded, not a stub
+
+
+# --------------------------------------------------------------------------- the constructor
+
+
+def test_every_constructor_parameter_of_the_installed_deepagents_is_ours(
+    parity: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parity.installed_constructor_problems() == []
+    assert {"grader_middleware", "grader_context_schema", "grader_state_schema",
+            "build_grader_state"} <= parity.parameters(rubric_core.RubricMiddleware)
+    assert parity.main(["--api-only"]) == 0  # no checkout needed
+    assert "ours adds consensus, force_tools" in capsys.readouterr().out
+
+
+class _Theirs:
+    def __init__(self, *, model: Any, grader_middleware: Any = None, new_hook: Any = None,
+                 max_retries: int = 0) -> None:
+        pass
+
+
+class _Ours:
+    def __init__(self, *, model: Any, grader_middleware: Any = None, grader_repeats: int = 1,
+                 consensus: str = "majority", return_best: bool = False,
+                 force_tools: bool = False, retry_backoff_s: float = 0.5,
+                 extra_knob: int = 0) -> None:
+        pass
+
+
+def test_every_departure_of_the_constructor_is_named(parity: ModuleType) -> None:
+    assert parity.constructor_problems(_Theirs, _Ours) == [
+        "constructor: deepagents takes 'max_retries', ours does not",
+        "constructor: deepagents takes 'new_hook', ours does not",
+        "constructor: ours takes 'extra_knob', not in tables.API_OURS_ONLY",
+        "constructor: tables.API_OURS_ONLY names 'max_retries', which deepagents now takes too",
+    ]
+
+
+def test_without_upstream_or_api_only_the_command_is_a_usage_error(parity: ModuleType) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parity.main([])
+    assert caught.value.code == 2

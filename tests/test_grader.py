@@ -816,9 +816,11 @@ PUBLIC_NAMES = [
 ADDED_NAMES = ["GraderMessageSplit", "cache_hints", "grader_system_prompt", "split_grader_message",
                "CUT_FINISH_REASONS", "VERDICT_MODES", "GraderBinding", "VerdictMode",
                "forced_reply", "keyed_verdict", "refused", "verdict_modes", "verdict_schema",
-               "verdict_tool", "was_cut"]
+               "verdict_tool", "was_cut", "GraderHooks", "GraderRun", "GraderRunEnded",
+               "coerce_context", "prepared_transcript"]
 """Public names added since: the cacheable prompt layout and its provider hints; the verdict
-schema built per rubric and the forced verdict call."""
+schema built per rubric and the forced verdict call; the grader middleware's hooks and what
+the grader is shown."""
 
 
 def test_the_package_keeps_every_public_name_of_the_old_module() -> None:

@@ -13,7 +13,8 @@
 - `criteria`: matching a verdict's criteria to the rubric's by name (`match_criteria`);
 - `failure`: the facts a failed pass attaches to its exception (`grader_failure`);
 - `steps`: one grading pass as a generator of steps (`grade_steps`) and the two tiny drivers
-  that run it, `drive_sync` and `drive_async`.
+  that run it, `drive_sync` and `drive_async`;
+- `hooks`: the grader middleware run around each step of a pass (`GraderHooks`, `GraderRun`).
 
 Every name below is importable from ``rubric_core.grader`` as before the package was split;
 ``RETRY_AFTER_MAX_S``, ``retry_after_s`` and ``is_transient`` come from `rubric_core.http_retry`.
@@ -36,6 +37,8 @@ from rubric_core.grader.failure import (
     grader_failure,
     model_label,
 )
+from rubric_core.grader.hook_run import GraderRun, GraderRunEnded
+from rubric_core.grader.hooks import GraderHooks, coerce_context
 from rubric_core.grader.prompt import (
     ANSWER_CHAR_LIMIT,
     GRADER_SYSTEM_PROMPT,
@@ -76,6 +79,7 @@ from rubric_core.grader.transcript import (
     is_revision_turn,
     latest_attempt,
     message_text,
+    prepared_transcript,
     shorten,
 )
 from rubric_core.grader.verdict import (
@@ -111,9 +115,12 @@ __all__ = [
     "GradeOutcome",
     "GraderBinding",
     "GraderFailure",
+    "GraderHooks",
     "GraderMessageSplit",
     "GraderOutputError",
     "GraderPayload",
+    "GraderRun",
+    "GraderRunEnded",
     "Sleep",
     "Step",
     "VerdictMode",
@@ -121,6 +128,7 @@ __all__ = [
     "bind_grader",
     "build_grader_messages",
     "cache_hints",
+    "coerce_context",
     "criterion_key",
     "drive_async",
     "drive_sync",
@@ -137,6 +145,7 @@ __all__ = [
     "model_label",
     "parse_grader_payload",
     "parse_text_verdict",
+    "prepared_transcript",
     "raw_reply_text",
     "refused",
     "retry_after_s",

@@ -5,8 +5,9 @@ result; `drive_sync` and `drive_async` perform the steps, so the sync and async 
 every decision. Within the pass, each model call is its own sub-generator (`yield from`) that
 retries transient errors, and the pass itself reads: evidence tools → verdict → coverage. The
 drivers send each model call with its provider's prompt-cache hint
-(`rubric_core.grader.cache.cache_hints`), bound as the step asks (`GraderBinding.runnable`);
-the pass never sees either.
+(`rubric_core.grader.cache.cache_hints`), bound as the step asks (`GraderBinding.runnable`)
+and, given a `GraderRun`, through the grader middleware's hooks
+(`rubric_core.grader.hook_run`); the pass never sees any of it.
 
 Forcing (`rubric_core.grader.verdict`): given the modes to try (``modes``), once the evidence
 rounds are done (the model stops calling evidence tools, or `MAX_TOOL_ROUNDS` is reached, or
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
     from rubric_core.grader.criteria import CriteriaMatch
+    from rubric_core.grader.hook_run import GraderRun
     from rubric_core.grader.verdict import VerdictMode
     from rubric_core.types import CriterionVerdict
 
@@ -303,6 +305,8 @@ def _run_tools(
             continue
         try:
             result = yield CallTool(tool, dict(call))
+        except GraphBubbleUp:  # an interrupt (a tool hook asking a person) pauses the run
+            raise
         except Exception as exc:  # a tool that raises must not end the pass
             results.append(_tool_error(call, f"Tool raised {type(exc).__name__}: {exc}"))
             continue
@@ -529,9 +533,18 @@ def _advance(
         raise
 
 
-def _runnable(bound: Any, step: CallModel) -> Any:
+def model_runnable(bound: Any, step: CallModel) -> Any:
     """What a model step calls: the binding's runnable for it, or a model bound by hand."""
     return bound.runnable(step.force, step.mode) if isinstance(bound, GraderBinding) else bound
+
+
+def call_args(
+    runnable: Any, messages: Sequence[BaseMessage], config: RunnableConfig | None,
+    step: CallModel,
+) -> tuple[list[BaseMessage], RunnableConfig | None, dict[str, Any]]:
+    """The messages, config and options a model step sends ``runnable`` (cache hints added)."""
+    sent, options = cache_hints(runnable, messages)
+    return sent, _call_config(config, step), options
 
 
 def drive_sync(
@@ -539,23 +552,36 @@ def drive_sync(
     bound: Any,
     config: RunnableConfig | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    run: GraderRun | None = None,
 ) -> GradeOutcome:
-    """Run a pass synchronously on ``bound``: a `GraderBinding`, or a model bound by hand."""
+    """Run a pass synchronously on ``bound``: a `GraderBinding`, or a model bound by hand.
+
+    With ``run`` (`rubric_core.grader.hooks.GraderRun`), every model and tool call goes through
+    the grader middleware's hooks.
+    """
+    if run is not None:
+        run.before_agent()
     send: Any = None
     error: BaseException | None = None
     while not isinstance(step := _advance(steps, send, error, bound), GradeOutcome):
         send, error = None, None
         try:
-            if isinstance(step, CallModel):
-                runnable = _runnable(bound, step)
-                messages, options = cache_hints(runnable, step.messages)
-                send = runnable.invoke(messages, _call_config(config, step), **options)
+            if isinstance(step, CallModel) and run is not None:
+                send = run.call_model(step, bound, config)
+            elif isinstance(step, CallModel):
+                runnable = model_runnable(bound, step)
+                messages, call_config, options = call_args(runnable, step.messages, config, step)
+                send = runnable.invoke(messages, call_config, **options)
+            elif isinstance(step, CallTool) and run is not None:
+                send = run.call_tool(step, config)
             elif isinstance(step, CallTool):
                 send = step.tool.invoke({**step.call, "type": "tool_call"}, config)
             else:
                 sleep(step.seconds)
         except Exception as exc:
             error = exc
+    if run is not None:
+        run.after_agent()
     return step
 
 
@@ -563,21 +589,30 @@ async def drive_async(
     steps: Generator[Step, Any, GradeOutcome],
     bound: Any,
     config: RunnableConfig | None = None,
+    run: GraderRun | None = None,
 ) -> GradeOutcome:
-    """Run a pass asynchronously (same steps, awaited)."""
+    """Run a pass asynchronously (same steps, awaited; ``run``'s async hooks)."""
+    if run is not None:
+        await run.abefore_agent()
     send: Any = None
     error: BaseException | None = None
     while not isinstance(step := _advance(steps, send, error, bound), GradeOutcome):
         send, error = None, None
         try:
-            if isinstance(step, CallModel):
-                runnable = _runnable(bound, step)
-                messages, options = cache_hints(runnable, step.messages)
-                send = await runnable.ainvoke(messages, _call_config(config, step), **options)
+            if isinstance(step, CallModel) and run is not None:
+                send = await run.acall_model(step, bound, config)
+            elif isinstance(step, CallModel):
+                runnable = model_runnable(bound, step)
+                messages, call_config, options = call_args(runnable, step.messages, config, step)
+                send = await runnable.ainvoke(messages, call_config, **options)
+            elif isinstance(step, CallTool) and run is not None:
+                send = await run.acall_tool(step, config)
             elif isinstance(step, CallTool):
                 send = await step.tool.ainvoke({**step.call, "type": "tool_call"}, config)
             else:
                 await asyncio.sleep(step.seconds)
         except Exception as exc:
             error = exc
+    if run is not None:
+        await run.aafter_agent()
     return step

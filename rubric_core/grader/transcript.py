@@ -16,7 +16,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from rubric_core.types import REVISION_SOURCE
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def message_text(message: BaseMessage) -> str:
@@ -73,3 +73,30 @@ def latest_attempt(messages: Sequence[AnyMessage]) -> Attempt:
         answer = message_text(last)
         attempt = attempt[:-1]
     return Attempt(request=request, work=attempt, answer=answer)
+
+
+def prepared_transcript(
+    messages: Sequence[AnyMessage],
+    rewrite: Callable[[list[AnyMessage]], list[AnyMessage]] | None,
+) -> list[AnyMessage]:
+    """The conversation the grader is shown: ``messages``, or what ``rewrite`` makes of them.
+
+    ``rewrite`` (``prepare_messages_for_grader``) gets deep copies, so editing them in place
+    cannot edit the agent's state.
+
+    Raises:
+        TypeError: ``rewrite`` returned anything but a list of LangChain messages.
+
+    """
+    if rewrite is None:
+        return list(messages)
+    prepared = rewrite([m.model_copy(deep=True) for m in messages])
+    if not isinstance(prepared, list | tuple):
+        got = type(prepared).__name__
+    else:
+        bad = next((m for m in prepared if not isinstance(m, BaseMessage)), None)
+        if bad is None:
+            return list(prepared)
+        got = f"a list holding {type(bad).__name__}"
+    msg = f"prepare_messages_for_grader must return a list of LangChain messages, got {got}"
+    raise TypeError(msg)

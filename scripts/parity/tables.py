@@ -1,6 +1,8 @@
 """Which of deepagents' RubricMiddleware tests are left out, which differ on purpose, and why.
 
-Every upstream test not named here must pass. ``plugin.py`` applies these tables and
+Also the constructor: which keyword parameters only ours takes (`API_OURS_ONLY`), checked
+against the installed deepagents' ``RubricMiddleware.__init__``, so a parameter deepagents adds
+is noticed. Every upstream test not named here must pass. ``plugin.py`` applies these tables and
 ``scripts/deepagents_parity.py`` checks every outcome against them and against the pinned
 counts; the README's "Parity with deepagents' tests" says the same in prose. Names are
 ``Class::test`` and cover every parametrization.
@@ -126,3 +128,14 @@ DIFFERS: dict[str, tuple[str, str]] = {
 }
 """Upstream tests of public behaviour where ours differs on purpose: strict xfail, with the
 failure text that shows the difference (`scripts/deepagents_parity.py` checks it is there)."""
+
+API_OURS_ONLY: dict[str, str] = {
+    "max_retries": "transient grader errors are retried with backoff (README, 'Transport errors')",
+    "retry_backoff_s": "the first retry's delay",
+    "grader_repeats": "k gradings per pass and their per-criterion consensus",
+    "consensus": "majority or unanimous, for grader_repeats",
+    "return_best": "the best attempt appended when the cap is reached",
+    "force_tools": "every evidence tool called once, forced, for small models",
+}
+"""Constructor parameters deepagents' RubricMiddleware does not take, and what each is for.
+Every parameter of theirs must be one of ours (`scripts/deepagents_parity.py --api-only`)."""
