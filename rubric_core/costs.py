@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from rubric_core.settings import RunSettings
-    from rubric_core.store import CallUsage, ExperimentRecord, RegradeJob, Store
+    from rubric_core.store import CallUsage, CellOutcome, ExperimentRecord, RegradeJob, Store
     from rubric_core.types import ModelCallRecord
 
 HUNDRED = Decimal(100)
@@ -312,16 +312,18 @@ class ExperimentCost:
         return _sum(c.total for c in self.configs)
 
 
-def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord) -> ExperimentCost:
+def experiment_cost(store: Store, prices: Prices, experiment: ExperimentRecord, *,
+                    outcomes: Sequence[CellOutcome] | None = None) -> ExperimentCost:
     """Price every run an experiment paid for, per configuration (three lean reads).
 
     Each cell's run, and each earlier run of a retried cell (a retry starts a new run and the
     old one was paid for), priced with its configuration's models. The earlier runs count in
     the configuration's cost (so in its cost per 100 rows and the experiment's total, and in
     what a budget has spent), not in its cells' count or the estimate per ended cell, which
-    are the cells' current runs'.
+    are the cells' current runs'. ``outcomes``: the experiment's cells, when already read.
     """
-    outcomes = store.cell_outcomes(experiment.experiment_id)
+    if outcomes is None:
+        outcomes = store.cell_outcomes(experiment.experiment_id)
     calls = store.experiment_call_usage(experiment.experiment_id)
     earlier_runs = store.earlier_cell_runs(experiment.experiment_id)
     configs = experiment.configurations

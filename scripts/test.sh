@@ -39,8 +39,9 @@ fi
 # handed one test at a time, the long ones first (tests/conftest.py, LONG_FIRST).
 checks="$(mktemp -d)"
 trap 'rm -rf "$checks"' EXIT
-( .venv/bin/ruff check . >"$checks/ruff.out" 2>&1; echo $? >"$checks/ruff.rc" ) &
-( .venv/bin/mypy >"$checks/mypy.out" 2>&1; echo $? >"$checks/mypy.rc" ) &
+# (`|| rc=$?`: under `set -e` a failing check would end its subshell before its code is kept.)
+( rc=0; .venv/bin/ruff check . >"$checks/ruff.out" 2>&1 || rc=$?; echo "$rc" >"$checks/ruff.rc" ) &
+( rc=0; .venv/bin/mypy >"$checks/mypy.out" 2>&1 || rc=$?; echo "$rc" >"$checks/mypy.rc" ) &
 echo "== pytest (ruff and mypy beside it)"
 status=0
 .venv/bin/python -m pytest -n "${RUBRIC_STUDIO_TEST_WORKERS:-auto}" --dist load \

@@ -41,7 +41,8 @@ CODE_OK = "```python\ndef add(a, b):\n    return a + b\n```"
 # pytest-xdist (scripts/test.sh schedules one test at a time) they start first, so no worker
 # is left running a long test at the end while the others idle; the rest keep their order.
 LONG_FIRST = (
-    "test_real_llama", "test_real_python_server", "test_engine_drills", "test_browser_two_servers", "test_fenced_takeover", "test_browser",
+    "test_real_llama", "test_real_python_server", "test_engine_drills",
+    "test_browser_two_servers", "test_fenced_takeover", "test_browser",
     "test_browser_lab", "test_browser_experiments", "test_browser_engine", "test_app_limits",
     "test_browser_first_run", "test_lab_cli", "test_engine_limits", "test_engine_sigstop",
     "test_engine_fencing", "test_engine_workers", "test_engine_exit", "test_regrade_engine",

@@ -193,6 +193,69 @@ def test_a_budget_holds_on_the_engine_and_resume_with_a_larger_one_finishes(
     assert _spent(store) == rows * cell == Decimal(done[-1]["spent_usd"])
 
 
+class RevisingServer(MeteredServer):
+    """The first grading asks for a revision; every worker call after the first waits at
+    ``gate``, so the first cell stays in flight on its second pass with its first one spent."""
+
+    def __init__(self) -> None:
+        self.worker_calls = self.grader_calls = 0
+        super().__init__()
+
+    def respond(self, body: dict[str, Any]) -> Reply:
+        with self._count:
+            grader = _is_grader(body)
+            if grader:
+                self.grader_calls += 1
+            else:
+                self.worker_calls += 1
+            first = self.grader_calls == 1 if grader else self.worker_calls == 1
+        if grader:
+            return verdict("needs_revision", ("c1",)) if first else verdict("satisfied")
+        if first:
+            return text("draft")
+        return super().respond(body)
+
+
+def test_a_cell_in_flight_holds_only_what_it_has_not_spent_yet(engine_store: Store) -> None:
+    """A cell's finished pass is both spent and part of its hold: counted twice, the next cell
+    would be refused on a budget that affords it (3 passes' worth counted as 5)."""
+    store, rows = engine_store, 2
+    with RevisingServer() as server:
+        data = "prompt\n" + "".join(f"write note {i}\n" for i in range(rows))
+        config = ExperimentConfig(worker_model=W, grader_model=G, rubric=RUBRIC,
+                                  max_iterations=2, base_url=server.base_url)
+        exp_id = create_experiment(store, parse_dataset(data, name="rows"),
+                                   [config]).experiment_id
+        each = first_estimate(config, Prices(OVERRIDES))  # two passes
+        assert each is not None
+        limit = 2 * each + Decimal("0.01")  # both cells fit, whatever they cost
+        server.gate.clear()
+        events: list[Any] = []
+        driver = threading.Thread(target=lambda: events.extend(
+            _run(store, exp_id, concurrency=1, budget=Budget(limit, OVERRIDES))))
+        driver.start()
+        try:
+            # The first cell: its first pass graded and recorded, its second at the server.
+            _wait_for(lambda: server.waiting == 1, "the first cell's second pass")
+            _wait_for(lambda: _spent(store) > 0, "the first pass's calls recorded")
+            _on_loop(engine_queues.register_queue(exp_id, concurrency=2))
+
+            def second_decided() -> bool:
+                return server.waiting > 1 or any(
+                    (w.attributes or {}).get(REFUSED) for w in _workflows(exp_id))
+
+            _wait_for(second_decided, "the second cell to start or be refused")
+        finally:
+            server.gate.set()
+            driver.join(DEADLINE_S)
+        assert not driver.is_alive()
+        assert not any((w.attributes or {}).get(REFUSED) for w in _workflows(exp_id)), (
+            "the second cell was refused while the budget afforded it")
+        assert events[-1]["status"] == "finished" and events[-1].get("budget_reached") is False
+        assert {c.status for c in store.cell_outcomes(exp_id)} == {"satisfied"}
+        assert _spent(store) == Decimal(events[-1]["spent_usd"]) <= limit
+
+
 def test_an_unknown_price_is_refused_before_anything_is_queued(
         engine_store: Store, server: MeteredServer) -> None:
     store = engine_store

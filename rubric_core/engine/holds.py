@@ -1,7 +1,8 @@
 """Admission under a shared allowance, one at a time over every process (an experiment's budget).
 
 A unit, on whichever process dequeued it, starts only when the policy's ``fits`` (called with
-what the batch's other units in flight hold, on any process) returns the amount it will hold.
+what each of the batch's other units in flight holds, on any process) returns the amount it
+will hold.
 Each admitted unit's hold is a workflow attribute (`HOLD`, in DBOS's own status row), so it
 lives exactly as long as its workflow runs. An admission runs inside one write transaction of
 our store holding a lock named by the policy, and writes its hold before that lock is released:
@@ -24,7 +25,7 @@ from rubric_core.engine import _dbos
 from rubric_core.engine.runtime import engine
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from rubric_core.store import Store
 
@@ -36,7 +37,7 @@ REFUSED = "rubric_budget_refused"
 
 
 async def admit(store: Store, prefix: str, workflow_id: str, lock: str,
-                fits: Callable[[Decimal], Decimal | None]) -> bool:
+                fits: Callable[[Mapping[str, Decimal]], Decimal | None]) -> bool:
     """Whether ``workflow_id`` may start (see the module docstring); False: it must not.
 
     Args:
@@ -44,8 +45,8 @@ async def admit(store: Store, prefix: str, workflow_id: str, lock: str,
         prefix: The batch's workflow ID prefix (its units in flight are read by it).
         workflow_id: The unit's own workflow.
         lock: The store lock admissions of the batch take in turn.
-        fits: Given what the others hold, the amount this unit holds if it fits, else None
-            (called on a thread, inside the transaction).
+        fits: Given what each other admitted unit holds (by workflow ID), the amount this
+            unit holds if it fits, else None (called on a thread, inside the transaction).
 
     """
     turn = engine().admissions.setdefault(lock, asyncio.Lock())
@@ -57,14 +58,14 @@ async def admit(store: Store, prefix: str, workflow_id: str, lock: str,
 
 
 def _admit(store: Store, prefix: str, workflow_id: str, lock: str,
-           fits: Callable[[Decimal], Decimal | None]) -> bool:
+           fits: Callable[[Mapping[str, Decimal]], Decimal | None]) -> bool:
     with store._connect(write=True) as tx:  # the store's own transaction, for its lock
         tx.lock(lock)
         running = _dbos.list_workflows_sync(workflow_id_prefix=prefix, status=_dbos.RUNNING)
         if workflow_id not in {w.workflow_id for w in running}:
             return False  # cancelled meanwhile (Stop, or refused elsewhere)
-        held = sum((_held(w.attributes) for w in running if w.workflow_id != workflow_id),
-                   Decimal(0))
+        held = {w.workflow_id: _held(w.attributes) for w in running
+                if w.workflow_id != workflow_id and (w.attributes or {}).get(HOLD) is not None}
         amount = fits(held)
         if amount is not None:
             _dbos.set_attributes(workflow_id, {HOLD: str(amount), REFUSED: None})

@@ -161,6 +161,16 @@ def attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
     return f"{config_index}:{repeat_index}:{thread_id}:{row_id}", int(attempt)
 
 
+def cell_key_of(workflow: str, experiment_id: str) -> tuple[str, int, int] | None:
+    """The cell key ``(row, configuration, repeat)`` of a cell's workflow ID; None if not one."""
+    if not workflow.startswith(id_prefix(experiment_id)):
+        return None
+    parts = workflow[len(id_prefix(experiment_id)):].split(":", 4)
+    if len(parts) != 5 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return parts[4], int(parts[0]), int(parts[1])
+
+
 def thread_of(workflow: str) -> str:
     """The cell's thread in a cell's (or its level's) workflow ID; "" if not one."""
     parts = workflow.split(":", 6)

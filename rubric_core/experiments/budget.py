@@ -33,7 +33,7 @@ from rubric_core.costs import experiment_cost
 from rubric_core.prices import PriceOverride, Prices, Usage, format_dollars
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from rubric_core.settings import ExperimentConfig
     from rubric_core.store import ExperimentRecord, Store
@@ -200,7 +200,12 @@ class BudgetGuard:
         self.ended = [0] * n
         self.reached = False
         """Whether a cell was refused (set by the driver from the engine's outcome)."""
-        costs = experiment_cost(store, self.prices, experiment)
+        outcomes = store.cell_outcomes(experiment.experiment_id)
+        costs = experiment_cost(store, self.prices, experiment, outcomes=outcomes)
+        self.run_spent = {cell.key: costs.runs.get(cell.run_id) or Decimal(0)
+                          for cell in outcomes if cell.run_id is not None}
+        """What each started cell's current run has spent (in `spent` too). A retry starts on
+        a new thread, so a retried cell has no current run until its new one starts."""
         for config in costs.configs:
             self.ended[config.config_index] = config.ended
             self.ended_cost[config.config_index] = config.ended_total or Decimal(0)
@@ -226,10 +231,12 @@ async def admit_cell(store: Store, experiment_id: str, key: tuple[str, int, int]
     """Whether a cell may start now under its experiment's budget, over every process.
 
     Always True without a budget. It fits when what was spent plus what the cells in flight
-    hold plus its own estimate stays within the budget (`rubric_core.engine.holds.admit`).
+    hold plus its own estimate stays within the budget (`rubric_core.engine.holds.admit`). A
+    cell in flight holds its estimate less what its run has spent so far (that is in what was
+    spent already), never less than nothing.
     """
     from rubric_core.engine.holds import admit
-    from rubric_core.engine.queues import id_prefix
+    from rubric_core.engine.queues import cell_key_of, id_prefix
 
     experiment = await store.acall(store.get_experiment, experiment_id)
     if experiment is None or experiment.budget is None:
@@ -239,11 +246,16 @@ async def admit_cell(store: Store, experiment_id: str, key: tuple[str, int, int]
     # (CREATE INDEX CONCURRENTLY) waits for every open transaction, ours included.
     await store.acall(store.saver)
 
-    def fits(held: Decimal) -> Decimal | None:
+    def fits(holds: Mapping[str, Decimal]) -> Decimal | None:
         try:
             guard = BudgetGuard(store, experiment, budget)
         except BudgetError:  # a price gone unknown since the experiment started: start nothing
             return None
+        held = Decimal(0)
+        for workflow, hold in holds.items():
+            cell = cell_key_of(workflow, experiment_id)
+            spent = guard.run_spent.get(cell, Decimal(0)) if cell is not None else Decimal(0)
+            held += max(hold - spent, Decimal(0))
         estimate = guard.estimate(key[1])
         return estimate if guard.spent + held + estimate <= budget.max_usd else None
 
