@@ -154,8 +154,8 @@ def workflow_id(experiment_id: str, key: tuple[str, int, int], thread_id: str,
 
 def attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
     """``(the ID without its attempt, attempt)`` of one of the experiment's workflow IDs."""
-    parts = workflow[len(id_prefix(experiment_id)):].split(":", 4)
-    if len(parts) != 5 or not parts[3].isdigit():
+    parts = _cell_parts(workflow, experiment_id)
+    if parts is None or not parts[3].isdigit():
         return None
     config_index, repeat_index, thread_id, attempt, row_id = parts
     return f"{config_index}:{repeat_index}:{thread_id}:{row_id}", int(attempt)
@@ -163,12 +163,17 @@ def attempt_of(workflow: str, experiment_id: str) -> tuple[str, int] | None:
 
 def cell_key_of(workflow: str, experiment_id: str) -> tuple[str, int, int] | None:
     """The cell key ``(row, configuration, repeat)`` of a cell's workflow ID; None if not one."""
-    if not workflow.startswith(id_prefix(experiment_id)):
-        return None
-    parts = workflow[len(id_prefix(experiment_id)):].split(":", 4)
-    if len(parts) != 5 or not (parts[0].isdigit() and parts[1].isdigit()):
+    parts = _cell_parts(workflow, experiment_id)
+    if parts is None or not (parts[0].isdigit() and parts[1].isdigit()):
         return None
     return parts[4], int(parts[0]), int(parts[1])
+
+
+def _cell_parts(workflow: str, experiment_id: str) -> list[str] | None:
+    """A cell workflow ID's configuration, repeat, thread, attempt and row; None if not one."""
+    prefix = id_prefix(experiment_id)
+    parts = workflow[len(prefix):].split(":", 4) if workflow.startswith(prefix) else []
+    return parts if len(parts) == 5 else None
 
 
 def thread_of(workflow: str) -> str:
